@@ -1,0 +1,155 @@
+"""Command line: parses into a RunConfig (or a subcommand) and hands it to a
+runner. Every usage mistake is one line on stderr and exit code 2, before
+anything starts. Must not import torch or textual at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from ddptop import __version__
+from ddptop.config import ConfigError, RunConfig, apply_overrides, preset_config
+
+USAGE_EXIT = 2
+SUBCOMMANDS = ("presets", "nccl", "topo")
+
+
+class UsageError(Exception):
+    """A mistake in what the user typed; message is one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not argparse's usage block
+        raise UsageError(message)
+
+
+def run_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="ddptop",
+        description="top for PyTorch DDP: launch a DDP job through torchrun and watch it per rank. "
+        "Subcommands: presets, nccl LOGFILE..., topo.",
+        epilog="Run your own script: ddptop --nproc 2 -- python train.py ARGS "
+        "(use ddptop.probe.Probe in it to report steps).",
+    )
+    p.add_argument("--version", action="version", version=f"ddptop {__version__}")
+    p.add_argument("--nproc", type=int, help="ranks on this node (default: GPUs seen by NVML, else 2)")
+    p.add_argument("--preset", default="baseline", help="starting settings (see `ddptop presets`)")
+    p.add_argument("--steps", type=int, help="optimizer steps per rank")
+    p.add_argument("--warmup", type=int, help="steps left out of throughput figures")
+    p.add_argument("--batch-size", type=int, help="samples per rank per micro-batch")
+    p.add_argument("--model", help="auto, vit_l_32, vit_b_32, vit_b_16, tiny_vit")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any RunConfig field (repeatable), e.g. --set bucket_cap_mb=50")
+    p.add_argument("--runs-dir", type=Path, default=Path("ddptop-runs"), help="where runs are recorded")
+    p.add_argument("--headless", action="store_true", help="no TUI: status lines and a final table")
+    p.add_argument("--json", action="store_true", help="headless: print summary.json as the last line")
+    p.add_argument("--interval", type=float, default=3.0, help="headless: seconds between status lines")
+    return p
+
+
+def build_config(args: argparse.Namespace) -> RunConfig:
+    base = RunConfig(nproc=args.nproc if args.nproc is not None else default_nproc())
+    changes = {
+        "steps": args.steps, "warmup": args.warmup, "batch_size": args.batch_size, "model": args.model,
+    }
+    base = base.with_changes(**{k: v for k, v in changes.items() if v is not None})
+    config = preset_config(args.preset, base)
+    return apply_overrides(config, args.overrides)
+
+
+def default_nproc() -> int:
+    count = visible_gpus()
+    return count if count else 2
+
+
+def visible_gpus() -> int | None:
+    """GPUs this process may use, from NVML and CUDA_VISIBLE_DEVICES (None: no NVML)."""
+    try:
+        from ddptop.gpu import GpuSource
+    except ImportError:
+        return None
+    source = GpuSource()
+    if not source.available:
+        return None
+    count = source.device_count()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        count = min(count, len([d for d in visible.split(",") if d.strip()]))
+    return count
+
+
+def check_runnable(config: RunConfig, args: argparse.Namespace) -> None:
+    from ddptop.recorder import check_writable
+
+    if args.json and not args.headless and sys.stdout.isatty():
+        raise UsageError("--json needs --headless (the TUI owns the terminal)")
+    problem = check_writable(args.runs_dir)
+    if problem:
+        raise UsageError(problem)
+    if config.backend != "gloo" and config.ddp:
+        gpus = visible_gpus()
+        if gpus and config.nproc > gpus:
+            raise UsageError(
+                f"--nproc {config.nproc} is more than the {gpus} visible GPU(s); "
+                "use fewer ranks or --set backend=gloo"
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in SUBCOMMANDS:
+            return run_subcommand(argv[0], argv[1:])
+        user_cmd: list[str] | None = None
+        if "--" in argv:
+            cut = argv.index("--")
+            argv, user_cmd = argv[:cut], argv[cut + 1 :]
+            if not user_cmd:
+                raise UsageError("nothing to run after --")
+        args = run_parser().parse_args(argv)
+        config = build_config(args)
+        if user_cmd:
+            config = config.with_changes(preset=config.preset)
+        check_runnable(config, args)
+    except (UsageError, ConfigError) as exc:
+        print(f"ddptop: error: {exc}", file=sys.stderr)
+        return USAGE_EXIT
+    headless = args.headless or not sys.stdout.isatty()
+    if headless:
+        return run_headless_main(config, args, user_cmd)
+    from ddptop.tui.app import run_tui
+
+    return run_tui(config, args.runs_dir, user_cmd)
+
+
+def run_headless_main(config: RunConfig, args: argparse.Namespace, user_cmd: list[str] | None) -> int:
+    from ddptop.headless import run_headless
+    from ddptop.session import Session
+
+    session = Session(config, args.runs_dir, user_cmd=user_cmd)
+    return asyncio.run(run_headless(session, interval=args.interval, as_json=args.json))
+
+
+def run_subcommand(name: str, argv: list[str]) -> int:
+    if name == "presets":
+        from ddptop.report import presets_table
+
+        print(presets_table())
+        return 0
+    if name == "nccl":
+        from ddptop.nccl import main_nccl
+
+        return main_nccl(argv)
+    if name == "topo":
+        from ddptop.gpu import main_topo
+
+        return main_topo(argv)
+    raise UsageError(f"unknown subcommand {name}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""RunConfig (every knob of a run) and the preset table.
+
+Pure data and validation: no I/O, no torch, no UI. The CLI, the TUI's settings
+screen and the trainer all go through `RunConfig` and `ConfigError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+MODELS = ("auto", "vit_l_32", "vit_b_32", "vit_b_16", "tiny_vit")
+BACKENDS = ("auto", "nccl", "gloo")
+COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
+AUTOCAST = ("none", "bf16", "fp16")
+CHOICES: dict[str, tuple[str, ...]] = {
+    "model": MODELS,
+    "backend": BACKENDS,
+    "comm_hook": COMM_HOOKS,
+    "autocast": AUTOCAST,
+}
+
+
+# The knobs a preset owns; everything else (nproc, steps, model...) is the run's.
+DDP_KNOBS = (
+    "ddp", "static_graph", "gradient_as_bucket_view", "bucket_cap_mb", "comm_hook",
+    "powersgd_rank", "powersgd_start_iter", "autocast",
+)
+
+
+class ConfigError(ValueError):
+    """A config value a user gave is wrong; the message is one line, fit for a CLI error."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Every knob of one run. Field docs double as help text in the CLI and TUI."""
+
+    preset: str = "baseline"
+    nproc: int = 2
+    model: str = "auto"  # auto: vit_l_32 on GPU, tiny_vit on CPU
+    batch_size: int = 32  # per rank
+    steps: int = 200
+    warmup: int = 5  # steps excluded from throughput and percentiles
+    seed: int = 0
+    backend: str = "auto"  # auto: nccl when CUDA is available, else gloo
+    ddp: bool = True  # False: one process, no DDP (the per-GPU ceiling)
+    static_graph: bool = False
+    gradient_as_bucket_view: bool = False
+    bucket_cap_mb: float = 25.0
+    comm_hook: str = "none"
+    powersgd_rank: int = 1  # matrix_approximation_rank
+    powersgd_start_iter: int = 2  # vanilla all-reduce before this iteration
+    autocast: str = "none"  # mixed-precision compute
+    grad_accum: int = 1
+    workers: int = 2  # DataLoader workers per rank
+    lr: float = 1e-3
+    nccl_env: dict[str, str] = field(default_factory=dict)
+    # Fault injection for tests and demos: slow or crash one rank on purpose.
+    delay_rank: int = -1
+    delay_ms: float = 0.0
+    fail_rank: int = -1
+    fail_step: int = -1
+
+    def with_changes(self, **changes: Any) -> RunConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown config field(s): {', '.join(unknown)}")
+        return validate(cls(**data))
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc if self.ddp else 1
+
+    def describe(self) -> str:
+        """Short human summary of the DDP knobs, for tables."""
+        if not self.ddp:
+            return "no DDP"
+        parts = [f"bucket {self.bucket_cap_mb:g}MB"]
+        if self.static_graph:
+            parts.append("static")
+        if self.gradient_as_bucket_view:
+            parts.append("view")
+        if self.comm_hook != "none":
+            hook = self.comm_hook
+            if hook == "powersgd":
+                hook += f"(r{self.powersgd_rank},start {self.powersgd_start_iter})"
+            parts.append(hook)
+        if self.autocast != "none":
+            parts.append(f"autocast {self.autocast}")
+        if self.grad_accum > 1:
+            parts.append(f"accum {self.grad_accum}")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    settings: dict[str, Any]
+
+
+_VIEW = {"static_graph": True, "gradient_as_bucket_view": True, "bucket_cap_mb": 2000.0}
+_OVERLAP = {**_VIEW, "bucket_cap_mb": 100.0}
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in [
+        Preset("single", "one process, no DDP: the per-GPU ceiling", {"ddp": False}),
+        Preset("baseline", "plain DDP, one 2000 MB bucket (the article's start)", {"bucket_cap_mb": 2000.0}),
+        Preset("static", "baseline + static_graph", {"bucket_cap_mb": 2000.0, "static_graph": True}),
+        Preset("view", "static + gradient_as_bucket_view (no grad copies)", _VIEW),
+        Preset("bf16", "view + bf16 compression hook (lossy)", {**_VIEW, "comm_hook": "bf16"}),
+        Preset("fp16", "view + fp16 compression hook (lossy)", {**_VIEW, "comm_hook": "fp16"}),
+        Preset(
+            "powersgd",
+            "view + PowerSGD rank 1, compressing from iteration 2 (lossy)",
+            {**_VIEW, "comm_hook": "powersgd", "powersgd_rank": 1, "powersgd_start_iter": 2},
+        ),
+        Preset("overlap", "view + 100 MB buckets: all-reduce overlaps backward", _OVERLAP),
+        Preset("bf16-overlap", "overlap + bf16 compression hook (lossy)", {**_OVERLAP, "comm_hook": "bf16"}),
+        Preset("amp", "overlap + bf16 autocast (mixed-precision compute)", {**_OVERLAP, "autocast": "bf16"}),
+    ]
+}
+
+
+def preset_config(name: str, base: RunConfig | None = None) -> RunConfig:
+    """The config for preset `name`: DDP knobs from the preset, run knobs (nproc,
+    steps, model...) from `base`."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r} (valid: {', '.join(PRESETS)})")
+    base = base or RunConfig()
+    defaults = RunConfig()
+    reset = {k: getattr(defaults, k) for k in DDP_KNOBS}
+    return validate(base.with_changes(**{**reset, **PRESETS[name].settings, "preset": name}))
+
+
+def parse_value(key: str, raw: str) -> tuple[str, Any]:
+    """Parse one `--set key=value`. Returns (field, value); nccl_env.KEY sets one env var."""
+    if key.startswith("nccl_env."):
+        return "nccl_env." + key.split(".", 1)[1], raw
+    types = {f.name: f for f in fields(RunConfig)}
+    if key not in types or key == "nccl_env":
+        valid = ", ".join(sorted(set(types) - {"nccl_env", "preset"}) + ["nccl_env.NAME"])
+        raise ConfigError(f"unknown setting {key!r} (valid: {valid})")
+    if key == "preset":
+        raise ConfigError("set the preset with --preset, not --set")
+    default = getattr(RunConfig(), key)
+    try:
+        if isinstance(default, bool):
+            low = raw.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return key, True
+            if low in ("0", "false", "no", "off"):
+                return key, False
+            raise ValueError
+        if isinstance(default, int):
+            return key, int(raw)
+        if isinstance(default, float):
+            return key, float(raw)
+    except ValueError:
+        kind = type(default).__name__
+        raise ConfigError(f"setting {key}: {raw!r} is not a valid {kind}") from None
+    return key, raw
+
+
+def apply_overrides(config: RunConfig, pairs: list[str]) -> RunConfig:
+    """Apply `key=value` strings (from --set) on top of `config`, then validate."""
+    changes: dict[str, Any] = {}
+    env = dict(config.nccl_env)
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"--set expects key=value, got {pair!r}")
+        key, raw = pair.split("=", 1)
+        name, value = parse_value(key.strip(), raw)
+        if name.startswith("nccl_env."):
+            env[name.split(".", 1)[1]] = value
+        else:
+            changes[name] = value
+    return validate(config.with_changes(**changes, nccl_env=env))
+
+
+def validate(config: RunConfig) -> RunConfig:
+    """Return `config` if it is consistent, else raise ConfigError naming the field.
+
+    `single` (ddp=False) forces one process: it is the per-GPU ceiling whatever
+    nproc the rest of a sweep uses."""
+    c = config
+    if c.preset not in PRESETS and c.preset != "custom":
+        raise ConfigError(f"unknown preset {c.preset!r} (valid: {', '.join(PRESETS)})")
+    for name, allowed in CHOICES.items():
+        if getattr(c, name) not in allowed:
+            raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {getattr(c, name)!r}")
+    checks = [
+        (c.nproc >= 1, f"nproc must be at least 1, got {c.nproc}"),
+        (c.nproc <= 4096, f"nproc {c.nproc} is more than ddptop supports (4096)"),
+        (c.steps >= 1, f"steps must be at least 1, got {c.steps}"),
+        (c.warmup >= 0, f"warmup must be 0 or more, got {c.warmup}"),
+        (c.warmup < c.steps, f"warmup ({c.warmup}) must be smaller than steps ({c.steps}); pass --warmup"),
+        (c.batch_size >= 1, f"batch_size must be at least 1, got {c.batch_size}"),
+        (c.bucket_cap_mb > 0, f"bucket_cap_mb must be positive, got {c.bucket_cap_mb:g}"),
+        (c.powersgd_rank >= 1, f"powersgd_rank must be at least 1, got {c.powersgd_rank}"),
+        (c.powersgd_start_iter >= 2, "powersgd_start_iter must be at least 2 (DDP needs two plain iterations)"),
+        (c.grad_accum >= 1, f"grad_accum must be at least 1, got {c.grad_accum}"),
+        (c.workers >= 0, f"workers must be 0 or more, got {c.workers}"),
+        (c.lr > 0, f"lr must be positive, got {c.lr:g}"),
+        (c.delay_ms >= 0, f"delay_ms must be 0 or more, got {c.delay_ms:g}"),
+        (c.ddp or c.comm_hook == "none", "a comm hook needs DDP (preset 'single' has none)"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+    for key in c.nccl_env:
+        if not key or not key.replace("_", "").isalnum():
+            raise ConfigError(f"nccl_env: {key!r} is not a valid environment variable name")
+    if not c.ddp and c.nproc != 1:
+        return c.with_changes(nproc=1)
+    return c

@@ -1,0 +1,41 @@
+"""Headless front end: a status line every few seconds, a final per-rank table,
+and the summary as JSON on request. For CI, scripts, and no-TTY shells."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import time
+from typing import TextIO
+
+from ddptop import report
+from ddptop.session import Session
+
+EXIT_CODES = {"completed": 0, "failed": 1, "stopped": 130}
+
+
+async def run_headless(session: Session, interval: float = 3.0, as_json: bool = False,
+                       out: TextIO = sys.stdout) -> int:
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    for sig in signals:
+        loop.add_signal_handler(sig, session.request_stop, f"signal {signal.Signals(sig).name}")
+    print(f"ddptop: run {session.run_id}  preset {session.config.preset}  "
+          f"{session.config.world_size} rank(s)  records in {session.run_dir}", file=out, flush=True)
+    runner = asyncio.create_task(session.run())
+    try:
+        while not runner.done():
+            await asyncio.wait({runner}, timeout=interval)
+            if not runner.done():
+                print(report.status_line(session.state, time.time()), file=out, flush=True)
+        state = runner.result()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+    summary = state.summary()
+    print(report.final_report(summary, str(session.run_dir)), file=out, flush=True)
+    if as_json:
+        print(json.dumps(summary, separators=(",", ":")), file=out, flush=True)
+    return EXIT_CODES[state.status]

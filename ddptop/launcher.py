@@ -1,0 +1,159 @@
+"""Builds and runs the `torchrun` command for a run, and stops its whole process tree.
+
+torchrun does the real launching (rendezvous, per-rank env, log redirection,
+failure reports); we only choose its arguments and environment. Nothing here
+imports torch: torchrun is a child process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from ddptop import protocol
+from ddptop.config import RunConfig
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # holds ddptop/ and trainer/
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path  # torchrun's own stdout+stderr
+
+    def describe(self) -> str:
+        return " ".join(self.argv)
+
+
+def build_plan(
+    config: RunConfig,
+    run_dir: Path,
+    hub_addr: str,
+    token: str,
+    run_id: str,
+    user_cmd: list[str] | None = None,
+    python: str = sys.executable,
+    base_env: dict[str, str] | None = None,
+) -> LaunchPlan:
+    """The torchrun command line and environment for this run (pure)."""
+    argv = [
+        python, "-m", "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={config.world_size}",
+        f"--log-dir={run_dir / 'logs'}",
+        "--redirects=3",  # each rank's stdout/stderr to files under logs/
+        "--max-restarts=0",
+        "--monitor-interval=0.5",
+    ]
+    if user_cmd:
+        argv += ["--no-python", *user_cmd]
+    else:
+        argv += ["-m", "trainer"]
+    env = dict(os.environ if base_env is None else base_env)
+    env.update({
+        protocol.ENV_ADDR: hub_addr,
+        protocol.ENV_TOKEN: token,
+        protocol.ENV_RUN_ID: run_id,
+        protocol.ENV_CONFIG: str(run_dir / "config.json"),
+        "PYTHONUNBUFFERED": "1",
+        "NCCL_DEBUG_FILE": str(run_dir / "nccl" / "nccl.%h.%p.log"),
+    })
+    env.setdefault("NCCL_DEBUG", "INFO")
+    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, minus its warning
+    env.update(config.nccl_env)
+    path = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(PACKAGE_ROOT) + (os.pathsep + path if path else "")
+    return LaunchPlan(argv=argv, env=env, log_path=run_dir / "torchrun.log")
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM if ddptop dies, so no run outlives a killed monitor."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class Launcher:
+    """Runs one LaunchPlan as ddptop's single child, in its own session so a
+    terminal's Ctrl-C reaches ddptop first and ddptop stops the ranks in order."""
+
+    def __init__(self, plan: LaunchPlan) -> None:
+        self.plan = plan
+        self.proc: asyncio.subprocess.Process | None = None
+        self.started_at = 0.0
+
+    async def start(self) -> int:
+        with open(self.plan.log_path, "ab") as log:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.plan.argv,
+                env=self.plan.env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
+        self.started_at = time.monotonic()
+        return self.proc.pid
+
+    async def wait(self) -> int:
+        assert self.proc is not None
+        return await self.proc.wait()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    def tree(self) -> list[psutil.Process]:
+        """torchrun and every descendant (ranks, DataLoader workers)."""
+        if self.proc is None:
+            return []
+        try:
+            root = psutil.Process(self.proc.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """SIGTERM torchrun (it forwards to the ranks), then SIGKILL whatever of the
+        tree is left after `grace_s`. Returns when nothing of the tree is alive."""
+        if self.proc is None:
+            return
+        procs = self.tree()
+        if self.running:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            procs += [p for p in self.tree() if p not in procs]
+            if not any(_alive(p) for p in procs):
+                break
+            await asyncio.sleep(0.1)
+        for p in procs:
+            if _alive(p):
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+        await asyncio.to_thread(psutil.wait_procs, procs, 3)
+        if self.running:
+            await self.proc.wait()
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -1,0 +1,201 @@
+"""Rank-side client: connects to the ddptop hub named in the environment, sends a
+hello and batched step records, and receives commands (stop, capture).
+
+Usable from any training script in three lines:
+
+    from ddptop.probe import Probe
+    probe = Probe.connect()                 # does nothing when not run under ddptop
+    ...  if probe.tick(samples=len(x)): break   # once per step; True = ddptop asks to stop
+
+Imports only the standard library and `ddptop.protocol`; torch is read from
+`sys.modules` when the script already imported it, never imported here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import os
+import select
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ddptop import protocol
+
+FLUSH_S = 0.2  # how stale the hub's view may get; one send per interval, not per step
+MAX_BATCH = 1000  # records per frame, well under protocol.MAX_FRAME
+
+
+def _torch_facts() -> dict[str, str]:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    facts = {"torch": str(getattr(torch, "__version__", ""))}
+    try:
+        if torch.cuda.is_available():
+            version = torch.cuda.nccl.version()
+            facts["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    except Exception:  # noqa: BLE001 - a probe never breaks training
+        pass
+    return facts
+
+
+def _open(addr: str) -> socket.socket:
+    scheme, where = protocol.parse_addr(addr)
+    if scheme == "unix":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    else:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.settimeout(10)
+    sock.connect(where)
+    sock.settimeout(None)
+    return sock
+
+
+class Probe:
+    """One rank's link to the hub. All methods are cheap and never raise into
+    the training loop: if the hub goes away, the probe goes quiet."""
+
+    def __init__(self, sock: socket.socket | None, rank: int = 0) -> None:
+        self._sock = sock
+        self.rank = rank
+        self._pending: collections.deque[dict[str, Any]] = collections.deque()
+        self._lock = threading.Lock()  # serialises socket writes (flush thread vs close)
+        self._closed = threading.Event()
+        self._step = 0
+        self._last_tick = time.monotonic()
+        self.stop_at: int | None = None
+        self.commands: collections.deque[protocol.Command] = collections.deque()
+        self.on_command: Callable[[protocol.Command], None] | None = None
+        if sock is not None:
+            self._thread = threading.Thread(target=self._run, name="ddptop-probe", daemon=True)
+            self._thread.start()
+            atexit.register(self.close)
+
+    @property
+    def enabled(self) -> bool:
+        return self._sock is not None
+
+    @classmethod
+    def connect(cls, *, device: str = "", backend: str = "", model: str = "") -> Probe:
+        """Connect to the hub named by DDPTOP_ADDR; a disabled probe when absent."""
+        addr = os.environ.get(protocol.ENV_ADDR)
+        rank = int(os.environ.get("RANK", "0"))
+        if not addr:
+            return cls(None, rank)
+        try:
+            sock = _open(addr)
+        except (OSError, ValueError) as exc:
+            print(f"ddptop probe: cannot reach hub at {addr}: {exc}; not reporting", file=sys.stderr)
+            return cls(None, rank)
+        hello = protocol.Hello(
+            rank=rank,
+            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+            world_size=int(os.environ.get("WORLD_SIZE", "1")),
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            token=os.environ.get(protocol.ENV_TOKEN, ""),
+            device=device,
+            backend=backend,
+            model=model,
+            **_torch_facts(),
+        )
+        try:
+            sock.sendall(protocol.encode(hello))
+        except OSError:
+            return cls(None, rank)
+        return cls(sock, rank)
+
+    # --- called from the training loop -------------------------------------------------
+    def record(self, step: int, **values: float) -> None:
+        """Queue one step's record (fields from protocol.STEP_FIELDS)."""
+        if self._sock is not None:
+            values["step"] = step
+            values["t"] = time.time()
+            self._pending.append(values)
+
+    def tick(self, samples: int = 0, **values: float) -> bool:
+        """For scripts that do not time phases: records the time since the last
+        tick as this step's time. Returns True when ddptop asks the run to stop."""
+        now = time.monotonic()
+        step = self._step
+        self.record(step, step_ms=(now - self._last_tick) * 1000.0, samples=samples, **values)
+        self._last_tick = now
+        self._step += 1
+        return self.should_stop(step)
+
+    def should_stop(self, step: int) -> bool:
+        """True once `step` (just finished) is at or past the agreed stop step."""
+        return self.stop_at is not None and step >= self.stop_at
+
+    def close(self, reason: str = "completed") -> None:
+        if self._sock is None or self._closed.is_set():
+            return
+        self._closed.set()
+        self._thread.join(timeout=2)
+        self._flush()
+        self._send(protocol.Bye(rank=self.rank, reason=reason))
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+        self._sock = None
+
+    # --- background thread --------------------------------------------------------------
+    def _run(self) -> None:
+        buf = b""
+        while not self._closed.is_set() and self._sock is not None:
+            try:
+                ready, _, _ = select.select([self._sock], [], [], FLUSH_S)
+            except (OSError, ValueError):
+                return
+            if ready:
+                try:
+                    chunk = self._sock.recv(65536)
+                except OSError:
+                    chunk = b""
+                if not chunk:  # hub closed: keep training, stop reporting
+                    return
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    self._handle(line)
+            self._flush()
+
+    def _handle(self, line: bytes) -> None:
+        try:
+            msg = protocol.decode(line)
+        except protocol.ProtocolError:
+            return
+        if not isinstance(msg, protocol.Command):
+            return
+        if msg.name == "stop":
+            self.stop_at = msg.at_step if msg.at_step >= 0 else 0
+        self.commands.append(msg)
+        if self.on_command is not None:
+            try:
+                self.on_command(msg)
+            except Exception as exc:  # noqa: BLE001
+                print(f"ddptop probe: command handler failed: {exc}", file=sys.stderr)
+
+    def _flush(self) -> None:
+        while self._pending:
+            batch = []
+            while self._pending and len(batch) < MAX_BATCH:
+                batch.append(self._pending.popleft())
+            self._send(protocol.Steps(rank=self.rank, records=batch))
+
+    def _send(self, msg: protocol.Message) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        with self._lock:
+            try:
+                sock.sendall(protocol.encode(msg))
+            except OSError:
+                self._pending.clear()

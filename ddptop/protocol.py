@@ -1,0 +1,196 @@
+"""The wire format between ranks (probe) and the hub: newline-delimited JSON frames.
+
+Imported by both sides, so it must stay pure: no torch, no asyncio, no UI.
+Every frame is one JSON object with `v` (protocol version) and `kind`.
+A frame that does not decode raises `ProtocolError`; the hub counts and drops it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+VERSION = 1
+MAX_FRAME = 1 << 20  # bytes; a longer line is dropped, never buffered without bound
+
+# Environment a rank reads to find the hub.
+ENV_ADDR = "DDPTOP_ADDR"  # "unix:/path/hub.sock" or "tcp:host:port"
+ENV_TOKEN = "DDPTOP_TOKEN"
+ENV_RUN_ID = "DDPTOP_RUN_ID"
+ENV_CONFIG = "DDPTOP_CONFIG"  # path of the run's config.json (our trainer reads it)
+
+# Numeric fields a step record may carry; anything else is ignored.
+STEP_FIELDS = (
+    "step_ms",
+    "data_ms",
+    "forward_ms",
+    "backward_ms",
+    "optimizer_ms",
+    "comm_ms",
+    "exposed_comm_ms",
+    "comm_bytes",
+    "buckets",
+    "samples",
+    "loss",
+)
+PHASES = ("data", "forward", "backward", "optimizer")
+
+
+class ProtocolError(ValueError):
+    """A frame that is not valid; `reason` is a short category for counting."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Hello:
+    """First frame of every rank connection; carries the run token."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    host: str
+    pid: int
+    token: str
+    device: str = "cpu"
+    backend: str = ""
+    model: str = ""
+    torch: str = ""
+    nccl: str = ""
+    kind: str = field(default="hello", init=False)
+
+
+@dataclass(frozen=True)
+class Steps:
+    """A batch of step records from one rank. Each record is a dict with `step`
+    (int, 0-based), `t` (the rank's wall clock at step end) and STEP_FIELDS."""
+
+    rank: int
+    records: list[dict[str, float]]
+    kind: str = field(default="steps", init=False)
+
+
+@dataclass(frozen=True)
+class Bye:
+    """A rank's last frame: it finished (`completed`) or stopped on a command."""
+
+    rank: int
+    reason: str = "completed"
+    kind: str = field(default="bye", init=False)
+
+
+@dataclass(frozen=True)
+class Command:
+    """Hub to ranks. `stop`: leave the loop after finishing step `at_step` (all ranks
+    stop at the same boundary, so no rank waits in an all-reduce for a gone peer)."""
+
+    name: str
+    at_step: int = -1
+    args: dict[str, Any] = field(default_factory=dict)
+    kind: str = field(default="command", init=False)
+
+
+Message = Hello | Steps | Bye | Command
+COMMANDS = ("stop", "capture")
+
+
+def encode(msg: Message) -> bytes:
+    data = asdict(msg)
+    data["v"] = VERSION
+    return (json.dumps(data, separators=(",", ":")) + "\n").encode()
+
+
+def _int(data: dict[str, Any], key: str, minimum: int = 0) -> int:
+    value = data.get(key)
+    if type(value) is not int or value < minimum:
+        raise ProtocolError("bad-field", key)
+    return value
+
+
+def _str(data: dict[str, Any], key: str, default: str | None = None, limit: int = 256) -> str:
+    value = data.get(key, default)
+    if not isinstance(value, str) or len(value) > limit:
+        raise ProtocolError("bad-field", key)
+    return value
+
+
+def _record(raw: Any) -> dict[str, float]:
+    if not isinstance(raw, dict):
+        raise ProtocolError("bad-record")
+    step = raw.get("step")
+    if type(step) is not int or step < 0:
+        raise ProtocolError("bad-record", "step")
+    rec: dict[str, float] = {"step": step}
+    t = raw.get("t")
+    if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t):
+        rec["t"] = float(t)
+    for key in STEP_FIELDS:
+        value = raw.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ProtocolError("bad-record", key)
+        rec[key] = value
+    return rec
+
+
+def decode(line: bytes | str) -> Message:
+    """Parse one frame. Raises ProtocolError (never anything else) on bad input."""
+    if len(line) > MAX_FRAME:
+        raise ProtocolError("oversized")
+    try:
+        data = json.loads(line)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ProtocolError("not-json", type(exc).__name__) from None
+    if not isinstance(data, dict):
+        raise ProtocolError("not-object")
+    if data.get("v") != VERSION:
+        raise ProtocolError("version", repr(data.get("v"))[:20])
+    kind = data.get("kind")
+    if kind == "hello":
+        return Hello(
+            rank=_int(data, "rank"),
+            local_rank=_int(data, "local_rank"),
+            world_size=_int(data, "world_size", 1),
+            host=_str(data, "host"),
+            pid=_int(data, "pid"),
+            token=_str(data, "token"),
+            device=_str(data, "device", ""),
+            backend=_str(data, "backend", ""),
+            model=_str(data, "model", ""),
+            torch=_str(data, "torch", ""),
+            nccl=_str(data, "nccl", ""),
+        )
+    if kind == "steps":
+        records = data.get("records")
+        if not isinstance(records, list):
+            raise ProtocolError("bad-field", "records")
+        return Steps(rank=_int(data, "rank"), records=[_record(r) for r in records])
+    if kind == "bye":
+        return Bye(rank=_int(data, "rank"), reason=_str(data, "reason", "completed", 64))
+    if kind == "command":
+        name = _str(data, "name")
+        if name not in COMMANDS:
+            raise ProtocolError("unknown-command", name[:32])
+        at_step = data.get("at_step", -1)
+        args = data.get("args", {})
+        if type(at_step) is not int or not isinstance(args, dict):
+            raise ProtocolError("bad-field", "command")
+        return Command(name=name, at_step=at_step, args=args)
+    raise ProtocolError("unknown-kind", str(kind)[:32])
+
+
+def parse_addr(addr: str) -> tuple[str, str | tuple[str, int]]:
+    """`unix:/path` -> ("unix", path); `tcp:host:port` -> ("tcp", (host, port))."""
+    scheme, _, rest = addr.partition(":")
+    if scheme == "unix" and rest:
+        return "unix", rest
+    if scheme == "tcp":
+        host, _, port = rest.rpartition(":")
+        if host and port.isdigit():
+            return "tcp", (host, int(port))
+    raise ValueError(f"bad ddptop address {addr!r} (want unix:/path or tcp:host:port)")

@@ -1,0 +1,106 @@
+"""Plain-text tables and status lines for headless mode and the CLI. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ddptop.config import PRESETS, RunConfig, preset_config
+from ddptop.state import RunState
+
+
+def fmt(value: float | None, spec: str = ".1f", na: str = "n/a") -> str:
+    return na if value is None else format(value, spec)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    numeric = [all(_is_number(r[i]) for r in cells[1:]) for i in range(len(headers))]
+
+    def line(row: list[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, numeric)
+        ).rstrip()
+
+    return "\n".join([line(cells[0]), line(["-" * w for w in widths]), *map(line, cells[1:])])
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell.rstrip("x%"))
+    except ValueError:
+        return cell in ("n/a", "-")
+    return True
+
+
+def presets_table() -> str:
+    rows = []
+    for name, preset in PRESETS.items():
+        cfg = preset_config(name, RunConfig(nproc=2))
+        rows.append([name, cfg.describe(), preset.description])
+    return table(["preset", "settings", "what it is for"], rows)
+
+
+def status_line(state: RunState, now: float) -> str:
+    steps = state.config.get("steps", 0)
+    connected = sum(1 for rs in state.ranks.values() if rs.hello is not None)
+    parts = [f"[{state.elapsed(now):6.1f}s]", f"{state.status:<9}"]
+    if state.status == "starting":
+        parts.append(f"ranks {connected}/{state.world_size} connected")
+    else:
+        parts += [
+            f"step {max(state.current_step + 1, 0)}/{steps}",
+            f"{fmt(state.live_steps_per_s(), '.2f')} steps/s",
+            f"p50 {fmt(_live_p50(state))} ms",
+        ]
+        slow = state.slowest_rank()
+        if slow is not None and state.world_size > 1:
+            parts.append(f"slowest rank {slow}")
+    if state.total_dropped:
+        parts.append(f"dropped frames {state.total_dropped}")
+    return "  ".join(parts)
+
+
+def _live_p50(state: RunState) -> float | None:
+    values = [rs.recent_pct(50) for rs in state.ranks.values()]
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+def ranks_table(summary: dict[str, Any]) -> str:
+    rows = []
+    for r in summary["ranks"]:
+        ph = r["phases_ms"]
+        rows.append([
+            r["rank"], r["host"] or "-", r["device"] or "-", r["steps"],
+            fmt(r["step_ms_p50"]), fmt(r["step_ms_p95"]),
+            fmt(ph["data"]), fmt(ph["forward"]), fmt(ph["backward"]), fmt(ph["optimizer"]),
+            fmt(r["samples_per_s"]), r["status"],
+        ])
+    return table(
+        ["rank", "host", "device", "steps", "p50 ms", "p95 ms", "data", "fwd", "bwd", "opt",
+         "samples/s", "status"],
+        rows,
+    )
+
+
+def final_report(summary: dict[str, Any], run_dir: str) -> str:
+    head = (
+        f"run {summary['run_id']}: {summary['status']}"
+        f"{' (' + summary['error'] + ')' if summary.get('error') else ''}  "
+        f"preset {summary['preset']}  world {summary['world_size']}  backend {summary['backend']}  "
+        f"model {summary['model']}"
+    )
+    rates = (
+        f"{fmt(summary['steps_per_s'], '.2f')} steps/s  {fmt(summary['samples_per_s'], '.1f')} samples/s  "
+        f"step p50 {fmt(summary['step_ms_p50'])} ms  p95 {fmt(summary['step_ms_p95'])} ms  "
+        f"(after {summary['warmup']} warmup steps)"
+    )
+    lines = [head, rates, ranks_table(summary)]
+    if summary.get("failed_rank") is not None:
+        lines.append(f"failed rank: {summary['failed_rank']}")
+    if summary.get("dropped_frames"):
+        lines.append(f"dropped telemetry frames: {summary['dropped_frames']}")
+    lines.append(f"records: {run_dir}")
+    return "\n".join(lines)

@@ -1,0 +1,200 @@
+"""Session: one run, end to end: run directory, hub, torchrun, log tailing,
+state, and the final summary. Any front end (headless printer, TUI, a
+supervisor) observes `session.state` and calls `request_stop()`; nothing here
+assumes a terminal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import secrets
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+from ddptop import protocol
+from ddptop.config import RunConfig
+from ddptop.failures import parse_root_cause
+from ddptop.hub import Hub
+from ddptop.launcher import Launcher, build_plan
+from ddptop.logtail import LogTail, rank_log_files
+from ddptop.recorder import Recorder, new_run_dir
+from ddptop.state import RunState
+
+TICK_S = 0.5
+DRAIN_S = 0.5  # after torchrun exits, let the last frames arrive
+STOP_GRACE_S = 5.0  # after the agreed stop step, before signals
+
+
+def new_run_id(preset: str) -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + f"-{preset}-{secrets.token_hex(2)}"
+
+
+class Session:
+    def __init__(
+        self,
+        config: RunConfig,
+        runs_dir: Path,
+        user_cmd: list[str] | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        self.config = config
+        self.user_cmd = user_cmd
+        self.run_id = run_id or new_run_id(config.preset)
+        self.run_dir = Path(runs_dir) / self.run_id
+        self.token = secrets.token_hex(16)
+        self.state = RunState(
+            run_id=self.run_id,
+            config=config.to_dict(),
+            world_size=config.world_size,
+            warmup=config.warmup,
+        )
+        self.hub = Hub(self.token, self)
+        self.launcher: Launcher | None = None
+        self.recorder: Recorder | None = None
+        self._tail = LogTail()
+        self._stop_requested = asyncio.Event()
+        self._stop_reason = ""
+        self._sock_dir: str | None = None
+        self._done = asyncio.Event()
+
+    # --- HubSink ----------------------------------------------------------------------
+    def hub_message(self, msg: protocol.Hello | protocol.Steps | protocol.Bye, now: float) -> None:
+        self.state.apply(msg, now)
+        if isinstance(msg, protocol.Steps) and self.recorder is not None:
+            self.recorder.record_steps(msg.rank, msg.records)
+
+    def hub_dropped(self, reason: str) -> None:
+        self.state.drop(reason)
+
+    def hub_refused(self, reason: str) -> None:
+        self.state.refused += 1
+        self.state.add_log(-1, f"[ddptop] refused a connection: {reason}")
+
+    def hub_disconnected(self, rank: int) -> None:
+        self.state.rank_disconnected(rank)
+
+    # --- lifecycle --------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    async def wait_done(self) -> None:
+        await self._done.wait()
+
+    async def run(self) -> RunState:
+        """Start the run and return its final state once torchrun has exited."""
+        self.run_dir = new_run_dir(self.run_dir.parent, self.run_id)
+        self.recorder = Recorder(self.run_dir)
+        self.state.started_at = time.time()
+        try:
+            # The socket lives in a private (0700) temp dir: Unix paths are short, and
+            # nobody else on a shared node may even reach it.
+            self._sock_dir = tempfile.mkdtemp(prefix="ddptop-")
+            addr = await self.hub.start_unix(str(Path(self._sock_dir) / "hub.sock"))
+            plan = build_plan(self.config, self.run_dir, addr, self.token, self.run_id, self.user_cmd)
+            self.recorder.write_config(
+                self.config.to_dict(), run_id=self.run_id, argv=plan.argv, host=socket.gethostname(),
+                user_cmd=self.user_cmd,
+            )
+            self.launcher = Launcher(plan)
+            await self.launcher.start()
+            ticker = asyncio.create_task(self._tick_loop())
+            stopper = asyncio.create_task(self._stop_loop())
+            try:
+                rc = await self.launcher.wait()
+            finally:
+                ticker.cancel()
+                stopper.cancel()
+            await asyncio.sleep(DRAIN_S)
+            self._poll_logs()
+            self._finish(rc)
+        except asyncio.CancelledError:
+            self._stop_reason = self._stop_reason or "cancelled"
+            if self.launcher is not None:
+                await self.launcher.stop(grace_s=2.0)
+            self._finish(-1)
+            raise
+        finally:
+            if self.launcher is not None and self.launcher.tree():
+                await self.launcher.stop(grace_s=2.0)
+            await self.hub.close()
+            if self._sock_dir:
+                shutil.rmtree(self._sock_dir, ignore_errors=True)
+            if self.recorder is not None:
+                self.recorder.write_summary(self.state.summary())
+                self.recorder.close()
+            self._done.set()
+        return self.state
+
+    def request_stop(self, reason: str = "stopped by user") -> None:
+        """Ask every rank to leave its loop at one agreed step; signals follow if not."""
+        if not self._stop_requested.is_set():
+            self._stop_reason = reason
+            self._stop_requested.set()
+
+    def stop_step(self) -> int:
+        """A step no rank has reached yet, allowing for the probes' report delay."""
+        latest = max((rs.last_step for rs in self.state.ranks.values()), default=-1)
+        p50 = max((rs.recent_pct(50) or 0.0 for rs in self.state.ranks.values()), default=0.0)
+        margin = 2 + (math.ceil(2000.0 * 0.2 / p50) if p50 > 0 else 0)
+        return latest + min(margin, 200)
+
+    async def _stop_loop(self) -> None:
+        await self._stop_requested.wait()
+        at_step = self.stop_step()
+        self.state.add_log(-1, f"[ddptop] stop requested ({self._stop_reason}): ranks stop after step {at_step}")
+        await self.hub.broadcast(protocol.Command("stop", at_step=at_step))
+        p50 = max((rs.recent_pct(50) or 0.0 for rs in self.state.ranks.values()), default=0.0)
+        latest = max((rs.last_step for rs in self.state.ranks.values()), default=-1)
+        wait_s = STOP_GRACE_S + (at_step - latest) * p50 / 1000.0
+        await asyncio.sleep(wait_s)
+        if self.launcher is not None and self.launcher.running:
+            self.state.add_log(-1, "[ddptop] ranks did not stop in time: terminating torchrun")
+            await self.launcher.stop(grace_s=STOP_GRACE_S)
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            self._poll_logs()
+            self.state.tick(time.time())
+
+    def _poll_logs(self) -> None:
+        for rank, paths in rank_log_files(self.run_dir / "logs").items():
+            for path in paths:
+                for line in self._tail.read(path):
+                    self.state.add_log(rank, line)
+        for line in self._tail.read(self.run_dir / "torchrun.log"):
+            self.state.add_log(-1, line)
+
+    def _finish(self, rc: int) -> None:
+        now = time.time()
+        if self._stop_requested.is_set() or rc == -1:
+            self.state.finish("stopped", now, error=self._stop_reason)
+            return
+        ranks = self.state.ranks.values()
+        if rc == 0 and all(rs.status == "done" for rs in ranks):
+            self.state.finish("completed", now)
+            return
+        log = ""
+        try:
+            log = (self.run_dir / "torchrun.log").read_text(errors="replace")
+        except OSError:
+            pass
+        cause = parse_root_cause(log)
+        failed = cause.rank if cause else None
+        if failed is None:
+            lost = [rs for rs in ranks if rs.status in ("lost", "starting", "running")]
+            failed = lost[0].rank if lost else None
+        if cause and cause.message:
+            error = cause.message
+        elif cause and cause.exitcode is not None:
+            error = f"exit code {cause.exitcode}"
+        elif rc == 0:
+            error = "torchrun exited 0 but not every rank reported completion"
+        else:
+            error = f"torchrun exited with code {rc}"
+        self.state.finish("failed", now, error=error, failed_rank=failed)

@@ -1,0 +1,308 @@
+"""RunState: everything known about one run, updated by applying events.
+
+Pure: no I/O, no asyncio, no UI. Memory is bounded whatever the run length:
+recent records live in ring buffers, whole-run percentiles in log-binned
+histograms (about 1% resolution), sums in counters.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddptop.protocol import PHASES, Bye, Hello, Steps
+
+RECENT = 256  # records kept per rank for live views
+LOG_LINES = 2000  # log lines kept per rank for live views (all of them are on disk)
+HISTORY = 900  # throughput samples (one per tick)
+_BINS_PER_E = 100.0  # histogram bins per factor e: ~1% wide
+
+TERMINAL = ("completed", "failed", "stopped")
+
+
+class Histogram:
+    """Log-binned counts: O(1) update, bounded memory, ~1% percentile error."""
+
+    def __init__(self) -> None:
+        self.counts: collections.Counter[int] = collections.Counter()
+        self.n = 0
+
+    def add(self, value: float) -> None:
+        self.counts[int(math.floor(math.log(max(value, 1e-6)) * _BINS_PER_E))] += 1
+        self.n += 1
+
+    def percentile(self, q: float) -> float | None:
+        if not self.n:
+            return None
+        target = q / 100.0 * (self.n - 1)
+        seen = 0
+        for key in sorted(self.counts):
+            seen += self.counts[key]
+            if seen > target:
+                return math.exp((key + 0.5) / _BINS_PER_E)
+        return None
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100.0 * (len(ordered) - 1))))]
+
+
+@dataclass
+class RankState:
+    rank: int
+    hello: Hello | None = None
+    status: str = "starting"  # starting, running, done, stopped, lost, failed
+    steps: int = 0  # records received
+    last_step: int = -1
+    last_t: float = 0.0  # the rank's wall clock at its last step
+    last_seen: float = 0.0  # our clock when its last record arrived
+    recent: collections.deque[dict[str, float]] = field(
+        default_factory=lambda: collections.deque(maxlen=RECENT)
+    )
+    # after warmup only:
+    measured: int = 0
+    measured_ms: float = 0.0
+    measured_samples: float = 0.0
+    phase_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    extra_ms: dict[str, float] = field(default_factory=dict)  # comm_ms, exposed_comm_ms, ...
+    step_hist: Histogram = field(default_factory=Histogram)
+
+    def add(self, rec: dict[str, float], warmup: int, now: float) -> None:
+        self.steps += 1
+        self.last_step = max(self.last_step, int(rec["step"]))
+        self.last_t = rec.get("t", self.last_t)
+        self.last_seen = now
+        self.recent.append(rec)
+        if self.status == "starting":
+            self.status = "running"
+        step_ms = rec.get("step_ms")
+        if rec["step"] < warmup or step_ms is None:
+            return
+        self.measured += 1
+        self.measured_ms += step_ms
+        self.measured_samples += rec.get("samples", 0.0)
+        self.step_hist.add(step_ms)
+        for phase in PHASES:
+            self.phase_ms[phase] += rec.get(phase + "_ms", 0.0)
+        for key in ("comm_ms", "exposed_comm_ms", "comm_bytes", "buckets"):
+            if key in rec:
+                self.extra_ms[key] = self.extra_ms.get(key, 0.0) + rec[key]
+
+    # --- derived -----------------------------------------------------------------------
+    @property
+    def steps_per_s(self) -> float | None:
+        return self.measured / (self.measured_ms / 1000.0) if self.measured_ms > 0 else None
+
+    @property
+    def samples_per_s(self) -> float | None:
+        return self.measured_samples / (self.measured_ms / 1000.0) if self.measured_ms > 0 else None
+
+    def phases_mean(self) -> dict[str, float]:
+        n = max(self.measured, 1)
+        return {p: self.phase_ms[p] / n for p in PHASES}
+
+    def recent_values(self, key: str = "step_ms") -> list[float]:
+        return [r[key] for r in self.recent if key in r]
+
+    def recent_pct(self, q: float, key: str = "step_ms") -> float | None:
+        return _pct(self.recent_values(key), q)
+
+    def recent_phases(self) -> dict[str, float]:
+        """Mean phase times over the recent window (live phase bar)."""
+        recs = list(self.recent)
+        if not recs:
+            return dict.fromkeys(PHASES, 0.0)
+        return {p: sum(r.get(p + "_ms", 0.0) for r in recs) / len(recs) for p in PHASES}
+
+    def own_ms(self) -> float | None:
+        """Median of the time this rank spends on its own work (step minus time it
+        waits for others in exposed communication): what ranks a straggler."""
+        own = [r["step_ms"] - r.get("exposed_comm_ms", 0.0) for r in self.recent if "step_ms" in r]
+        return statistics.median(own) if own else None
+
+
+@dataclass
+class RunState:
+    run_id: str
+    config: dict[str, Any]
+    world_size: int
+    warmup: int = 0
+    status: str = "starting"
+    started_at: float = 0.0  # our wall clock
+    ended_at: float | None = None
+    failed_rank: int | None = None
+    error: str = ""
+    ranks: dict[int, RankState] = field(default_factory=dict)
+    dropped: collections.Counter[str] = field(default_factory=collections.Counter)
+    refused: int = 0
+    logs: dict[int, collections.deque[str]] = field(default_factory=dict)
+    history: collections.deque[tuple[float, float]] = field(
+        default_factory=lambda: collections.deque(maxlen=HISTORY)
+    )
+    notes: list[str] = field(default_factory=list)  # one-time messages ("no NVML: ...")
+
+    def __post_init__(self) -> None:
+        for rank in range(self.world_size):
+            self.ranks.setdefault(rank, RankState(rank))
+
+    # --- events ------------------------------------------------------------------------
+    def apply(self, msg: Hello | Steps | Bye, now: float) -> None:
+        if isinstance(msg, Hello):
+            rs = self._rank(msg.rank)
+            rs.hello = msg
+            rs.last_seen = now
+            if msg.world_size != self.world_size and msg.world_size > 0:
+                self.world_size = max(self.world_size, msg.world_size)
+        elif isinstance(msg, Steps):
+            rs = self._rank(msg.rank)
+            for rec in msg.records:
+                rs.add(rec, self.warmup, now)
+            if self.status == "starting":
+                self.status = "running"
+        elif isinstance(msg, Bye):
+            rs = self._rank(msg.rank)
+            rs.status = "done" if msg.reason == "completed" else msg.reason
+
+    def rank_disconnected(self, rank: int) -> None:
+        rs = self.ranks.get(rank)
+        if rs is not None and rs.status in ("starting", "running"):
+            rs.status = "lost"
+
+    def drop(self, reason: str) -> None:
+        self.dropped[reason] += 1
+
+    def add_log(self, rank: int, line: str) -> None:
+        self.logs.setdefault(rank, collections.deque(maxlen=LOG_LINES)).append(line)
+
+    def finish(self, status: str, now: float, error: str = "", failed_rank: int | None = None) -> None:
+        if status not in TERMINAL:
+            raise ValueError(status)
+        self.status = status
+        self.ended_at = now
+        self.error = error
+        self.failed_rank = failed_rank
+        for rs in self.ranks.values():
+            if rs.status in ("starting", "running"):
+                rs.status = {"completed": "done"}.get(status, status)
+        if failed_rank is not None and failed_rank in self.ranks:
+            self.ranks[failed_rank].status = "failed"
+
+    def tick(self, now: float) -> None:
+        """Sample live throughput into the history (called about once a second)."""
+        rate = self.live_steps_per_s()
+        if rate is not None:
+            self.history.append((now - self.started_at, rate))
+
+    def _rank(self, rank: int) -> RankState:
+        if rank not in self.ranks:
+            self.ranks[rank] = RankState(rank)
+        return self.ranks[rank]
+
+    # --- aggregates --------------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL
+
+    def elapsed(self, now: float) -> float:
+        return (self.ended_at or now) - self.started_at if self.started_at else 0.0
+
+    @property
+    def current_step(self) -> int:
+        """The step every rank has finished (the slowest rank's)."""
+        if not self.ranks:
+            return -1
+        return min(rs.last_step for rs in self.ranks.values())
+
+    @property
+    def total_dropped(self) -> int:
+        return sum(self.dropped.values())
+
+    def steps_per_s(self) -> float | None:
+        """Run throughput after warmup: the slowest rank bounds a DDP job."""
+        rates = [rs.steps_per_s for rs in self.ranks.values()]
+        return min(rates) if rates and None not in rates else None
+
+    def samples_per_s(self) -> float | None:
+        rates = [rs.samples_per_s for rs in self.ranks.values()]
+        return sum(rates) if rates and None not in rates else None
+
+    def live_steps_per_s(self) -> float | None:
+        medians = [rs.recent_pct(50) for rs in self.ranks.values()]
+        medians = [m for m in medians if m]
+        return 1000.0 / max(medians) if medians else None
+
+    def step_ms_pct(self, q: float) -> float | None:
+        """Whole-run percentile over all ranks' measured steps."""
+        merged = Histogram()
+        for rs in self.ranks.values():
+            merged.counts.update(rs.step_hist.counts)
+            merged.n += rs.step_hist.n
+        return merged.percentile(q)
+
+    def slowest_rank(self) -> int | None:
+        """The rank doing the most own work per step (ties: lowest rank); None
+        with fewer than two reporting ranks."""
+        own = {r: rs.own_ms() for r, rs in self.ranks.items()}
+        own = {r: v for r, v in own.items() if v is not None}
+        if len(own) < 2:
+            return None
+        return max(sorted(own), key=lambda r: own[r])
+
+    def summary(self) -> dict[str, Any]:
+        """The `summary.json` contract (see README)."""
+        ranks = []
+        for r in sorted(self.ranks):
+            rs = self.ranks[r]
+            hello = rs.hello
+            entry: dict[str, Any] = {
+                "rank": r,
+                "local_rank": hello.local_rank if hello else None,
+                "pid": hello.pid if hello else None,
+                "host": hello.host if hello else None,
+                "device": hello.device if hello else None,
+                "status": rs.status,
+                "steps": rs.steps,
+                "last_step": rs.last_step,
+                "steps_per_s": _round(rs.steps_per_s),
+                "samples_per_s": _round(rs.samples_per_s),
+                "step_ms_p50": _round(rs.step_hist.percentile(50)),
+                "step_ms_p95": _round(rs.step_hist.percentile(95)),
+                "phases_ms": {p: _round(v) for p, v in rs.phases_mean().items()},
+            }
+            for key, total in rs.extra_ms.items():
+                entry[key + "_mean"] = _round(total / max(rs.measured, 1))
+            ranks.append(entry)
+        first = next((rs.hello for rs in self.ranks.values() if rs.hello), None)
+        return {
+            "run_id": self.run_id,
+            "preset": self.config.get("preset"),
+            "config": self.config,
+            "world_size": self.world_size,
+            "backend": first.backend if first else None,
+            "model": first.model if first else None,
+            "torch": first.torch if first else None,
+            "nccl": first.nccl if first else None,
+            "status": self.status,
+            "error": self.error,
+            "failed_rank": self.failed_rank,
+            "elapsed_s": _round(self.elapsed(self.ended_at or self.started_at)),
+            "warmup": self.warmup,
+            "steps_per_s": _round(self.steps_per_s()),
+            "samples_per_s": _round(self.samples_per_s()),
+            "step_ms_p50": _round(self.step_ms_pct(50)),
+            "step_ms_p95": _round(self.step_ms_pct(95)),
+            "slowest_rank": self.slowest_rank(),
+            "dropped_frames": dict(self.dropped),
+            "refused_connections": self.refused,
+            "ranks": ranks,
+        }
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)

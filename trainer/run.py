@@ -1,0 +1,122 @@
+"""The timed training loop one rank runs."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from ddptop import protocol
+from ddptop.config import RunConfig
+from ddptop.probe import Probe
+from trainer import data, ddp_setup, models
+from trainer.timing import StepClock
+
+
+def load_config(argv: list[str] | None) -> RunConfig:
+    parser = argparse.ArgumentParser(prog="python -m trainer")
+    parser.add_argument("--config", help="config.json (default: $DDPTOP_CONFIG)")
+    args = parser.parse_args(argv)
+    path = args.config or os.environ.get(protocol.ENV_CONFIG)
+    if not path:
+        return RunConfig(preset="custom")
+    raw = json.loads(Path(path).read_text())
+    raw.pop("_launch", None)
+    return RunConfig.from_dict(raw)
+
+
+@record
+def main(argv: list[str] | None = None) -> int:
+    config = load_config(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = torch.cuda.is_available() and config.backend != "gloo"
+    if cuda:
+        torch.cuda.set_device(local_rank)
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    spec = models.resolve_model(config.model, cuda)
+    backend = ddp_setup.backend_for(config) if config.ddp else "none"
+    probe = Probe.connect(
+        device=torch.cuda.get_device_name(device) + f" (cuda:{local_rank})" if cuda else "cpu",
+        backend=backend,
+        model=spec.name,
+    )
+    ddp_setup.init_distributed(config)
+    world = dist.get_world_size() if config.ddp else 1
+    torch.manual_seed(config.seed)
+    model = models.build_model(spec).to(device)
+    model = ddp_setup.wrap_ddp(model, config, device)
+    criterion = nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
+    scaler = torch.amp.GradScaler("cuda") if cuda and config.autocast == "fp16" else None
+    micro_batches = config.steps * config.grad_accum
+    dataset = data.SyntheticImages(
+        length=micro_batches * config.batch_size * world, image_size=spec.image_size,
+        num_classes=spec.num_classes, seed=config.seed,
+    )
+    batches = data.batches(dataset, config.batch_size, config.workers, config.ddp, cuda, config.seed)
+    print(
+        f"[trainer] rank {rank}/{world} {device} backend={backend} model={spec.name} "
+        f"params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M preset={config.preset}: "
+        f"{config.describe()}",
+        flush=True,
+    )
+    clock = StepClock(device)
+    model.train()
+    reason = "completed"
+    for step in range(config.steps):
+        clock.begin_step(step)
+        loss = None
+        for micro in range(config.grad_accum):
+            images, labels = next(batches)
+            images = images.to(device, non_blocking=True)
+            labels = labels.to(device, non_blocking=True)
+            if rank == config.delay_rank and config.delay_ms > 0:
+                time.sleep(config.delay_ms / 1000.0)
+            clock.mark("data", "forward")
+            if step == config.fail_step and rank == config.fail_rank:
+                raise RuntimeError(f"ddptop: injected failure on rank {rank} at step {step}")
+            last = micro == config.grad_accum - 1
+            sync = model.no_sync() if config.ddp and not last else contextlib.nullcontext()
+            with sync:
+                with ddp_setup.autocast(config, device):
+                    loss = criterion(model(images), labels) / config.grad_accum
+                clock.mark("forward", "backward")
+                (scaler.scale(loss) if scaler else loss).backward()
+            clock.mark("backward", "data" if not last else "optimizer")
+        if scaler:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        clock.mark("optimizer")
+        clock.end_step(step, {"samples": config.batch_size * config.grad_accum, "loss": loss.detach()})
+        _report(probe, clock.ready())
+        if probe.should_stop(step):
+            reason = "stopped"
+            break
+    _report(probe, clock.ready(flush=True))
+    print(f"[trainer] rank {rank} {reason} after step {step}", flush=True)
+    probe.close(reason)
+    if config.ddp:
+        dist.destroy_process_group()
+    return 0
+
+
+def _report(probe: Probe, records: list[dict[str, float]]) -> None:
+    for rec in records:
+        probe.record(int(rec.pop("step")), **rec)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
