@@ -146,6 +146,13 @@ class RunState:
         default_factory=lambda: collections.deque(maxlen=HISTORY)
     )
     notes: list[str] = field(default_factory=list)  # one-time messages ("no NVML: ...")
+    # Hardware telemetry, set by the session's sampler: the latest ddptop.gpu.GpuSample
+    # (None until the first one), a short history of them, and why there is none.
+    gpu: Any = None
+    gpu_history: collections.deque[Any] = field(default_factory=lambda: collections.deque(maxlen=120))
+    gpu_unavailable: str = ""
+    # psutil fallback when there is no NVML: pid -> (cpu_percent, rss_bytes)
+    proc_stats: dict[int, tuple[float, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for rank in range(self.world_size):
