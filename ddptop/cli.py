@@ -56,6 +56,9 @@ def build_config(args: argparse.Namespace) -> RunConfig:
     changes = {
         "steps": args.steps, "warmup": args.warmup, "batch_size": args.batch_size, "model": args.model,
     }
+    if args.warmup is None and args.steps is not None:
+        # short runs keep most of their steps measured unless told otherwise
+        changes["warmup"] = min(base.warmup, max(args.steps, 0) // 4)
     base = base.with_changes(**{k: v for k, v in changes.items() if v is not None})
     config = preset_config(args.preset, base)
     return apply_overrides(config, args.overrides)

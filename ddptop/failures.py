@@ -8,7 +8,7 @@ from dataclasses import dataclass
 _ROOT = re.compile(r"Root Cause \(first observed failure\):(.*?)(?:={20,}|\Z)", re.S)
 _RANK = re.compile(r"^\s*rank\s*:\s*(\d+)", re.M)
 _EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)", re.M)
-_TRACE = re.compile(r"^\s*traceback\s*:\s*(.*)$", re.M)
+_TRACE = re.compile(r"^\s*traceback\s*:\s*(.*)", re.M | re.S)
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,9 @@ def parse_root_cause(text: str) -> RootCause | None:
     rank = _RANK.search(block)
     code = _EXIT.search(block)
     trace = _TRACE.search(block)
-    message = trace.group(1).strip() if trace else ""
+    # The traceback runs to the end of the block; its last line is the exception.
+    trace_lines = [x.strip() for x in trace.group(1).splitlines() if x.strip()] if trace else []
+    message = trace_lines[-1] if trace_lines else ""
     if message.startswith("To enable traceback"):
         message = ""
     return RootCause(

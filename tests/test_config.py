@@ -1,0 +1,85 @@
+import pytest
+
+from ddptop.config import (
+    PRESETS,
+    ConfigError,
+    RunConfig,
+    apply_overrides,
+    preset_config,
+    validate,
+)
+
+
+def test_every_preset_builds_and_validates():
+    for name in PRESETS:
+        cfg = preset_config(name, RunConfig(nproc=4, steps=10))
+        assert cfg.preset == name
+        assert cfg.steps == 10
+
+
+def test_single_is_one_process_without_ddp():
+    cfg = preset_config("single", RunConfig(nproc=8))
+    assert not cfg.ddp and cfg.nproc == 1 and cfg.world_size == 1
+
+
+def test_powersgd_preset_compresses_from_the_start():
+    cfg = preset_config("powersgd")
+    assert cfg.comm_hook == "powersgd"
+    assert cfg.powersgd_start_iter <= 2  # not torch's default 1000 (see DESIGN.md)
+
+
+def test_preset_resets_knobs_of_the_previous_preset():
+    bf16 = preset_config("bf16")
+    back = preset_config("baseline", bf16)
+    assert back.comm_hook == "none" and not back.static_graph and back.bucket_cap_mb == 2000
+
+
+def test_overlap_uses_small_buckets_on_top_of_view():
+    cfg = preset_config("overlap")
+    assert cfg.bucket_cap_mb == 100 and cfg.static_graph and cfg.gradient_as_bucket_view
+
+
+def test_overrides_parse_types():
+    cfg = apply_overrides(
+        RunConfig(),
+        ["bucket_cap_mb=50", "static_graph=true", "steps=7", "comm_hook=fp16", "nccl_env.NCCL_ALGO=Ring"],
+    )
+    assert cfg.bucket_cap_mb == 50.0 and cfg.static_graph is True and cfg.steps == 7
+    assert cfg.comm_hook == "fp16" and cfg.nccl_env == {"NCCL_ALGO": "Ring"}
+
+
+@pytest.mark.parametrize(
+    "pairs, fragment",
+    [
+        (["unknown=1"], "unknown setting 'unknown'"),
+        (["steps=abc"], "not a valid int"),
+        (["static_graph=maybe"], "not a valid bool"),
+        (["comm_hook=zip"], "comm_hook must be one of"),
+        (["nproc"], "expects key=value"),
+        (["powersgd_start_iter=1"], "at least 2"),
+        (["warmup=500"], "warmup (500) must be smaller than steps"),
+        (["preset=bf16"], "--preset"),
+    ],
+)
+def test_bad_overrides_are_one_line_errors(pairs, fragment):
+    with pytest.raises(ConfigError) as info:
+        apply_overrides(RunConfig(), pairs)
+    assert fragment in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_preset_names_the_valid_ones():
+    with pytest.raises(ConfigError, match="valid: single, baseline"):
+        preset_config("nosuch")
+
+
+def test_hook_without_ddp_is_rejected():
+    with pytest.raises(ConfigError):
+        validate(RunConfig(ddp=False, comm_hook="bf16"))
+
+
+def test_round_trip_through_dict():
+    cfg = apply_overrides(preset_config("bf16-overlap"), ["nccl_env.NCCL_P2P_DISABLE=1"])
+    assert RunConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ConfigError):
+        RunConfig.from_dict({**cfg.to_dict(), "bogus": 1})

@@ -1,0 +1,144 @@
+"""Real runs: ddptop launches torchrun, 2 gloo ranks on the CPU, through the real socket."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ddptop.config import PRESETS
+
+pytestmark = pytest.mark.e2e
+HERE = Path(__file__).resolve().parent
+
+
+def run_ddptop(args, runs_dir, timeout=240):
+    cmd = [sys.executable, "-m", "ddptop", "--headless", "--runs-dir", str(runs_dir), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def only_run_dir(runs_dir: Path) -> Path:
+    dirs = [d for d in runs_dir.iterdir() if d.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def test_bf16_run_end_to_end(tmp_path):
+    res = run_ddptop(["--nproc", "2", "--preset", "bf16", "--steps", "30", "--json"], tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "completed" and summary["world_size"] == 2
+    assert summary["backend"] == "gloo" and summary["config"]["comm_hook"] == "bf16"
+    assert summary["steps_per_s"] > 0 and summary["step_ms_p50"] > 0
+    assert [r["steps"] for r in summary["ranks"]] == [30, 30]
+    for r in summary["ranks"]:
+        assert all(v > 0 for v in r["phases_ms"].values()), r
+        assert r["pid"] and r["host"] and r["device"] == "cpu"
+    run_dir = only_run_dir(tmp_path)
+    lines = (run_dir / "steps.jsonl").read_text().splitlines()
+    assert len(lines) == 60
+    assert {(json.loads(x)["rank"], json.loads(x)["step"]) for x in lines} == {
+        (r, s) for r in (0, 1) for s in range(30)
+    }
+    assert json.loads((run_dir / "summary.json").read_text())["run_id"] == summary["run_id"]
+    assert json.loads((run_dir / "config.json").read_text())["preset"] == "bf16"
+    logs = list((run_dir / "logs").glob("*/attempt_0/*/stdout.log"))
+    assert len(logs) == 2 and all("[trainer] rank" in p.read_text() for p in logs)
+    assert "status" not in res.stderr.lower() or res.stderr == ""
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_every_preset_runs_on_cpu(tmp_path, preset):
+    res = run_ddptop(
+        ["--nproc", "2", "--preset", preset, "--steps", "4", "--warmup", "1", "--set", "workers=0", "--json"],
+        tmp_path,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    expected_world = 1 if preset == "single" else 2
+    assert summary["world_size"] == expected_world
+    assert [r["steps"] for r in summary["ranks"]] == [4] * expected_world
+    assert summary["backend"] == ("none" if preset == "single" else "gloo")
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--preset", "nosuch"], "valid: single, baseline"),
+        (["--nproc", "0"], "nproc must be at least 1"),
+        (["--set", "unknown=1"], "unknown setting 'unknown'"),
+        (["--steps", "-5"], "steps must be at least 1"),
+        (["--set", "bucket_cap_mb=lots"], "not a valid float"),
+        (["--model", "resnet9000"], "model must be one of"),
+        (["--bogus-flag"], "unrecognized arguments"),
+        (["--nproc", "two"], "invalid int value"),
+        (["--"], "nothing to run"),
+    ],
+)
+def test_bad_usage_exits_2_with_one_line_and_starts_nothing(tmp_path, args, fragment):
+    runs = tmp_path / "runs"
+    res = run_ddptop(args, runs, timeout=30)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ddptop: error:") and fragment in lines[0], res.stderr
+    assert res.stdout == ""
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_unwritable_runs_dir_is_a_usage_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    res = run_ddptop(["--steps", "3"], blocker, timeout=30)
+    assert res.returncode == 2 and "not writable" in res.stderr
+
+
+def test_users_own_script_through_probe(tmp_path):
+    res = run_ddptop(["--nproc", "2", "--json", "--", sys.executable, str(HERE / "user_script.py")], tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert [r["steps"] for r in summary["ranks"]] == [25, 25]
+    assert summary["status"] == "completed"
+
+
+def test_rank_failure_is_reported_and_exit_1(tmp_path):
+    res = run_ddptop(
+        ["--nproc", "2", "--steps", "40", "--warmup", "1", "--set", "fail_rank=1", "--set", "fail_step=8",
+         "--set", "workers=0", "--json"],
+        tmp_path,
+    )
+    assert res.returncode == 1, res.stdout[-2000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "failed" and summary["failed_rank"] == 1
+    assert "injected failure" in summary["error"]
+    steps = (only_run_dir(tmp_path) / "steps.jsonl").read_text().splitlines()
+    assert len(steps) >= 8  # what arrived before the crash is kept
+
+
+def test_sigint_stops_every_rank_cleanly(tmp_path):
+    cmd = [sys.executable, "-m", "ddptop", "--headless", "--runs-dir", str(tmp_path), "--nproc", "2",
+           "--steps", "100000", "--set", "workers=0", "--interval", "0.5", "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tree: list[psutil.Process] = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        if " running " in line and "step" in line:
+            break
+    else:
+        proc.kill()
+        raise AssertionError("run never started")
+    assert len(tree) >= 3  # torchrun + 2 ranks
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["status"] == "stopped"
+    last = [r["last_step"] for r in summary["ranks"]]
+    assert last[0] == last[1]  # both ranks left the loop at the agreed step
+    gone, alive = psutil.wait_procs(tree, timeout=5)
+    assert alive == []

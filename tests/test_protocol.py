@@ -1,0 +1,72 @@
+import json
+
+import pytest
+
+from ddptop import protocol
+from ddptop.protocol import Bye, Command, Hello, ProtocolError, Steps, decode, encode
+
+
+def hello(**kw):
+    base = dict(rank=1, local_rank=1, world_size=2, host="h", pid=42, token="t", device="cpu")
+    return Hello(**{**base, **kw})
+
+
+def test_round_trip_every_kind():
+    msgs = [
+        hello(backend="gloo", torch="2.14", nccl="2.28.9"),
+        Steps(rank=0, records=[{"step": 3, "t": 1.5, "step_ms": 12.5, "data_ms": 1.0, "samples": 32}]),
+        Bye(rank=1, reason="stopped"),
+        Command("stop", at_step=17),
+        Command("capture", at_step=10, args={"count": 3}),
+    ]
+    for msg in msgs:
+        line = encode(msg)
+        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        assert decode(line) == msg
+
+
+def test_frames_carry_the_version():
+    assert json.loads(encode(Bye(rank=0)))["v"] == protocol.VERSION
+
+
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        (b"not json", "not-json"),
+        (b"[1,2]", "not-object"),
+        (b'{"v":99,"kind":"bye","rank":0}', "version"),
+        (b'{"v":1,"kind":"launch-missiles"}', "unknown-kind"),
+        (b'{"v":1,"kind":"bye","rank":-1}', "bad-field"),
+        (b'{"v":1,"kind":"bye","rank":"0"}', "bad-field"),
+        (b'{"v":1,"kind":"steps","rank":0,"records":{}}', "bad-field"),
+        (b'{"v":1,"kind":"steps","rank":0,"records":[{"step":-1}]}', "bad-record"),
+        (b'{"v":1,"kind":"steps","rank":0,"records":[{"step":1,"step_ms":"fast"}]}', "bad-record"),
+        (b'{"v":1,"kind":"steps","rank":0,"records":[{"step":1,"step_ms":true}]}', "bad-record"),
+        (b'{"v":1,"kind":"steps","rank":0,"records":[{"step":1,"step_ms":NaN}]}', "bad-record"),
+        (b'{"v":1,"kind":"command","name":"rm -rf"}', "unknown-command"),
+        (b"\xff\xfe", "not-json"),
+        (b"{" * 100000, "not-json"),
+    ],
+)
+def test_bad_frames_raise_protocol_error_with_a_reason(line, reason):
+    with pytest.raises(ProtocolError) as info:
+        decode(line)
+    assert info.value.reason == reason
+
+
+def test_oversized_frame_is_rejected_before_parsing():
+    with pytest.raises(ProtocolError) as info:
+        decode(b" " * (protocol.MAX_FRAME + 1))
+    assert info.value.reason == "oversized"
+
+
+def test_unknown_record_fields_are_dropped():
+    msg = decode(b'{"v":1,"kind":"steps","rank":0,"records":[{"step":1,"step_ms":2,"evil":"x"}]}')
+    assert msg.records == [{"step": 1, "step_ms": 2}]
+
+
+def test_parse_addr():
+    assert protocol.parse_addr("unix:/tmp/x.sock") == ("unix", "/tmp/x.sock")
+    assert protocol.parse_addr("tcp:10.0.0.1:2999") == ("tcp", ("10.0.0.1", 2999))
+    with pytest.raises(ValueError):
+        protocol.parse_addr("http://x")

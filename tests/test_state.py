@@ -1,0 +1,96 @@
+import pytest
+
+from ddptop.protocol import Bye, Hello, Steps
+from ddptop.state import Histogram, RunState
+
+
+def hello(rank):
+    return Hello(rank=rank, local_rank=rank, world_size=2, host="h", pid=100 + rank, token="t")
+
+
+def rec(step, step_ms, **kw):
+    base = {"step": step, "t": float(step), "step_ms": step_ms, "data_ms": 1.0, "forward_ms": 2.0,
+            "backward_ms": step_ms - 4.0, "optimizer_ms": 1.0, "samples": 32}
+    return {**base, **kw}
+
+
+def make_state(warmup=2):
+    return RunState(run_id="r", config={"preset": "baseline", "steps": 10}, world_size=2, warmup=warmup)
+
+
+def test_throughput_counts_only_steps_after_warmup():
+    st = make_state(warmup=2)
+    st.apply(hello(0), 0)
+    st.apply(Steps(0, [rec(0, 1000.0), rec(1, 1000.0)] + [rec(i, 10.0) for i in range(2, 12)]), 1)
+    rs = st.ranks[0]
+    assert rs.steps == 12 and rs.measured == 10
+    assert rs.steps_per_s == pytest.approx(100.0)
+    assert rs.samples_per_s == pytest.approx(3200.0)
+    assert rs.phases_mean() == {"data": 1.0, "forward": 2.0, "backward": 6.0, "optimizer": 1.0}
+
+
+def test_run_throughput_is_bounded_by_the_slowest_rank():
+    st = make_state(warmup=0)
+    st.apply(Steps(0, [rec(i, 10.0) for i in range(5)]), 0)
+    assert st.steps_per_s() is None  # rank 1 has not reported: no honest number yet
+    st.apply(Steps(1, [rec(i, 20.0) for i in range(5)]), 0)
+    assert st.steps_per_s() == pytest.approx(50.0)
+    assert st.samples_per_s() == pytest.approx(3200 + 1600)
+
+
+def test_percentiles_from_histogram_are_within_two_percent():
+    st = make_state(warmup=0)
+    st.apply(Steps(0, [rec(i, float(i + 1)) for i in range(1000)]), 0)
+    assert st.ranks[0].step_hist.percentile(50) == pytest.approx(500, rel=0.02)
+    assert st.ranks[0].step_hist.percentile(95) == pytest.approx(950, rel=0.02)
+
+
+def test_histogram_memory_is_bounded():
+    h = Histogram()
+    for i in range(200_000):
+        h.add(10.0 + (i % 1000) * 0.01)
+    assert h.n == 200_000 and len(h.counts) < 200
+
+
+def test_slowest_rank_is_the_one_doing_most_own_work():
+    st = make_state(warmup=0)
+    st.apply(Steps(0, [rec(i, 100.0, exposed_comm_ms=60.0) for i in range(5)]), 0)
+    st.apply(Steps(1, [rec(i, 100.0, exposed_comm_ms=5.0) for i in range(5)]), 0)
+    assert st.slowest_rank() == 1
+
+
+def test_status_transitions_and_summary_contract():
+    st = make_state(warmup=1)
+    assert st.status == "starting"
+    for r in (0, 1):
+        st.apply(hello(r), 0)
+        st.apply(Steps(r, [rec(i, 10.0) for i in range(3)]), 0)
+    assert st.status == "running" and st.current_step == 2
+    st.apply(Bye(0), 1)
+    st.rank_disconnected(1)
+    assert st.ranks[0].status == "done" and st.ranks[1].status == "lost"
+    st.finish("failed", 2, error="boom", failed_rank=1)
+    s = st.summary()
+    for key in ("run_id", "preset", "config", "world_size", "backend", "status", "steps_per_s",
+                "samples_per_s", "step_ms_p50", "step_ms_p95", "ranks"):
+        assert key in s
+    assert s["status"] == "failed" and s["failed_rank"] == 1
+    assert [r["rank"] for r in s["ranks"]] == [0, 1]
+    for r in s["ranks"]:
+        assert {"rank", "pid", "host", "device", "steps", "step_ms_p50", "step_ms_p95", "phases_ms"} <= set(r)
+        assert set(r["phases_ms"]) == {"data", "forward", "backward", "optimizer"}
+
+
+def test_ring_buffers_stay_bounded():
+    st = make_state(warmup=0)
+    for chunk in range(100):
+        st.apply(Steps(0, [rec(chunk * 100 + i, 10.0) for i in range(100)]), 0)
+        st.add_log(0, "line")
+        st.tick(float(chunk))
+    assert len(st.ranks[0].recent) <= 256
+    assert st.ranks[0].steps == 10_000
+
+
+def test_finish_rejects_non_terminal_status():
+    with pytest.raises(ValueError):
+        make_state().finish("running", 0)
