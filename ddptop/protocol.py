@@ -34,6 +34,7 @@ STEP_FIELDS = (
     "buckets",
     "samples",
     "loss",
+    "compressing",  # 1 when gradients travel compressed this step (PowerSGD: after warm-up)
 )
 PHASES = ("data", "forward", "backward", "optimizer")
 

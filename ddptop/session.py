@@ -19,12 +19,15 @@ from ddptop import protocol
 from ddptop.config import RunConfig
 from ddptop.failures import parse_root_cause
 from ddptop.hub import Hub
+from ddptop.hardware import HardwareSampler
+from ddptop.nccl import NcclParser
 from ddptop.launcher import Launcher, build_plan
 from ddptop.logtail import LogTail, rank_log_files
 from ddptop.recorder import Recorder, new_run_dir
 from ddptop.state import RunState
 
 TICK_S = 0.5
+HARDWARE_S = 1.0
 DRAIN_S = 0.5  # after torchrun exits, let the last frames arrive
 STOP_GRACE_S = 5.0  # after the agreed stop step, before signals
 
@@ -40,6 +43,7 @@ class Session:
         runs_dir: Path,
         user_cmd: list[str] | None = None,
         run_id: str | None = None,
+        hardware: HardwareSampler | None = None,
     ) -> None:
         self.config = config
         self.user_cmd = user_cmd
@@ -56,6 +60,8 @@ class Session:
         self.launcher: Launcher | None = None
         self.recorder: Recorder | None = None
         self._tail = LogTail()
+        self._nccl = NcclParser()
+        self.hardware = hardware or HardwareSampler()
         self._stop_requested = asyncio.Event()
         self._stop_reason = ""
         self._sock_dir: str | None = None
@@ -102,13 +108,16 @@ class Session:
             )
             self.launcher = Launcher(plan)
             await self.launcher.start()
-            ticker = asyncio.create_task(self._tick_loop())
-            stopper = asyncio.create_task(self._stop_loop())
+            loops = [
+                asyncio.create_task(self._tick_loop()),
+                asyncio.create_task(self._stop_loop()),
+                asyncio.create_task(self._hardware_loop()),
+            ]
             try:
                 rc = await self.launcher.wait()
             finally:
-                ticker.cancel()
-                stopper.cancel()
+                for task in loops:
+                    task.cancel()
             await asyncio.sleep(DRAIN_S)
             self._poll_logs()
             self._finish(rc)
@@ -169,6 +178,28 @@ class Session:
                     self.state.add_log(rank, line)
         for line in self._tail.read(self.run_dir / "torchrun.log"):
             self.state.add_log(-1, line)
+        fresh = 0
+        for path in sorted((self.run_dir / "nccl").glob("*")):
+            lines = self._tail.read(path)
+            self._nccl.feed_lines(lines)
+            fresh += len(lines)
+        if fresh:
+            self.state.nccl = self._nccl.report()
+
+    async def _hardware_loop(self) -> None:
+        """GPU samples from NVML (or, without it, each rank's CPU% and RSS) every second."""
+        state, hw = self.state, self.hardware
+        state.gpu_unavailable = await asyncio.to_thread(hw.unavailable)
+        if not state.gpu_unavailable:
+            state.topology = await asyncio.to_thread(hw.topology)
+        while True:
+            pids = [rs.hello.pid for rs in state.ranks.values() if rs.hello is not None]
+            gpu, procs = await asyncio.to_thread(hw.sample, pids)
+            state.proc_stats = procs
+            if gpu is not None:
+                state.gpu = gpu
+                state.gpu_history.append(gpu)
+            await asyncio.sleep(HARDWARE_S)
 
     def _finish(self, rc: int) -> None:
         now = time.time()
@@ -176,7 +207,7 @@ class Session:
             self.state.finish("stopped", now, error=self._stop_reason)
             return
         ranks = self.state.ranks.values()
-        if rc == 0 and all(rs.status == "done" for rs in ranks):
+        if rc == 0 and (self.user_cmd or all(rs.status == "done" for rs in ranks)):
             self.state.finish("completed", now)
             return
         log = ""

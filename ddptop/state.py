@@ -72,6 +72,8 @@ class RankState:
     phase_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     extra_ms: dict[str, float] = field(default_factory=dict)  # comm_ms, exposed_comm_ms, ...
     step_hist: Histogram = field(default_factory=Histogram)
+    comm_hist: Histogram = field(default_factory=Histogram)
+    exposed_hist: Histogram = field(default_factory=Histogram)
 
     def add(self, rec: dict[str, float], warmup: int, now: float) -> None:
         self.steps += 1
@@ -90,9 +92,12 @@ class RankState:
         self.step_hist.add(step_ms)
         for phase in PHASES:
             self.phase_ms[phase] += rec.get(phase + "_ms", 0.0)
-        for key in ("comm_ms", "exposed_comm_ms", "comm_bytes", "buckets"):
+        for key in ("comm_ms", "exposed_comm_ms", "comm_bytes", "buckets", "compressing"):
             if key in rec:
                 self.extra_ms[key] = self.extra_ms.get(key, 0.0) + rec[key]
+        if "comm_ms" in rec:
+            self.comm_hist.add(rec["comm_ms"])
+            self.exposed_hist.add(rec.get("exposed_comm_ms", 0.0))
 
     # --- derived -----------------------------------------------------------------------
     @property
@@ -102,6 +107,12 @@ class RankState:
     @property
     def samples_per_s(self) -> float | None:
         return self.measured_samples / (self.measured_ms / 1000.0) if self.measured_ms > 0 else None
+
+    def share(self, key: str) -> float | None:
+        """Fraction of measured step time spent in `key` (comm_ms, exposed_comm_ms)."""
+        if key not in self.extra_ms or self.measured_ms <= 0:
+            return None
+        return self.extra_ms[key] / self.measured_ms
 
     def phases_mean(self) -> dict[str, float]:
         n = max(self.measured, 1)
@@ -153,6 +164,9 @@ class RunState:
     gpu_unavailable: str = ""
     # psutil fallback when there is no NVML: pid -> (cpu_percent, rss_bytes)
     proc_stats: dict[int, tuple[float, int]] = field(default_factory=dict)
+    nccl: Any = None  # latest ddptop.nccl.NcclReport parsed from the run's NCCL logs
+    topology: Any = None  # ddptop.gpu.TopologyMatrix, once, when NVML is there
+    advice: Any = None  # latest ddptop.advisor.Advice
 
     def __post_init__(self) -> None:
         for rank in range(self.world_size):
@@ -252,6 +266,11 @@ class RunState:
             merged.n += rs.step_hist.n
         return merged.percentile(q)
 
+    def mean_share(self, key: str) -> float | None:
+        shares = [rs.share(key) for rs in self.ranks.values()]
+        shares = [x for x in shares if x is not None]
+        return sum(shares) / len(shares) if shares else None
+
     def slowest_rank(self) -> int | None:
         """The rank doing the most own work per step (ties: lowest rank); None
         with fewer than two reporting ranks."""
@@ -284,6 +303,11 @@ class RunState:
             }
             for key, total in rs.extra_ms.items():
                 entry[key + "_mean"] = _round(total / max(rs.measured, 1))
+            if rs.comm_hist.n:
+                entry["comm_ms_p50"] = _round(rs.comm_hist.percentile(50))
+                entry["exposed_comm_ms_p50"] = _round(rs.exposed_hist.percentile(50))
+                entry["comm_share"] = _round(rs.share("comm_ms"), 4)
+                entry["exposed_comm_share"] = _round(rs.share("exposed_comm_ms"), 4)
             ranks.append(entry)
         first = next((rs.hello for rs in self.ranks.values() if rs.hello), None)
         return {
@@ -305,10 +329,29 @@ class RunState:
             "step_ms_p50": _round(self.step_ms_pct(50)),
             "step_ms_p95": _round(self.step_ms_pct(95)),
             "slowest_rank": self.slowest_rank(),
+            "comm_share": _round(self.mean_share("comm_ms"), 4),
+            "exposed_comm_share": _round(self.mean_share("exposed_comm_ms"), 4),
+            "nccl": nccl_facts(self.nccl),
+            "advice": self.advice.to_dict() if self.advice is not None else None,
             "dropped_frames": dict(self.dropped),
             "refused_connections": self.refused,
             "ranks": ranks,
         }
+
+
+def nccl_facts(report: Any) -> dict[str, Any] | None:
+    """The NCCL facts a summary keeps: version, network, transport per ring pair."""
+    if report is None or not report.nccl_lines:
+        return None
+    return {
+        "version": report.version,
+        "nranks": report.nranks,
+        "network": report.network,
+        "env": report.env,
+        "transports": {f"{a}->{b}": t.label for (a, b), t in sorted(report.transports.items())},
+        "algorithms": {op: sorted(v) for op, v in report.algorithms().items()},
+        "unknown_lines": report.unknown_count,
+    }
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:

@@ -11,11 +11,15 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddptop.config import RunConfig
+from trainer.comm import CommTimer
 
 
-def wrap_ddp(model: nn.Module, config: RunConfig, device: torch.device) -> nn.Module:
+def wrap_ddp(
+    model: nn.Module, config: RunConfig, device: torch.device, timer: CommTimer | None = None
+) -> tuple[nn.Module, Any]:
+    """The model wrapped as the config says, and the comm hook's state (PowerSGD's, or None)."""
     if not config.ddp:
-        return model
+        return model, None
     ddp = DDP(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,
@@ -23,27 +27,39 @@ def wrap_ddp(model: nn.Module, config: RunConfig, device: torch.device) -> nn.Mo
         gradient_as_bucket_view=config.gradient_as_bucket_view,
         bucket_cap_mb=config.bucket_cap_mb,
     )
-    register_hook(ddp, config)
-    return ddp
+    state, hook = comm_hook(config)
+    if timer is not None:
+        hook = timer.wrap(hook)
+    ddp.register_comm_hook(state, hook)
+    return ddp, state
 
 
-def register_hook(ddp: DDP, config: RunConfig) -> Any:
-    """Register the configured comm hook; returns its state (PowerSGDState or None)."""
+def comm_hook(config: RunConfig) -> tuple[Any, Any]:
+    """(state, hook) for the configured comm hook; plain all-reduce for "none" so
+    that it can be timed the same way."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
     if config.comm_hook == "fp16":
-        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-    elif config.comm_hook == "bf16":
-        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
-    elif config.comm_hook == "powersgd":
+        return None, default_hooks.fp16_compress_hook
+    if config.comm_hook == "bf16":
+        return None, default_hooks.bf16_compress_hook
+    if config.comm_hook == "powersgd":
         state = powerSGD_hook.PowerSGDState(
             process_group=None,
             matrix_approximation_rank=config.powersgd_rank,
             start_powerSGD_iter=config.powersgd_start_iter,
         )
-        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-        return state
-    return None
+        return state, powerSGD_hook.powerSGD_hook
+    return None, default_hooks.allreduce_hook
+
+
+def compressing(config: RunConfig, hook_state: Any) -> float:
+    """1.0 when this step's gradients travel compressed (PowerSGD only after its warm-up)."""
+    if config.comm_hook in ("fp16", "bf16"):
+        return 1.0
+    if config.comm_hook == "powersgd" and hook_state is not None:
+        return float(hook_state.iter >= hook_state.start_powerSGD_iter)
+    return 0.0
 
 
 def autocast(config: RunConfig, device: torch.device) -> contextlib.AbstractContextManager[Any]:

@@ -19,6 +19,7 @@ from ddptop import protocol
 from ddptop.config import RunConfig
 from ddptop.probe import Probe
 from trainer import data, ddp_setup, models
+from trainer.comm import CommTimer
 from trainer.timing import StepClock
 
 
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     world = dist.get_world_size() if config.ddp else 1
     torch.manual_seed(config.seed)
     model = models.build_model(spec).to(device)
-    model = ddp_setup.wrap_ddp(model, config, device)
+    comm_timer = CommTimer(cuda)
+    model, hook_state = ddp_setup.wrap_ddp(model, config, device, comm_timer)
     criterion = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
     scaler = torch.amp.GradScaler("cuda") if cuda and config.autocast == "fp16" else None
@@ -100,7 +102,12 @@ def main(argv: list[str] | None = None) -> int:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         clock.mark("optimizer")
-        clock.end_step(step, {"samples": config.batch_size * config.grad_accum, "loss": loss.detach()})
+        clock.end_step(
+            step,
+            {"samples": config.batch_size * config.grad_accum, "loss": loss.detach(),
+             "compressing": ddp_setup.compressing(config, hook_state)},
+            comm_timer.take(),
+        )
         _report(probe, clock.ready())
         if probe.should_stop(step):
             reason = "stopped"

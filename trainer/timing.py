@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from trainer.comm import summarize
+
 PHASE_KEYS = {"data": "data_ms", "forward": "forward_ms", "backward": "backward_ms",
               "optimizer": "optimizer_ms"}
 
@@ -55,10 +57,10 @@ class StepClock:
         if next_phase:
             self._push(next_phase)
 
-    def end_step(self, step: int, extra: dict[str, Any]) -> None:
+    def end_step(self, step: int, extra: dict[str, Any], comm: list[list[Any]] | None = None) -> None:
         self._pop()  # the step range
         self._last = self._marks[-1][1]
-        self._pending.append((step, self._marks, extra))
+        self._pending.append((step, self._marks, {**extra, "_comm": comm or []}))
 
     def ready(self, flush: bool = False) -> list[dict[str, float]]:
         if flush and self.cuda:
@@ -78,6 +80,9 @@ class StepClock:
             rec[PHASE_KEYS[phase]] += self._elapsed(a, b)
         rec["step_ms"] = self._elapsed(marks[0][1], marks[-1][1])
         rec["step"] = step
+        comm = extra.pop("_comm")
+        if comm:
+            rec.update(summarize(comm, marks[0][1], self._elapsed))
         for key, value in extra.items():
             rec[key] = value.item() if isinstance(value, torch.Tensor) else value
         return rec

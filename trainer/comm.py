@@ -1,0 +1,77 @@
+"""Times gradient communication: wraps whichever DDP comm hook is active (plain
+all-reduce included) and notes when each bucket is handed over and when its
+all-reduce completes (CUDA events on GPU, a monotonic clock on gloo)."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+class CommTimer:
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self._current: list[list[Any]] = []  # [start, end, bytes] per bucket this step
+
+    def _stamp(self) -> Any:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()  # on the stream the hook/callback runs on
+            return event
+        return time.perf_counter()
+
+    def wrap(self, hook: Callable[[Any, Any], torch.futures.Future]) -> Callable[[Any, Any], torch.futures.Future]:
+        @functools.wraps(hook)  # DDP checks the hook's annotations
+        def timed_hook(state: Any, bucket: Any) -> torch.futures.Future:
+            buf = bucket.buffer()
+            entry: list[Any] = [self._stamp(), None, buf.numel() * buf.element_size()]
+            self._current.append(entry)
+            fut = hook(state, bucket)
+
+            def done(f: torch.futures.Future) -> Any:
+                # For CUDA futures this runs with the communication's stream current,
+                # so the event marks when the all-reduce finished on the GPU.
+                entry[1] = self._stamp()
+                return f.value()
+
+            return fut.then(done)
+
+        return timed_hook
+
+    def take(self) -> list[list[Any]]:
+        out, self._current = self._current, []
+        return out
+
+
+def summarize(entries: list[list[Any]], step_start: Any, elapsed: Callable[[Any, Any], float]) -> dict[str, float]:
+    """Per step: comm_ms (time any all-reduce was in flight: the union of the
+    buckets' intervals), exposed_comm_ms (from the last bucket's hand-over, i.e.
+    the end of backward compute, to the end of the last all-reduce), buckets, bytes."""
+    spans = []
+    for start, end, _ in entries:
+        if end is None:
+            continue
+        spans.append((elapsed(step_start, start), elapsed(step_start, end)))
+    if not spans:
+        return {}
+    spans.sort()
+    busy, cur_start, cur_end = 0.0, spans[0][0], spans[0][1]
+    for s, e in spans[1:]:
+        if s > cur_end:
+            busy += cur_end - cur_start
+            cur_start, cur_end = s, e
+        else:
+            cur_end = max(cur_end, e)
+    busy += cur_end - cur_start
+    last_ready = max(s for s, _ in spans)
+    last_done = max(e for _, e in spans)
+    return {
+        "comm_ms": busy,
+        "exposed_comm_ms": max(0.0, last_done - last_ready),
+        "buckets": float(len(spans)),
+        "comm_bytes": float(sum(b for _, _, b in entries)),
+    }
