@@ -18,11 +18,11 @@ from pathlib import Path
 from ddptop import protocol
 from ddptop.config import RunConfig
 from ddptop.failures import parse_root_cause
-from ddptop.hub import Hub
 from ddptop.hardware import HardwareSampler
-from ddptop.nccl import NcclParser
+from ddptop.hub import Hub
 from ddptop.launcher import Launcher, build_plan
 from ddptop.logtail import LogTail, rank_log_files
+from ddptop.nccl import NcclParser
 from ddptop.recorder import Recorder, new_run_dir
 from ddptop.state import RunState
 

@@ -318,7 +318,7 @@ class RunState:
             "backend": first.backend if first else None,
             "model": first.model if first else None,
             "torch": first.torch if first else None,
-            "nccl": first.nccl if first else None,
+            "nccl_version": first.nccl if first else None,
             "status": self.status,
             "error": self.error,
             "failed_rank": self.failed_rank,
