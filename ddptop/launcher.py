@@ -68,6 +68,10 @@ def build_plan(
         "NCCL_DEBUG_FILE": str(run_dir / "nccl" / "nccl.%h.%p.log"),
     })
     env.setdefault("NCCL_DEBUG", "INFO")
+    # NCCL flight recorder, dumped through its pipe when ddptop sees a stall
+    env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
+    env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(run_dir / "stacks" / "nccl_trace_rank_"))
+    env.setdefault("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", str(run_dir / "stacks" / "nccl_pipe_rank_"))
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, minus its warning
     env.update(config.nccl_env)
     path = env.get("PYTHONPATH", "")

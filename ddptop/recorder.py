@@ -6,6 +6,7 @@ crash leaves a readable record.
                         torchrun.log  the launcher's own output
                         logs/         each rank's stdout/stderr (torchrun --log-dir)
                         nccl/         NCCL_DEBUG_FILE per process
+                        stacks/       rank stacks and NCCL flight-recorder dumps on a stall
                         summary.json  at the end
 """
 
@@ -23,6 +24,7 @@ def new_run_dir(runs_dir: Path, run_id: str) -> Path:
     run_dir.mkdir(parents=True, exist_ok=False)
     (run_dir / "nccl").mkdir()
     (run_dir / "logs").mkdir()
+    (run_dir / "stacks").mkdir()
     return run_dir
 
 

@@ -54,9 +54,14 @@ def status_line(state: RunState, now: float) -> str:
             f"{fmt(state.live_steps_per_s(), '.2f')} steps/s",
             f"p50 {fmt(_live_p50(state))} ms",
         ]
-        slow = state.slowest_rank()
-        if slow is not None and state.world_size > 1:
-            parts.append(f"slowest rank {slow}")
+        share = state.mean_share("comm_ms")
+        if share is not None:
+            parts.append(f"comm {100 * share:.0f}% (exposed {100 * (state.mean_share('exposed_comm_ms') or 0):.0f}%)")
+        straggler = state.straggler()
+        if straggler is not None:
+            parts.append(f"straggler rank {straggler.rank} ({straggler.phase} +{straggler.excess_ms:.0f} ms)")
+        if state.stall is not None and state.stall.cleared_at is None:
+            parts.append(f"STALLED since {now - state.stall.since:.0f}s, suspects {state.stall.suspects}")
     if state.total_dropped:
         parts.append(f"dropped frames {state.total_dropped}")
     return "  ".join(parts)
@@ -98,6 +103,15 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
         f"(after {summary['warmup']} warmup steps)"
     )
     lines = [head, rates, ranks_table(summary)]
+    if summary.get("comm_share") is not None:
+        lines.append(f"gradient communication: {100 * summary['comm_share']:.1f}% of the step, "
+                     f"{100 * (summary.get('exposed_comm_share') or 0):.1f}% exposed (not hidden by backward)")
+    if summary.get("straggler"):
+        lines.append(summary["straggler"]["text"])
+    if summary.get("stalls"):
+        lines.append(f"stalls: {summary['stalls']} (stacks in stacks/)")
+    if summary.get("advice"):
+        lines.append(f"advice: {summary['advice'].get('reason', '')}")
     if summary.get("failed_rank") is not None:
         lines.append(f"failed rank: {summary['failed_rank']}")
     if summary.get("dropped_frames"):

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import secrets
 import shutil
+import signal
 import socket
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 from ddptop import protocol
 from ddptop.config import RunConfig
@@ -24,7 +28,7 @@ from ddptop.launcher import Launcher, build_plan
 from ddptop.logtail import LogTail, rank_log_files
 from ddptop.nccl import NcclParser
 from ddptop.recorder import Recorder, new_run_dir
-from ddptop.state import RunState
+from ddptop.state import RunState, Stall
 
 TICK_S = 0.5
 HARDWARE_S = 1.0
@@ -169,7 +173,61 @@ class Session:
         while True:
             await asyncio.sleep(TICK_S)
             self._poll_logs()
-            self.state.tick(time.time())
+            now = time.time()
+            self.state.tick(now)
+            stall = self.state.check_stall(now, self._rank_process_status())
+            if stall is not None:
+                self.state.add_log(-1, f"[ddptop] stalled: no step for {now - stall.since:.0f}s "
+                                       f"(bound {stall.bound_s:.0f}s); suspects {stall.suspects}")
+                await self._collect_stacks(stall)
+
+    def _rank_pids(self) -> dict[int, int]:
+        return {r: rs.hello.pid for r, rs in self.state.ranks.items() if rs.hello is not None}
+
+    def _rank_process_status(self) -> dict[int, str]:
+        out = {}
+        for rank, pid in self._rank_pids().items():
+            try:
+                out[rank] = psutil.Process(pid).status()
+            except psutil.Error:
+                out[rank] = "gone"
+        return out
+
+    async def _collect_stacks(self, stall: Stall) -> None:
+        """Python stacks of every rank (py-spy if installed, else the trainer's
+        faulthandler on SIGUSR1) and, on NCCL, a flight-recorder dump, into stacks/."""
+        stacks_dir = self.run_dir / "stacks"
+        pids = self._rank_pids()
+        pyspy = shutil.which("py-spy")
+        for rank, pid in pids.items():
+            target = stacks_dir / f"rank{rank}.txt"
+            if pyspy:
+                proc = await asyncio.create_subprocess_exec(
+                    pyspy, "dump", "--pid", str(pid), stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT)
+                try:
+                    out, _ = await asyncio.wait_for(proc.communicate(), 15)
+                    (stacks_dir / f"rank{rank}.pyspy.txt").write_bytes(out)
+                    stall.stacks[rank] = str(stacks_dir / f"rank{rank}.pyspy.txt")
+                    continue
+                except asyncio.TimeoutError:
+                    proc.kill()
+            try:
+                os.kill(pid, signal.SIGUSR1)  # trainer: faulthandler.register(SIGUSR1)
+            except OSError:
+                continue
+            stall.stacks[rank] = str(target)
+        for pipe in stacks_dir.glob("nccl_pipe_rank_*"):  # TORCH_NCCL_DEBUG_INFO_PIPE_FILE
+            try:
+                fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+                os.write(fd, b"1\n")
+                os.close(fd)
+            except OSError:
+                pass
+        await asyncio.sleep(1.0)
+        for rank, path in list(stall.stacks.items()):
+            if not Path(path).exists() or not Path(path).stat().st_size:
+                stall.stacks[rank] = f"(no answer: process {stall.process_status.get(rank, '?')})"
 
     def _poll_logs(self) -> None:
         for rank, paths in rank_log_files(self.run_dir / "logs").items():

@@ -138,6 +138,54 @@ class RankState:
         return statistics.median(own) if own else None
 
 
+STRAGGLER_WINDOW = 50  # recent steps a straggler verdict looks at
+STRAGGLER_RATIO = 1.2  # own work this much above the others' median...
+STRAGGLER_MIN_MS = 2.0  # ...and at least this much, to be named
+STALL_MIN_S = 10.0
+STALL_STEPS = 20  # a stall is this many median steps with no progress (at least STALL_MIN_S)
+
+
+@dataclass(frozen=True)
+class Straggler:
+    rank: int
+    own_ms: float  # median own work per step (step minus waiting in exposed comm)
+    others_ms: float  # median of the other ranks' own work
+    phase: str  # the phase where the extra time goes
+    excess_ms: float
+
+    def describe(self) -> str:
+        return (f"rank {self.rank} is a straggler: {self.own_ms:.1f} ms of own work per step vs "
+                f"{self.others_ms:.1f} ms on the others, +{self.excess_ms:.1f} ms in {self.phase}")
+
+
+@dataclass
+class Stall:
+    since: float  # our clock: last progress of any rank
+    bound_s: float
+    last_steps: dict[int, int]
+    suspects: list[int]  # ranks behind, or whose process is stopped/gone
+    process_status: dict[int, str] = field(default_factory=dict)
+    stacks: dict[int, str] = field(default_factory=dict)  # rank -> file with its Python stacks
+    cleared_at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "since": self.since, "bound_s": self.bound_s, "last_steps": self.last_steps,
+            "suspects": self.suspects, "process_status": self.process_status,
+            "stacks": self.stacks, "cleared_at": self.cleared_at,
+        }
+
+
+def _own_phases(recs: list[dict[str, float]]) -> dict[str, float]:
+    """Median per phase of a rank's own work; backward minus its exposed comm wait."""
+    out = {}
+    for phase in PHASES:
+        values = [r.get(phase + "_ms", 0.0) - (r.get("exposed_comm_ms", 0.0) if phase == "backward" else 0.0)
+                  for r in recs]
+        out[phase] = statistics.median(values) if values else 0.0
+    return out
+
+
 @dataclass
 class RunState:
     run_id: str
@@ -167,6 +215,8 @@ class RunState:
     nccl: Any = None  # latest ddptop.nccl.NcclReport parsed from the run's NCCL logs
     topology: Any = None  # ddptop.gpu.TopologyMatrix, once, when NVML is there
     advice: Any = None  # latest ddptop.advisor.Advice
+    stall: Stall | None = None  # set while no rank finishes a step (see stall_bound_s)
+    stalls: int = 0  # how many times the run stalled
 
     def __post_init__(self) -> None:
         for rank in range(self.world_size):
@@ -280,6 +330,53 @@ class RunState:
             return None
         return max(sorted(own), key=lambda r: own[r])
 
+    def straggler(self) -> Straggler | None:
+        """A rank whose own work per step stays above the others' (medians over the
+        last STRAGGLER_WINDOW steps), with the phase its extra time goes to."""
+        recent = {r: list(rs.recent)[-STRAGGLER_WINDOW:] for r, rs in self.ranks.items()}
+        recent = {r: v for r, v in recent.items() if len(v) >= 5 and all("step_ms" in x for x in v)}
+        if len(recent) < 2:
+            return None
+        own = {r: statistics.median(x["step_ms"] - x.get("exposed_comm_ms", 0.0) for x in v)
+               for r, v in recent.items()}
+        worst = max(sorted(own), key=lambda r: own[r])
+        others = statistics.median(v for r, v in own.items() if r != worst)
+        if own[worst] < others * STRAGGLER_RATIO or own[worst] - others < STRAGGLER_MIN_MS:
+            return None
+        mine = _own_phases(recent[worst])
+        theirs = {p: statistics.median(_own_phases(recent[r])[p] for r in recent if r != worst) for p in PHASES}
+        phase = max(PHASES, key=lambda p: mine[p] - theirs[p])
+        return Straggler(worst, own[worst], others, phase, own[worst] - others)
+
+    def stall_bound_s(self) -> float:
+        medians = [rs.recent_pct(50) for rs in self.ranks.values()]
+        medians = [m for m in medians if m]
+        return max(STALL_MIN_S, STALL_STEPS * max(medians) / 1000.0) if medians else STALL_MIN_S
+
+    def check_stall(self, now: float, process_status: dict[int, str]) -> Stall | None:
+        """Flag a stall when no rank has finished a step for stall_bound_s(); clear it
+        when progress resumes. Returns a Stall only when it is newly flagged."""
+        if self.status != "running":
+            return None
+        last = max((rs.last_seen for rs in self.ranks.values() if rs.steps), default=0.0)
+        if not last:
+            return None
+        if self.stall is not None and self.stall.cleared_at is None:
+            if last > self.stall.since:
+                self.stall.cleared_at = now
+            return None
+        bound = self.stall_bound_s()
+        if now - last < bound:
+            return None
+        steps = {r: rs.last_step for r, rs in self.ranks.items()}
+        behind = min(steps.values())
+        odd = [r for r, st in process_status.items() if st not in ("running", "sleeping", "disk-sleep")]
+        suspects = sorted(set(odd) or {r for r, st in steps.items() if st == behind})
+        self.stall = Stall(since=last, bound_s=bound, last_steps=steps, suspects=suspects,
+                           process_status=dict(process_status))
+        self.stalls += 1
+        return self.stall
+
     def summary(self) -> dict[str, Any]:
         """The `summary.json` contract (see README)."""
         ranks = []
@@ -329,6 +426,9 @@ class RunState:
             "step_ms_p50": _round(self.step_ms_pct(50)),
             "step_ms_p95": _round(self.step_ms_pct(95)),
             "slowest_rank": self.slowest_rank(),
+            "straggler": _straggler_dict(self.straggler()),
+            "stalls": self.stalls,
+            "stall": self.stall.to_dict() if self.stall else None,
             "comm_share": _round(self.mean_share("comm_ms"), 4),
             "exposed_comm_share": _round(self.mean_share("exposed_comm_ms"), 4),
             "nccl": nccl_facts(self.nccl),
@@ -337,6 +437,13 @@ class RunState:
             "refused_connections": self.refused,
             "ranks": ranks,
         }
+
+
+def _straggler_dict(s: Straggler | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {"rank": s.rank, "phase": s.phase, "own_ms": _round(s.own_ms), "others_ms": _round(s.others_ms),
+            "excess_ms": _round(s.excess_ms), "text": s.describe()}
 
 
 def nccl_facts(report: Any) -> dict[str, Any] | None:

@@ -94,3 +94,37 @@ def test_ring_buffers_stay_bounded():
 def test_finish_rejects_non_terminal_status():
     with pytest.raises(ValueError):
         make_state().finish("running", 0)
+
+
+def test_straggler_is_named_with_its_phase():
+    st = RunState(run_id="r", config={}, world_size=4, warmup=0)
+    for r in range(4):
+        slow = r == 2
+        recs = [rec(i, 100.0, data_ms=31.0 if slow else 1.0, exposed_comm_ms=0.5 if slow else 30.5)
+                for i in range(20)]
+        st.apply(Steps(r, recs), 0)
+    s = st.straggler()
+    assert s is not None and s.rank == 2 and s.phase == "data"
+    assert s.excess_ms == pytest.approx(30.0)
+
+
+def test_no_straggler_when_ranks_are_even():
+    st = make_state(warmup=0)
+    for r in (0, 1):
+        st.apply(Steps(r, [rec(i, 100.0 + r * 0.5) for i in range(20)]), 0)
+    assert st.straggler() is None
+
+
+def test_stall_flagged_after_bound_and_cleared_on_progress():
+    st = make_state(warmup=0)
+    for r in (0, 1):
+        st.apply(hello(r), 0)
+        st.apply(Steps(r, [rec(i, 10.0) for i in range(5)]), now=100.0)
+    assert st.stall_bound_s() == 10.0  # 20 x 10 ms is below the 10 s floor
+    assert st.check_stall(105.0, {0: "sleeping", 1: "sleeping"}) is None
+    stall = st.check_stall(111.0, {0: "sleeping", 1: "stopped"})
+    assert stall is not None and stall.suspects == [1] and st.stalls == 1
+    assert st.check_stall(112.0, {}) is None  # flagged once
+    st.apply(Steps(0, [rec(5, 10.0)]), now=113.0)
+    st.check_stall(113.5, {})
+    assert st.stall.cleared_at == 113.5

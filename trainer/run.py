@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -39,6 +41,7 @@ def load_config(argv: list[str] | None) -> RunConfig:
 def main(argv: list[str] | None = None) -> int:
     config = load_config(argv)
     rank = int(os.environ.get("RANK", "0"))
+    _dump_stacks_on_sigusr1(rank)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     cuda = torch.cuda.is_available() and config.backend != "gloo"
     if cuda:
@@ -118,6 +121,17 @@ def main(argv: list[str] | None = None) -> int:
     if config.ddp:
         dist.destroy_process_group()
     return 0
+
+
+def _dump_stacks_on_sigusr1(rank: int) -> None:
+    """ddptop sends SIGUSR1 when the run stalls: write every thread's stack."""
+    config_path = os.environ.get(protocol.ENV_CONFIG)
+    if not config_path:
+        return
+    stacks = Path(config_path).parent / "stacks"
+    if stacks.is_dir():
+        out = open(stacks / f"rank{rank}.txt", "w")  # kept open for faulthandler
+        faulthandler.register(signal.SIGUSR1, file=out, all_threads=True, chain=False)
 
 
 def _report(probe: Probe, records: list[dict[str, float]]) -> None:

@@ -1,0 +1,71 @@
+"""Communication timing, stragglers and stalls on real 2-rank gloo runs."""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ddptop.config import RunConfig, preset_config
+from ddptop.session import Session
+
+pytestmark = pytest.mark.e2e
+
+
+def test_comm_time_and_straggler_named(tmp_path):
+    cmd = [sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(tmp_path), "--nproc", "2",
+           "--steps", "40", "--warmup", "5", "--set", "workers=0", "--set", "delay_rank=1", "--set", "delay_ms=40"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    for r in summary["ranks"]:
+        assert r["comm_ms_p50"] > 0 and r["comm_share"] > 0 and r["buckets_mean"] >= 1
+    # rank 0 waits for the slow rank inside the all-reduce; rank 1 is named, with its slow phase
+    assert summary["straggler"]["rank"] == 1 and summary["straggler"]["phase"] == "data"
+    assert summary["ranks"][0]["exposed_comm_ms_p50"] > 30
+    assert "straggler" in res.stdout
+
+
+def test_sigstopped_rank_is_flagged_as_stall_with_stacks(tmp_path):
+    config = preset_config("baseline", RunConfig(nproc=2, steps=100000, warmup=2, workers=0))
+    session = Session(config, tmp_path)
+
+    async def main():
+        runner = asyncio.create_task(session.run())
+        state = session.state
+        for _ in range(900):
+            if state.status == "running" and state.current_step >= 5:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("run never started")
+        victim = state.ranks[1].hello.pid
+        tree = session.launcher.tree()
+        os.kill(victim, signal.SIGSTOP)
+        t0 = time.monotonic()
+        while state.stall is None and time.monotonic() - t0 < 30:
+            await asyncio.sleep(0.1)
+        detected = time.monotonic() - t0
+        assert state.stall is not None, "stall not flagged"
+        assert detected <= state.stall.bound_s + 2.0
+        assert state.stall.suspects == [1]
+        await asyncio.sleep(2.0)  # stacks written
+        session.request_stop("test")
+        final = await asyncio.wait_for(runner, 60)
+        return final, tree, detected
+
+    final, tree, detected = asyncio.run(main())
+    assert final.status == "stopped"
+    stacks = Path(final.stall.stacks[0])
+    assert stacks.exists() and "Thread" in stacks.read_text()  # rank 0: waiting in the all-reduce
+    assert "no answer" in final.stall.stacks[1]  # rank 1 is stopped: cannot answer
+    summary = json.loads((session.run_dir / "summary.json").read_text())
+    assert summary["stalls"] == 1 and summary["stall"]["suspects"] == [1]
+    _, alive = psutil.wait_procs(tree, timeout=10)
+    assert alive == []
