@@ -13,9 +13,10 @@ from pathlib import Path
 
 from ddptop import __version__
 from ddptop.config import ConfigError, RunConfig, apply_overrides, preset_config
+from ddptop.options import CaptureOptions
 
 USAGE_EXIT = 2
-SUBCOMMANDS = ("presets", "nccl", "topo")
+SUBCOMMANDS = ("presets", "nccl", "topo", "sweep")
 
 
 class UsageError(Exception):
@@ -48,6 +49,12 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("--headless", action="store_true", help="no TUI: status lines and a final table")
     p.add_argument("--json", action="store_true", help="headless: print summary.json as the last line")
     p.add_argument("--interval", type=float, default=3.0, help="headless: seconds between status lines")
+    p.add_argument("--capture", action="append", default=[], metavar="STEP:COUNT",
+                   help="profile COUNT steps from STEP on every rank (repeatable); on a live headless run "
+                   "`kill -USR1 <ddptop pid>` captures 3 steps")
+    p.add_argument("--profiler", choices=("auto", "torch", "nsys"), default="auto",
+                   help="capture with nsys (auto: when nsys is found) or torch.profiler")
+    p.add_argument("--nsys-path", help="nsys binary to use for captures")
     return p
 
 
@@ -86,10 +93,18 @@ def visible_gpus() -> int | None:
 
 
 def check_runnable(config: RunConfig, args: argparse.Namespace) -> None:
+    from ddptop.capture import find_nsys, parse_capture_spec
     from ddptop.recorder import check_writable
 
     if args.json and not args.headless and sys.stdout.isatty():
         raise UsageError("--json needs --headless (the TUI owns the terminal)")
+    for spec in args.capture:
+        try:
+            parse_capture_spec(spec, config.steps)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if args.profiler == "nsys" and not find_nsys(args.nsys_path):
+        raise UsageError("--profiler nsys: no nsys found on PATH (or at --nsys-path)")
     problem = check_writable(args.runs_dir)
     if problem:
         raise UsageError(problem)
@@ -126,15 +141,30 @@ def main(argv: list[str] | None = None) -> int:
         return run_headless_main(config, args, user_cmd)
     from ddptop.tui.app import run_tui
 
-    return run_tui(config, args.runs_dir, user_cmd)
+    return run_tui(config, args.runs_dir, user_cmd)  # captures: the `c` key
 
 
 def run_headless_main(config: RunConfig, args: argparse.Namespace, user_cmd: list[str] | None) -> int:
     from ddptop.headless import run_headless
     from ddptop.session import Session
 
-    session = Session(config, args.runs_dir, user_cmd=user_cmd)
+    session = Session(config, args.runs_dir, user_cmd=user_cmd, capture=capture_options(args, config))
     return asyncio.run(run_headless(session, interval=args.interval, as_json=args.json))
+
+
+def capture_options(args: argparse.Namespace, config: RunConfig) -> CaptureOptions:
+    from ddptop.capture import find_nsys, parse_capture_spec
+
+    nsys = find_nsys(args.nsys_path) if args.profiler in ("auto", "nsys") and config.backend != "gloo" else None
+    profiler = "nsys" if args.profiler == "nsys" or (args.profiler == "auto" and nsys and has_gpus()) else "torch"
+    return CaptureOptions(
+        windows=[parse_capture_spec(s, config.steps) for s in args.capture],
+        profiler=profiler, nsys=nsys if profiler == "nsys" else None,
+    )
+
+
+def has_gpus() -> bool:
+    return bool(visible_gpus())
 
 
 def run_subcommand(name: str, argv: list[str]) -> int:
@@ -151,6 +181,10 @@ def run_subcommand(name: str, argv: list[str]) -> int:
         from ddptop.gpu import main_topo
 
         return main_topo(argv)
+    if name == "sweep":
+        from ddptop.sweep import main_sweep
+
+        return main_sweep(argv)
     raise UsageError(f"unknown subcommand {name}")
 
 

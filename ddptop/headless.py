@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 import time
@@ -22,8 +23,11 @@ async def run_headless(session: Session, interval: float = 3.0, as_json: bool = 
     signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     for sig in signals:
         loop.add_signal_handler(sig, session.request_stop, f"signal {signal.Signals(sig).name}")
+    # `kill -USR1 <pid>` on a live headless run captures the next 3 steps on every rank
+    loop.add_signal_handler(signal.SIGUSR1, lambda: loop.create_task(session.request_capture(3)))
     print(f"ddptop: run {session.run_id}  preset {session.config.preset}  "
-          f"{session.config.world_size} rank(s)  records in {session.run_dir}", file=out, flush=True)
+          f"{session.config.world_size} rank(s)  records in {session.run_dir}  "
+          f"(pid {os.getpid()}: kill -USR1 to capture)", file=out, flush=True)
     runner = asyncio.create_task(session.run())
     try:
         while not runner.done():
@@ -32,7 +36,7 @@ async def run_headless(session: Session, interval: float = 3.0, as_json: bool = 
                 print(report.status_line(session.state, time.time()), file=out, flush=True)
         state = runner.result()
     finally:
-        for sig in signals:
+        for sig in (*signals, signal.SIGUSR1):
             loop.remove_signal_handler(sig)
     summary = state.summary()
     print(report.final_report(summary, str(session.run_dir)), file=out, flush=True)

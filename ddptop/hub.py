@@ -20,7 +20,7 @@ READ_CHUNK = 1 << 16
 
 
 class HubSink(Protocol):
-    def hub_message(self, msg: protocol.Hello | protocol.Steps | protocol.Bye, now: float) -> None: ...
+    def hub_message(self, msg: protocol.Message, now: float) -> None: ...
     def hub_dropped(self, reason: str) -> None: ...
     def hub_refused(self, reason: str) -> None: ...
     def hub_disconnected(self, rank: int) -> None: ...
@@ -33,6 +33,7 @@ class Hub:
         self._server: asyncio.AbstractServer | None = None
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._sticky: list[protocol.Command] = []  # replayed to ranks that connect later
         self.address = ""
 
     async def start_unix(self, path: str) -> str:
@@ -54,7 +55,9 @@ class Hub:
         return sorted(self._writers)
 
     async def broadcast(self, command: protocol.Command) -> int:
-        """Send a command to every authenticated rank; returns how many got it."""
+        """Send a command to every authenticated rank, and to any that connects
+        later; returns how many got it now."""
+        self._sticky.append(command)
         data = protocol.encode(command)
         sent = 0
         for writer in list(self._writers.values()):
@@ -117,6 +120,8 @@ class Hub:
             return None
         self._writers[msg.rank] = writer
         self._sink.hub_message(msg, time.time())
+        for command in self._sticky:
+            writer.write(protocol.encode(command))
         return msg.rank
 
     async def _read_frames(self, reader: asyncio.StreamReader, rank: int) -> None:
@@ -149,7 +154,7 @@ class Hub:
         except protocol.ProtocolError as exc:
             self._sink.hub_dropped(exc.reason)
             return
-        if not isinstance(msg, (protocol.Steps, protocol.Bye)):
+        if not isinstance(msg, (protocol.Steps, protocol.Bye, protocol.CaptureReport)):
             self._sink.hub_dropped(f"unexpected-{msg.kind}")
         elif msg.rank != rank:
             self._sink.hub_dropped("rank-mismatch")

@@ -43,6 +43,7 @@ def build_plan(
     user_cmd: list[str] | None = None,
     python: str = sys.executable,
     base_env: dict[str, str] | None = None,
+    nsys: str | None = None,
 ) -> LaunchPlan:
     """The torchrun command line and environment for this run (pure)."""
     argv = [
@@ -54,8 +55,15 @@ def build_plan(
         "--max-restarts=0",
         "--monitor-interval=0.5",
     ]
-    if user_cmd:
-        argv += ["--no-python", *user_cmd]
+    rank_cmd = user_cmd or [python, "-m", "trainer"]
+    if nsys:
+        # every rank inside nsys; recording only between cudaProfilerStart/Stop (our
+        # capture windows), one report per window per rank
+        out = run_dir / "captures" / "nsys_rank%q{RANK}"
+        rank_cmd = [nsys, "profile", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat",
+                    "--trace=cuda,nvtx,osrt", "--force-overwrite=true", "-o", str(out), *rank_cmd]
+    if user_cmd or nsys:
+        argv += ["--no-python", *rank_cmd]
     else:
         argv += ["-m", "trainer"]
     env = dict(os.environ if base_env is None else base_env)

@@ -133,6 +133,12 @@ class Probe:
         """True once `step` (just finished) is at or past the agreed stop step."""
         return self.stop_at is not None and step >= self.stop_at
 
+    def report_capture(self, capture_id: int, status: str, files: list[str] | None = None,
+                       error: str = "") -> None:
+        """Tell ddptop how a capture window went on this rank."""
+        self._flush()
+        self._send(protocol.CaptureReport(self.rank, capture_id, status, files or [], error[:2000]))
+
     def close(self, reason: str = "completed") -> None:
         if self._sock is None or self._closed.is_set():
             return

@@ -95,7 +95,20 @@ class Command:
     kind: str = field(default="command", init=False)
 
 
-Message = Hello | Steps | Bye | Command
+@dataclass(frozen=True)
+class CaptureReport:
+    """Rank to hub: how a capture window went on this rank (recording, written, failed)."""
+
+    rank: int
+    capture_id: int
+    status: str
+    files: list[str] = field(default_factory=list)
+    error: str = ""
+    kind: str = field(default="capture", init=False)
+
+
+Message = Hello | Steps | Bye | Command | CaptureReport
+CAPTURE_STATUSES = ("recording", "written", "failed")
 COMMANDS = ("stop", "capture")
 
 
@@ -173,6 +186,15 @@ def decode(line: bytes | str) -> Message:
         return Steps(rank=_int(data, "rank"), records=[_record(r) for r in records])
     if kind == "bye":
         return Bye(rank=_int(data, "rank"), reason=_str(data, "reason", "completed", 64))
+    if kind == "capture":
+        status = _str(data, "status")
+        files = data.get("files", [])
+        if status not in CAPTURE_STATUSES or not isinstance(files, list) or len(files) > 64:
+            raise ProtocolError("bad-field", "capture")
+        if not all(isinstance(f, str) and len(f) < 4096 for f in files):
+            raise ProtocolError("bad-field", "files")
+        return CaptureReport(rank=_int(data, "rank"), capture_id=_int(data, "capture_id"), status=status,
+                             files=files, error=_str(data, "error", "", 2000))
     if kind == "command":
         name = _str(data, "name")
         if name not in COMMANDS:

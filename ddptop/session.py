@@ -20,6 +20,8 @@ from pathlib import Path
 import psutil
 
 from ddptop import protocol
+from ddptop.advisor import advise_run
+from ddptop.capture import Capture, summarize_capture
 from ddptop.config import RunConfig
 from ddptop.failures import parse_root_cause
 from ddptop.hardware import HardwareSampler
@@ -27,7 +29,8 @@ from ddptop.hub import Hub
 from ddptop.launcher import Launcher, build_plan
 from ddptop.logtail import LogTail, rank_log_files
 from ddptop.nccl import NcclParser
-from ddptop.recorder import Recorder, new_run_dir
+from ddptop.options import CaptureOptions
+from ddptop.recorder import Recorder, new_run_dir, write_json
 from ddptop.state import RunState, Stall
 
 TICK_S = 0.5
@@ -48,6 +51,7 @@ class Session:
         user_cmd: list[str] | None = None,
         run_id: str | None = None,
         hardware: HardwareSampler | None = None,
+        capture: CaptureOptions | None = None,
     ) -> None:
         self.config = config
         self.user_cmd = user_cmd
@@ -66,13 +70,18 @@ class Session:
         self._tail = LogTail()
         self._nccl = NcclParser()
         self.hardware = hardware or HardwareSampler()
+        self.capture = capture or CaptureOptions()
         self._stop_requested = asyncio.Event()
         self._stop_reason = ""
         self._sock_dir: str | None = None
         self._done = asyncio.Event()
+        self._background: set[asyncio.Task[None]] = set()
 
     # --- HubSink ----------------------------------------------------------------------
-    def hub_message(self, msg: protocol.Hello | protocol.Steps | protocol.Bye, now: float) -> None:
+    def hub_message(self, msg: protocol.Message, now: float) -> None:
+        if isinstance(msg, protocol.CaptureReport):
+            self._capture_report(msg)
+            return
         self.state.apply(msg, now)
         if isinstance(msg, protocol.Steps) and self.recorder is not None:
             self.recorder.record_steps(msg.rank, msg.records)
@@ -105,12 +114,15 @@ class Session:
             # nobody else on a shared node may even reach it.
             self._sock_dir = tempfile.mkdtemp(prefix="ddptop-")
             addr = await self.hub.start_unix(str(Path(self._sock_dir) / "hub.sock"))
-            plan = build_plan(self.config, self.run_dir, addr, self.token, self.run_id, self.user_cmd)
+            plan = build_plan(self.config, self.run_dir, addr, self.token, self.run_id, self.user_cmd,
+                              nsys=self.capture.nsys)
             self.recorder.write_config(
                 self.config.to_dict(), run_id=self.run_id, argv=plan.argv, host=socket.gethostname(),
                 user_cmd=self.user_cmd,
             )
             self.launcher = Launcher(plan)
+            for start, count in self.capture.windows:
+                await self.request_capture(count, start)
             await self.launcher.start()
             loops = [
                 asyncio.create_task(self._tick_loop()),
@@ -123,6 +135,8 @@ class Session:
                 for task in loops:
                     task.cancel()
             await asyncio.sleep(DRAIN_S)
+            if self._background:
+                await asyncio.wait(self._background, timeout=30)
             self._poll_logs()
             self._finish(rc)
         except asyncio.CancelledError:
@@ -156,6 +170,46 @@ class Session:
         margin = 2 + (math.ceil(2000.0 * 0.2 / p50) if p50 > 0 else 0)
         return latest + min(margin, 200)
 
+    async def request_capture(self, count: int = 3, start: int | None = None) -> Capture:
+        """Profile `count` steps on every rank from `start` (default: the first step no
+        rank can have reached yet), so every rank records the same steps."""
+        capture_id = len(self.state.captures) + 1
+        start = self.stop_step() + 1 if start is None else start
+        out_dir = self.run_dir / "captures" / str(capture_id)
+        cap = Capture(capture_id, start, count, self.capture.profiler, str(out_dir))
+        self.state.captures[capture_id] = cap
+        args = {"id": capture_id, "count": count, "dir": str(out_dir), "profiler": cap.profiler}
+        await self.hub.broadcast(protocol.Command("capture", at_step=start, args=args))
+        self.state.add_log(-1, f"[ddptop] capture {capture_id}: steps {cap.steps} with {cap.profiler}")
+        return cap
+
+    def _capture_report(self, msg: protocol.CaptureReport) -> None:
+        cap = self.state.captures.get(msg.capture_id)
+        if cap is None:
+            self.state.drop("unknown-capture")
+            return
+        cap.ranks[msg.rank] = msg.status
+        if msg.files:
+            cap.files[msg.rank] = msg.files
+        if msg.status == "failed":
+            cap.status, cap.error = "failed", f"rank {msg.rank}: {msg.error}"
+        elif msg.status == "recording" and cap.status == "scheduled":
+            cap.status = "recording"
+        world = self.state.world_size
+        if cap.status != "failed" and sum(1 for v in cap.ranks.values() if v == "written") == world:
+            cap.status = "processing"
+            task = asyncio.get_running_loop().create_task(self._process_capture(cap))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _process_capture(self, cap: Capture) -> None:
+        try:
+            cap.summary = await asyncio.to_thread(summarize_capture, cap.files)
+            write_json(Path(cap.out_dir) / "summary.json", cap.to_dict())
+            cap.status = "done"
+        except Exception as exc:  # noqa: BLE001 - a bad trace must not take the run down
+            cap.status, cap.error = "failed", f"summary: {type(exc).__name__}: {exc}"
+
     async def _stop_loop(self) -> None:
         await self._stop_requested.wait()
         at_step = self.stop_step()
@@ -170,11 +224,15 @@ class Session:
             await self.launcher.stop(grace_s=STOP_GRACE_S)
 
     async def _tick_loop(self) -> None:
+        ticks = 0
         while True:
             await asyncio.sleep(TICK_S)
             self._poll_logs()
             now = time.time()
             self.state.tick(now)
+            ticks += 1
+            if ticks % 10 == 0:  # every 5 s: live advice for the views
+                self.update_advice()
             stall = self.state.check_stall(now, self._rank_process_status())
             if stall is not None:
                 self.state.add_log(-1, f"[ddptop] stalled: no step for {now - stall.since:.0f}s "
@@ -259,7 +317,18 @@ class Session:
                 state.gpu_history.append(gpu)
             await asyncio.sleep(HARDWARE_S)
 
+    def update_advice(self) -> None:
+        env = {**os.environ, **self.config.nccl_env}
+        try:
+            self.state.advice = advise_run(self.state.summary(), self.state.nccl, self.state.topology, env=env)
+        except Exception as exc:  # noqa: BLE001 - advice is a nicety; never fail a run over it
+            self.state.add_log(-1, f"[ddptop] advisor failed: {type(exc).__name__}: {exc}")
+
     def _finish(self, rc: int) -> None:
+        self._finish_status(rc)
+        self.update_advice()
+
+    def _finish_status(self, rc: int) -> None:
         now = time.time()
         if self._stop_requested.is_set() or rc == -1:
             self.state.finish("stopped", now, error=self._stop_reason)

@@ -217,6 +217,7 @@ class RunState:
     advice: Any = None  # latest ddptop.advisor.Advice
     stall: Stall | None = None  # set while no rank finishes a step (see stall_bound_s)
     stalls: int = 0  # how many times the run stalled
+    captures: dict[int, Any] = field(default_factory=dict)  # id -> ddptop.capture.Capture
 
     def __post_init__(self) -> None:
         for rank in range(self.world_size):
@@ -433,6 +434,7 @@ class RunState:
             "exposed_comm_share": _round(self.mean_share("exposed_comm_ms"), 4),
             "nccl": nccl_facts(self.nccl),
             "advice": self.advice.to_dict() if self.advice is not None else None,
+            "captures": [c.to_dict() for c in self.captures.values()],
             "dropped_frames": dict(self.dropped),
             "refused_connections": self.refused,
             "ranks": ranks,

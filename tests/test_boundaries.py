@@ -7,8 +7,9 @@ import sys
 import pytest
 
 NO_TORCH = ["ddptop.cli", "ddptop.session", "ddptop.headless", "ddptop.probe", "ddptop.hub",
-            "ddptop.state", "ddptop.config", "ddptop.protocol", "ddptop.launcher", "ddptop.report"]
-PURE = ["ddptop.config", "ddptop.protocol", "ddptop.state", "ddptop.failures"]
+            "ddptop.state", "ddptop.config", "ddptop.protocol", "ddptop.launcher", "ddptop.report",
+            "ddptop.sweep", "ddptop.advisor", "ddptop.capture", "ddptop.nccl", "ddptop.gpu"]
+PURE = ["ddptop.config", "ddptop.protocol", "ddptop.state", "ddptop.failures", "ddptop.advisor", "ddptop.nccl"]
 
 
 def loaded_after_import(module: str) -> set[str]:

@@ -77,6 +77,8 @@ def test_every_preset_runs_on_cpu(tmp_path, preset):
         (["--bogus-flag"], "unrecognized arguments"),
         (["--nproc", "two"], "invalid int value"),
         (["--"], "nothing to run"),
+        (["--steps", "20", "--capture", "30:2"], "past the run"),
+        (["--capture", "ten"], "STEP:COUNT"),
     ],
 )
 def test_bad_usage_exits_2_with_one_line_and_starts_nothing(tmp_path, args, fragment):

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from ddptop.capture import union_length
+
 
 class CommTimer:
     def __init__(self, cuda: bool) -> None:
@@ -58,15 +60,7 @@ def summarize(entries: list[list[Any]], step_start: Any, elapsed: Callable[[Any,
         spans.append((elapsed(step_start, start), elapsed(step_start, end)))
     if not spans:
         return {}
-    spans.sort()
-    busy, cur_start, cur_end = 0.0, spans[0][0], spans[0][1]
-    for s, e in spans[1:]:
-        if s > cur_end:
-            busy += cur_end - cur_start
-            cur_start, cur_end = s, e
-        else:
-            cur_end = max(cur_end, e)
-    busy += cur_end - cur_start
+    busy = union_length(spans)
     last_ready = max(s for s, _ in spans)
     last_done = max(e for _, e in spans)
     return {

@@ -21,6 +21,7 @@ from ddptop import protocol
 from ddptop.config import RunConfig
 from ddptop.probe import Probe
 from trainer import data, ddp_setup, models
+from trainer.capture import CaptureRunner
 from trainer.comm import CommTimer
 from trainer.timing import StepClock
 
@@ -76,9 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     clock = StepClock(device)
+    captures = CaptureRunner(probe, rank, cuda)
     model.train()
     reason = "completed"
     for step in range(config.steps):
+        captures.poll(step)
+        captures.begin_step(step)
         clock.begin_step(step)
         loss = None
         for micro in range(config.grad_accum):
@@ -111,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
              "compressing": ddp_setup.compressing(config, hook_state)},
             comm_timer.take(),
         )
+        captures.end_step(step)
         _report(probe, clock.ready())
         if probe.should_stop(step):
             reason = "stopped"

@@ -1,0 +1,54 @@
+import json
+import sys
+import subprocess
+
+import pytest
+
+from ddptop.capture import intersection_length, parse_capture_spec, summarize_trace, union_length
+
+
+def test_parse_capture_spec():
+    assert parse_capture_spec("10:3", 40) == (10, 3)
+    for bad in ("10", "a:3", "10:0", "39:5", "-1:2"):
+        with pytest.raises(ValueError):
+            parse_capture_spec(bad, 40)
+
+
+def test_interval_arithmetic():
+    assert union_length([(0, 10), (5, 15), (20, 25)]) == 20
+    assert intersection_length([(0, 10), (20, 30)], [(5, 25)]) == 10
+
+
+def test_gpu_trace_summary_separates_nccl_kernels_and_overlap():
+    k = lambda name, ts, dur: {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur}  # noqa: E731
+    trace = {"traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ddptop_step_10", "ts": 0, "dur": 100_000},
+        {"ph": "X", "cat": "user_annotation", "name": "ddptop_step_11", "ts": 100_000, "dur": 90_000},
+        k("sm90_xmma_gemm_bf16", 0, 60_000),
+        k("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 50_000, 30_000),  # 10 ms under the gemm
+        k("elementwise_kernel", 120_000, 10_000),
+    ]}
+    s = summarize_trace(trace)
+    assert s["source"] == "gpu kernels" and s["steps"] == [10, 11] and s["step_ms"] == [100.0, 90.0]
+    assert s["comm_ms"] == 30.0 and s["compute_ms"] == 70.0 and s["overlap_ms"] == 10.0
+    assert s["top"][0]["name"] == "sm90_xmma_gemm_bf16"
+
+
+@pytest.mark.e2e
+def test_headless_capture_window_on_cpu(tmp_path):
+    cmd = [sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(tmp_path), "--nproc", "2",
+           "--steps", "40", "--capture", "10:3", "--set", "workers=0"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    (cap,) = summary["captures"]
+    assert cap["status"] == "done" and cap["steps"] == "10-12" and cap["profiler"] == "torch"
+    assert sorted(cap["files"]) == ["0", "1"]
+    for rank in ("0", "1"):
+        (path,) = cap["files"][rank]
+        trace = json.loads(open(path).read())  # valid Chrome trace JSON
+        assert trace["traceEvents"]
+        per_rank = cap["summary"]["ranks"][rank]
+        assert per_rank["steps"] == [10, 11, 12]
+        assert per_rank["comm_ms"] > 0
+    assert "capture 1 steps 10-12 (torch): done" in res.stdout

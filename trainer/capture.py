@@ -1,0 +1,112 @@
+"""Capture windows on a rank: start and stop a profiler at agreed step
+boundaries. torch.profiler writes one Chrome/Perfetto trace per rank; under
+nsys (ddptop launched the rank inside `nsys profile --capture-range=cudaProfilerApi`)
+the window is cudaProfilerStart/Stop. ddptop summarises the files afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ddptop.probe import Probe
+from ddptop.protocol import Command
+
+
+@dataclass
+class Window:
+    capture_id: int
+    start: int
+    count: int
+    out_dir: Path
+    profiler: str  # "torch" or "nsys"
+
+    @property
+    def last(self) -> int:
+        return self.start + self.count - 1
+
+
+class CaptureRunner:
+    def __init__(self, probe: Probe, rank: int, cuda: bool) -> None:
+        self.probe, self.rank, self.cuda = probe, rank, cuda
+        self.scheduled: list[Window] = []
+        self.active: Window | None = None
+        self._prof: Any = None
+        self._step_range: contextlib.AbstractContextManager[Any] | None = None
+
+    def poll(self, next_step: int) -> None:
+        """Take capture commands that arrived; a window already passed is reported missed."""
+        while self.probe.commands:
+            cmd: Command = self.probe.commands.popleft()
+            if cmd.name != "capture":
+                continue
+            w = Window(int(cmd.args.get("id", 0)), cmd.at_step, int(cmd.args.get("count", 1)),
+                       Path(str(cmd.args.get("dir", "captures"))), str(cmd.args.get("profiler", "torch")))
+            if w.start < next_step:
+                self.probe.report_capture(w.capture_id, "failed", error=f"rank {self.rank} was already at step "
+                                          f"{next_step} when asked to capture from step {w.start}")
+            else:
+                self.scheduled.append(w)
+
+    def begin_step(self, step: int) -> None:
+        if self.active is None:
+            for w in self.scheduled:
+                if w.start == step:
+                    self.scheduled.remove(w)
+                    self._start(w)
+                    break
+        if self.active is not None and self._prof is not None:
+            self._step_range = torch.profiler.record_function(f"ddptop_step_{step}")
+            self._step_range.__enter__()
+
+    def end_step(self, step: int) -> None:
+        if self._step_range is not None:
+            self._step_range.__exit__(None, None, None)
+            self._step_range = None
+        if self.active is not None and step >= self.active.last:
+            self._stop()
+
+    def _start(self, w: Window) -> None:
+        self.active = w
+        try:
+            w.out_dir.mkdir(parents=True, exist_ok=True)
+            if w.profiler == "nsys":
+                torch.cuda.synchronize()
+                torch.cuda.profiler.start()
+            else:
+                acts = [torch.profiler.ProfilerActivity.CPU]
+                if self.cuda:
+                    acts.append(torch.profiler.ProfilerActivity.CUDA)
+                self._prof = torch.profiler.profile(activities=acts)
+                self._prof.start()
+            self.probe.report_capture(w.capture_id, "recording")
+        except Exception as exc:  # noqa: BLE001 - a failed capture never stops training
+            self.active, self._prof = None, None
+            self.probe.report_capture(w.capture_id, "failed", error=f"{type(exc).__name__}: {exc}")
+
+    def _stop(self) -> None:
+        w, self.active = self.active, None
+        assert w is not None
+        try:
+            if w.profiler == "nsys":
+                torch.cuda.synchronize()
+                torch.cuda.profiler.stop()
+                files = []  # nsys writes its own report when the process exits
+            else:
+                prof, self._prof = self._prof, None
+                prof.stop()
+                path = w.out_dir / f"rank{self.rank}.trace.json"
+                prof.export_chrome_trace(str(path))
+                files = [str(path)]
+            self.probe.report_capture(w.capture_id, "written", files)
+        except Exception as exc:  # noqa: BLE001
+            self._prof = None
+            self.probe.report_capture(w.capture_id, "failed", error=f"{type(exc).__name__}: {exc}")
+
+
+def nsys_active() -> bool:
+    return bool(os.environ.get("NSYS_PROFILING_SESSION_ID") or os.environ.get("DDPTOP_NSYS"))
