@@ -159,7 +159,9 @@ class Launcher:
                     p.kill()
                 except psutil.Error:
                     pass
-        await asyncio.to_thread(psutil.wait_procs, procs, 3)
+        # torchrun itself is reaped by asyncio (wait_procs would steal its exit status)
+        others = [p for p in procs if p.pid != self.proc.pid]
+        await asyncio.to_thread(psutil.wait_procs, others, 3)
         if self.running:
             await self.proc.wait()
 
