@@ -48,6 +48,55 @@ seed() {  # the plain reference recipe vs ddptop's trainer, same config, back to
   done
 }
 
+live() {  # the live view's facts: transports, advice, and a torch.profiler window, NVLink and SHM
+  for P2P in 0 1; do
+    NCCL_P2P_DISABLE=$P2P timeout 150 $PY -m ddptop --headless --json --interval 30 --nproc "$N" --preset baseline \
+      --steps 30 --warmup 10 --capture 20:3 --profiler torch --runs-dir "$RUNS/live$P2P" > /tmp/live.out 2>&1
+    grep -E "^(run|gradient|advice|capture|rank|straggler)" /tmp/live.out | head -12
+    tail -1 /tmp/live.out > "$OUT/live_p2p$P2P.json"
+    $PY - "$OUT/live_p2p$P2P.json" <<'PYEOF'
+import json, sys, statistics
+d = json.load(open(sys.argv[1])); cap = d["captures"][0]
+print("transports", (d.get("nccl") or {}).get("transports"), "advice:", (d.get("advice") or {}).get("preset"))
+steps = {}
+run = sorted(__import__("glob").glob(cap["dir"].rsplit("/captures", 1)[0] + "/steps.jsonl"))[0]
+for line in open(run):
+    r = json.loads(line)
+    if 20 <= r["step"] <= 22: steps.setdefault(r["rank"], []).append(r.get("comm_ms", 0))
+for rank, s in sorted((cap.get("summary") or {}).get("ranks", {}).items()):
+    ours = sum(steps.get(int(rank), []))
+    print(f"rank {rank}: ddptop comm {ours:.1f} ms over steps 20-22, profiler NCCL kernels {s.get('comm_ms')} ms, "
+          f"overlap {s.get('overlap_ms')} ms, top {s['top'][0]['name'][:60] if s.get('top') else None}")
+PYEOF
+  done
+}
+
+nsysrun() {  # nsys mode with the binary the image has (not on PATH)
+  timeout 240 $PY -m ddptop --headless --json --interval 30 --nproc "$N" --preset baseline --steps 25 --warmup 5 \
+    --capture 12:2 --profiler nsys --nsys-path "${NSYS:-/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys}" \
+    --runs-dir "$RUNS/nsys" > /tmp/nsys.out 2>&1; echo "rc=$?"
+  grep -E "^(run|capture)" /tmp/nsys.out; tail -1 /tmp/nsys.out | $PY -c "import json,sys; d=json.load(sys.stdin); print(json.dumps(d.get('nsys'))[:1500])"
+  ls -la "$RUNS"/nsys/*/captures/ | head -20
+}
+
+overhead() {  # ddptop's trainer under ddptop vs the plain reference recipe, same config, back to back
+  S=${SEED:-.ref/seed_repro.py}
+  for i in 1 2; do
+    for cfg in "baseline|" "bf16-overlap|--static --view --hook bf16 --bucket 100" "overlap|--static --view --bucket 100"; do
+      p=${cfg%%|*}; a=${cfg#*|}
+      r=$(torchrun --standalone --nproc_per_node="$N" "$S" --steps 40 --warmup 10 $a 2>&1 | grep RESULT | sed 's/RESULT //')
+      d=$($PY -m ddptop --headless --json --nproc "$N" --preset "$p" --steps 50 --warmup 10 --set workers=4 --runs-dir "$RUNS/ovh" 2>&1 | tail -1)
+      $PY -c "import json,sys; r=json.loads(sys.argv[1]); d=json.loads(sys.argv[2]); print(f'overhead $p run $i: seed {r[\"steps_per_s\"]:.3f} ddptop {d[\"steps_per_s\"]:.3f} ratio {d[\"steps_per_s\"]/r[\"steps_per_s\"]:.3f}')" "$r" "$d" | tee -a "$OUT/overhead.txt"
+    done
+  done
+}
+
+screens() {  # TUI screenshots from a real GPU run (textual carried as wheels in .whl)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
+  $PY scripts/screenshots.py --out "$OUT/screens" --nproc "$N" ${SCREEN_ARGS:-} 2>&1 | tail -5
+  ls "$OUT/screens"
+}
+
 facts
 for step in ${@:-topo presets}; do $step; done
 tar czf "$OUT/runs.tgz" -C /tmp ddptop-gpu-runs 2>/dev/null

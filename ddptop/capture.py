@@ -138,3 +138,8 @@ def summarize_capture(files: dict[int, list[str]]) -> dict[str, Any]:
             ranks[str(rank)] = {"error": f"cannot read {traces[0]}: {exc}"}
     comm = [r["comm_ms"] for r in ranks.values() if "comm_ms" in r]
     return {"ranks": ranks, "comm_ms_mean": round(sum(comm) / len(comm), 3) if comm else None}
+
+
+def nsys_outputs(captures_dir: Path) -> list[Path]:
+    """What nsys left for the capture windows: reports (.nsys-rep) or raw streams (.qdstrm)."""
+    return sorted(p for p in captures_dir.glob("nsys_rank*") if p.suffix in (".nsys-rep", ".qdstrm", ".sqlite"))

@@ -16,12 +16,13 @@ import socket
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 from ddptop import protocol
 from ddptop.advisor import advise_run
-from ddptop.capture import Capture, summarize_capture
+from ddptop.capture import Capture, nsys_outputs, summarize_capture
 from ddptop.config import RunConfig
 from ddptop.failures import parse_root_cause
 from ddptop.hardware import HardwareSampler
@@ -137,6 +138,7 @@ class Session:
             await asyncio.sleep(DRAIN_S)
             if self._background:
                 await asyncio.wait(self._background, timeout=30)
+            await self._nsys_stats()
             self._poll_logs()
             self._finish(rc)
         except asyncio.CancelledError:
@@ -316,6 +318,32 @@ class Session:
                 state.gpu = gpu
                 state.gpu_history.append(gpu)
             await asyncio.sleep(HARDWARE_S)
+
+    async def _nsys_stats(self) -> None:
+        """After an nsys run: list what nsys wrote and summarise each report with
+        `nsys stats`; say plainly when nsys could not produce one."""
+        if not self.capture.nsys:
+            return
+        outputs = nsys_outputs(self.run_dir / "captures")
+        info: dict[str, Any] = {"files": [f"{p} ({p.stat().st_size} bytes)" for p in outputs], "stats": {}}
+        reports = [p for p in outputs if p.suffix == ".nsys-rep"]
+        if not reports:
+            info["note"] = ("nsys produced no .nsys-rep report" + (" (only raw .qdstrm files: its importer "
+                            "failed on this machine)" if outputs else "") + "; torch.profiler captures still work")
+        for rep in reports[:8]:
+            proc = await asyncio.create_subprocess_exec(
+                self.capture.nsys, "stats", "--report", "nvtx_sum,cuda_gpu_kern_sum", "--format", "csv",
+                "--force-export=true", str(rep), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            try:
+                out, _ = await asyncio.wait_for(proc.communicate(), 180)
+            except asyncio.TimeoutError:
+                proc.kill()
+                out = b"nsys stats timed out"
+            target = rep.with_suffix(".stats.txt")
+            target.write_bytes(out)
+            info["stats"][rep.name] = str(target)
+        self.state.nsys = info
+        self.state.add_log(-1, f"[ddptop] nsys: {len(outputs)} file(s); {info.get('note', 'stats written')}")
 
     def update_advice(self) -> None:
         env = {**os.environ, **self.config.nccl_env}

@@ -218,6 +218,7 @@ class RunState:
     stall: Stall | None = None  # set while no rank finishes a step (see stall_bound_s)
     stalls: int = 0  # how many times the run stalled
     captures: dict[int, Any] = field(default_factory=dict)  # id -> ddptop.capture.Capture
+    nsys: dict[str, Any] | None = None  # what nsys wrote and its stats, after an nsys run
 
     def __post_init__(self) -> None:
         for rank in range(self.world_size):
@@ -435,6 +436,7 @@ class RunState:
             "nccl": nccl_facts(self.nccl),
             "advice": self.advice.to_dict() if self.advice is not None else None,
             "captures": [c.to_dict() for c in self.captures.values()],
+            "nsys": self.nsys,
             "dropped_frames": dict(self.dropped),
             "refused_connections": self.refused,
             "ranks": ranks,
