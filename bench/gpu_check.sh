@@ -85,7 +85,7 @@ overhead() {  # ddptop's trainer under ddptop vs the plain reference recipe, sam
     for cfg in "baseline|" "bf16-overlap|--static --view --hook bf16 --bucket 100" "overlap|--static --view --bucket 100"; do
       p=${cfg%%|*}; a=${cfg#*|}
       r=$(torchrun --standalone --nproc_per_node="$N" "$S" --steps 40 --warmup 10 $a 2>&1 | grep RESULT | sed 's/RESULT //')
-      d=$($PY -m ddptop --headless --json --nproc "$N" --preset "$p" --steps 50 --warmup 10 --set workers=4 --runs-dir "$RUNS/ovh" 2>&1 | tail -1)
+      d=$($PY -m ddptop --headless --json --nproc "$N" --preset "$p" --steps 40 --warmup 10 --set data=device --runs-dir "$RUNS/ovh" 2>&1 | tail -1)
       $PY -c "import json,sys; r=json.loads(sys.argv[1]); d=json.loads(sys.argv[2]); print(f'overhead $p run $i: seed {r[\"steps_per_s\"]:.3f} ddptop {d[\"steps_per_s\"]:.3f} ratio {d[\"steps_per_s\"]/r[\"steps_per_s\"]:.3f}')" "$r" "$d" | tee -a "$OUT/overhead.txt"
     done
   done

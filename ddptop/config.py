@@ -15,11 +15,13 @@ MODELS = ("auto", "vit_l_32", "vit_b_32", "vit_b_16", "tiny_vit")
 BACKENDS = ("auto", "nccl", "gloo")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 AUTOCAST = ("none", "bf16", "fp16")
+DATA = ("loader", "device")  # loader: DataLoader workers (the article); device: random batches made on the device
 CHOICES: dict[str, tuple[str, ...]] = {
     "model": MODELS,
     "backend": BACKENDS,
     "comm_hook": COMM_HOOKS,
     "autocast": AUTOCAST,
+    "data": DATA,
 }
 
 
@@ -56,6 +58,7 @@ class RunConfig:
     autocast: str = "none"  # mixed-precision compute
     grad_accum: int = 1
     workers: int = 2  # DataLoader workers per rank
+    data: str = "loader"  # device: like the reference recipe, no input pipeline at all
     lr: float = 1e-3
     nccl_env: dict[str, str] = field(default_factory=dict)
     # Fault injection for tests and demos: slow or crash one rank on purpose.

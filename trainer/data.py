@@ -41,3 +41,13 @@ def batches(
             sampler.set_epoch(epoch)
         yield from loader
         epoch += 1
+
+
+def device_batches(
+    batch_size: int, image_size: int, num_classes: int, device: torch.device, seed: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Random batches generated on the device each step (the reference recipe's way)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    while True:
+        yield (torch.randn(batch_size, 3, image_size, image_size, device=device, generator=gen),
+               torch.randint(0, num_classes, (batch_size,), device=device, generator=gen))

@@ -69,7 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         length=micro_batches * config.batch_size * world, image_size=spec.image_size,
         num_classes=spec.num_classes, seed=config.seed,
     )
-    batches = data.batches(dataset, config.batch_size, config.workers, config.ddp, cuda, config.seed)
+    if config.data == "device":
+        batches = data.device_batches(config.batch_size, spec.image_size, spec.num_classes, device, config.seed + rank)
+    else:
+        batches = data.batches(dataset, config.batch_size, config.workers, config.ddp, cuda, config.seed)
     print(
         f"[trainer] rank {rank}/{world} {device} backend={backend} model={spec.name} "
         f"params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M preset={config.preset}: "
