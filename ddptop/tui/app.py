@@ -1,0 +1,265 @@
+"""The ddptop Textual app: wiring, bindings and routing only.
+
+Gets a Workbench (its data source) in the constructor; runs each Session in a
+worker, refreshes the visible views from `session.state` on a timer, and turns
+keys into intents (stop, apply settings, quit). Never imports torch; never
+touches sockets or subprocesses (the Session does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, TabbedContent, TabPane
+from textual.worker import Worker, WorkerState
+
+from ddptop.config import RunConfig
+from ddptop.session import Session
+from ddptop.tui.confirm_screen import ConfirmScreen
+from ddptop.tui.gpu_panel import GpuPanel
+from ddptop.tui.help_screen import HelpScreen
+from ddptop.tui.live import LiveFigures
+from ddptop.tui.log_view import LogView
+from ddptop.tui.messages import RunEnded, RunStarted, SettingsApplied, StopRequested
+from ddptop.tui.rank_table import RankTable
+from ddptop.tui.run_header import RunHeader
+from ddptop.tui.runs_panel import RunsPanel
+from ddptop.tui.settings_screen import SettingsScreen
+from ddptop.tui.throughput_panel import ThroughputPanel
+from ddptop.workbench import Workbench
+
+REFRESH_S = 0.5
+RUNS_REFRESH_S = 2.0  # the runs table reads the runs directory: less often
+TABS = ("ranks", "gpu", "runs", "logs")
+# Actions that only make sense on the main screen (not under settings/help/confirm).
+MAIN_ONLY = {"settings", "stop_run", "rerun", "show_tab", "help", "request_quit"}
+
+
+class DdpTopApp(App[int]):
+    CSS_PATH = "app.tcss"
+    TITLE = "ddptop"
+    BINDINGS = [
+        Binding("q", "request_quit", "Quit"),
+        Binding("s", "settings", "Settings"),
+        Binding("x", "stop_run", "Stop run"),
+        Binding("n", "rerun", "Run again"),
+        Binding("1", "show_tab('ranks')", "Ranks", show=False),
+        Binding("2", "show_tab('gpu')", "GPU", show=False),
+        Binding("3", "show_tab('runs')", "Runs", show=False),
+        Binding("4", "show_tab('logs')", "Logs", show=False),
+        Binding("t", "toggle_dark", "Theme", show=False),
+        Binding("question_mark", "help", "Help"),
+    ]
+
+    def __init__(self, workbench: Workbench, autostart: bool = True,
+                 refresh_s: float = REFRESH_S) -> None:
+        super().__init__()
+        self.workbench = workbench
+        self.autostart = autostart
+        self.refresh_s = refresh_s
+        self._runs_shown_at = 0.0
+        self.live = LiveFigures()
+
+    def compose(self) -> ComposeResult:
+        yield RunHeader(id="run-header")
+        with TabbedContent(initial="ranks", id="tabs"):
+            with TabPane("1 Ranks", id="ranks"):
+                yield RankTable(id="rank-table")
+                yield ThroughputPanel(id="throughput")
+            with TabPane("2 GPU", id="gpu"):
+                yield GpuPanel(id="gpu-panel")
+            with TabPane("3 Runs", id="runs"):
+                yield RunsPanel(id="runs-panel")
+            with TabPane("4 Logs", id="logs"):
+                yield LogView(id="log-view")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        # A closed SSH session or a `kill` stops the run cleanly, as `q` would.
+        self._signals = []
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                loop.add_signal_handler(sig, self.stop_and_exit)
+                self._signals.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not the main thread, or no signals here
+        self.set_interval(self.refresh_s, self.refresh_views)
+        if self.autostart:
+            self.start_run(self.workbench.new_session())
+        self.query_one(RankTable).focus()
+
+    def on_unmount(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self._signals:
+            loop.remove_signal_handler(sig)
+
+    # --- runs -------------------------------------------------------------------------
+    def start_run(self, session: Session) -> None:
+        self.run_worker(self.workbench.run(session), name=session.run_id, group="run",
+                        exit_on_error=False)
+        self.post_message(RunStarted(session.run_id))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        if worker.group != "run" or event.state not in (WorkerState.SUCCESS, WorkerState.ERROR):
+            return
+        if event.state == WorkerState.ERROR:
+            self.post_message(RunEnded(worker.name, "error", str(worker.error)))
+        else:
+            self.post_message(RunEnded(worker.name, worker.result.status, worker.result.error))
+
+    def on_run_ended(self, event: RunEnded) -> None:
+        severity = {"completed": "information", "stopped": "warning"}.get(event.status, "error")
+        detail = f": {event.error}" if event.error else ""
+        self.notify(f"run {event.run_id} {event.status}{detail}", severity=severity,
+                    timeout=30 if severity == "error" else 6)
+        self.refresh_views(force_runs=True)
+
+    def on_run_started(self, event: RunStarted) -> None:
+        self.refresh_views(force_runs=True)
+
+    @on(SettingsApplied)
+    def _settings_applied(self, event: SettingsApplied) -> None:
+        self.restart(event.config)
+
+    @on(StopRequested)
+    def _stop_requested(self, event: StopRequested) -> None:
+        if self.workbench.is_live():
+            self.workbench.request_stop(event.reason)
+            self.notify("stopping the run at the next agreed step…")
+
+    @work(group="control", exclusive=True, exit_on_error=False)
+    async def restart(self, config: RunConfig | None = None) -> None:
+        if self.workbench.is_live():
+            self.notify("stopping the current run…")
+        self.start_run(await self.workbench.restart(config))
+
+    @work(group="control", exclusive=True, exit_on_error=False)
+    async def stop_and_exit(self) -> None:
+        if self.workbench.is_live():
+            self.notify("stopping the run, then quitting…")
+            await self.workbench.stop("quit")
+        self.exit(0)
+
+    # --- views ------------------------------------------------------------------------
+    def refresh_views(self, force_runs: bool = False) -> None:
+        session = self.workbench.current
+        if session is None:
+            return
+        now = time.time()
+        snap = self.live.snapshot(session.state, now)
+        self.query_one(RunHeader).show(snap)
+        tab = self.query_one(TabbedContent).active
+        if tab == "ranks":
+            self.query_one(RankTable).show(snap)
+            self.query_one(ThroughputPanel).show(snap)
+        elif tab == "gpu":
+            self.query_one(GpuPanel).show(snap)
+        elif tab == "runs" and (force_runs or now - self._runs_shown_at >= RUNS_REFRESH_S):
+            self._runs_shown_at = now
+            self.query_one(RunsPanel).show(self.workbench.runs_table())
+        # The log view follows even when hidden, so switching to it is instant.
+        self.query_one(LogView).show(snap)
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        self.refresh_views(force_runs=True)
+
+    @on(RunsPanel.ExportRequested)
+    def _export(self) -> None:
+        try:
+            path = self.workbench.export_runs()
+        except OSError as exc:
+            self.notify(f"export failed: {exc}", severity="error")
+            return
+        self.notify(f"runs table written to {path}")
+
+    @on(RunsPanel.ReferenceChosen)
+    def _reference(self, event: RunsPanel.ReferenceChosen) -> None:
+        self.workbench.baseline_id = event.run_id
+        self.refresh_views(force_runs=True)
+
+    # --- actions ----------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in MAIN_ONLY and self.screen is not self.screen_stack[0]:
+            return False
+        return True
+
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+        focus = {"ranks": RankTable, "gpu": GpuPanel, "runs": RunsPanel, "logs": LogView}[tab]
+        widget = self.query_one(focus)
+        target = widget if widget.can_focus or isinstance(widget, RankTable) else next(
+            (w for w in widget.query("*") if w.can_focus), None)
+        if target is not None:
+            target.focus()
+
+    def action_settings(self) -> None:
+        def applied(config: RunConfig | None) -> None:
+            if config is not None:
+                self.post_message(SettingsApplied(config))
+
+        self.push_screen(SettingsScreen(self.workbench.config), applied)
+
+    def action_stop_run(self) -> None:
+        self.post_message(StopRequested())
+
+    def action_rerun(self) -> None:
+        self.restart(None)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen([
+            ("everywhere", self.BINDINGS), ("runs view", RunsPanel.BINDINGS),
+            ("logs view", LogView.BINDINGS), ("settings", SettingsScreen.BINDINGS),
+        ]))
+
+    def action_request_quit(self) -> None:
+        if not self.workbench.is_live():
+            self.exit(0)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.stop_and_exit()
+
+        self.push_screen(ConfirmScreen("A run is live. Stop it and quit ddptop?"), answered)
+
+    async def action_quit(self) -> None:
+        # ctrl+q and the palette's Quit: no question, but still a clean stop.
+        self.stop_and_exit()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Settings", "Change the run's knobs and restart", self.action_settings)
+        yield SystemCommand("Stop run", "Stop the current run (keep ddptop open)",
+                            self.action_stop_run)
+        yield SystemCommand("Run again", "Start a new run with the same settings", self.action_rerun)
+        yield SystemCommand("Export runs", "Write the runs table as Markdown into the runs directory",
+                            self._export)
+        yield SystemCommand("Toggle light/dark", "Switch between light and dark themes",
+                            self.action_toggle_dark)
+        for tab in TABS:
+            yield SystemCommand(f"Show {tab}", f"Switch to the {tab} view",
+                                lambda tab=tab: self.action_show_tab(tab))
+
+
+def build_app(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None = None,
+              **kwargs: object) -> DdpTopApp:
+    """The one factory for the CLI, the tests and the screenshot script."""
+    return DdpTopApp(Workbench(config, Path(runs_dir), user_cmd), **kwargs)  # type: ignore[arg-type]
+
+
+def run_tui(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None = None) -> int:
+    app = build_app(config, runs_dir, user_cmd)
+    result = app.run()
+    if app.return_code:
+        return app.return_code
+    return int(result or 0)

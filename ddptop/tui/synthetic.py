@@ -1,0 +1,90 @@
+"""A scripted telemetry source for layout tests, the UI benchmark and demos: a
+RunState filled through its public `apply()` with Hello/Steps records, plus an
+NVML-shaped GPU sample. Never used for a real run."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from ddptop.config import RunConfig, preset_config
+from ddptop.protocol import Hello, Steps
+from ddptop.state import RECENT, RunState
+from ddptop.workbench import Workbench
+
+
+def synthetic_state(n_ranks: int, steps: int = RECENT, slow_rank: int | None = 1,
+                    comm: bool = True, seed: int = 0, now: float | None = None,
+                    run_id: str = "20260101-120000-overlap-demo") -> RunState:
+    now = time.time() if now is None else now
+    rng = random.Random(seed)
+    config = preset_config("overlap", RunConfig(nproc=n_ranks, steps=steps * 4, warmup=5))
+    state = RunState(run_id=run_id, config=config.to_dict(), world_size=n_ranks,
+                     warmup=config.warmup, started_at=now - 60.0)
+    for r in range(n_ranks):
+        state.apply(Hello(rank=r, local_rank=r % 8, world_size=n_ranks, host=f"node{r // 8}",
+                          pid=20000 + r, token="", device=f"cuda:{r % 8}", backend="nccl",
+                          model="vit_l_32", torch="2.11", nccl="2.28.9"), now)
+        records = []
+        for step in range(steps):
+            slow = 1.25 if r == slow_rank else 1.0
+            data, fwd = rng.uniform(1, 3), rng.uniform(25, 30) * slow
+            bwd, opt = rng.uniform(50, 60) * slow, rng.uniform(3, 5)
+            rec: dict[str, float] = {"step": step, "t": now - (steps - step) * 0.09,
+                                     "data_ms": data, "forward_ms": fwd, "backward_ms": bwd,
+                                     "optimizer_ms": opt, "step_ms": data + fwd + bwd + opt,
+                                     "samples": 32}
+            if comm:
+                rec.update(comm_ms=rng.uniform(20, 30), exposed_comm_ms=rng.uniform(2, 8),
+                           comm_bytes=1.2e9, buckets=4, compressing=0)
+            records.append(rec)
+        state.apply(Steps(rank=r, records=records), now)
+        state.add_log(r, f"[trainer] rank {r}/{n_ranks} cuda:{r % 8} backend=nccl model=vit_l_32")
+        state.add_log(r, f"node{r // 8}:{20000 + r}:{20000 + r} [{r % 8}] NCCL INFO Channel 00/0 : "
+                         f"{r} -> {(r + 1) % n_ranks} via P2P/CUMEM")
+    state.add_log(-1, "[ddptop] synthetic state")
+    for i in range(240):
+        state.history.append((i * 0.5, 10.5 + rng.uniform(-0.5, 0.5)))
+    state.status = "running"
+    return state
+
+
+def synthetic_gpu_sample(n_gpus: int, t: float | None = None, util: float = 97.0) -> Any:
+    """Shaped like ddptop.gpu.GpuSample (duck-typed)."""
+    gpus = tuple(SimpleNamespace(
+        index=i, name="NVIDIA H200", util_pct=util, mem_used=60 * 2**30, mem_total=141 * 2**30,
+        power_w=612.0, power_limit_w=700.0, temp_c=61, sm_clock_mhz=1980,
+        pcie_tx_kbs=1500, pcie_rx_kbs=2100, nvlink_active=18,
+        nvlink_tx_kib=int((t or 0) * 1e6), nvlink_rx_kib=int((t or 0) * 1e6),
+        processes=(SimpleNamespace(pid=20000 + i, used_mem=60 * 2**30),),
+    ) for i in range(n_gpus))
+    return SimpleNamespace(t=time.time() if t is None else t, gpus=gpus, available=True, reason="")
+
+
+@dataclass
+class StaticSession:
+    """Stands in for a Session whose state is scripted: nothing runs, nothing to stop."""
+
+    state: RunState
+    config: RunConfig = field(default_factory=RunConfig)
+    run_dir: Path = Path("/nonexistent")
+    done: bool = True
+
+    @property
+    def run_id(self) -> str:
+        return self.state.run_id
+
+    def request_stop(self, reason: str = "") -> None:
+        pass
+
+
+def synthetic_workbench(state: RunState, runs_dir: Path) -> Workbench:
+    """A Workbench whose current run is `state` (start the app with autostart=False)."""
+    config = RunConfig.from_dict(state.config)
+    bench = Workbench(config, runs_dir)
+    bench.sessions.append(StaticSession(state, config, Path(runs_dir) / state.run_id))  # type: ignore[arg-type]
+    return bench

@@ -1,0 +1,126 @@
+"""Workbench: the runs of one interactive ddptop session, for any front end.
+
+It creates a `Session` per config, remembers every run it started, knows the
+current one, and stops/restarts runs cleanly. UI-free (no Textual) and
+torch-free: the TUI gets one in its constructor and only calls these methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from ddptop import runs
+from ddptop.config import RunConfig
+from ddptop.session import Session
+from ddptop.state import RunState
+
+SessionFactory = Callable[[RunConfig, Path, "list[str] | None"], Session]
+
+STOP_TIMEOUT_S = 30.0  # a clean stop; after it the run task is cancelled (which kills the tree)
+
+
+def _default_factory(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None) -> Session:
+    return Session(config, runs_dir, user_cmd=user_cmd)
+
+
+class Workbench:
+    """Owns the sessions of one interactive ddptop process.
+
+    The front end calls `new_session()` and awaits `run(session)` somewhere
+    (a Textual worker), reads `current.state`, and calls `stop()`/`restart()`.
+    """
+
+    def __init__(
+        self,
+        config: RunConfig,
+        runs_dir: Path,
+        user_cmd: list[str] | None = None,
+        session_factory: SessionFactory = _default_factory,
+    ) -> None:
+        self.config = config  # the config of the current (or next) run
+        self.runs_dir = Path(runs_dir)
+        self.user_cmd = user_cmd
+        self.sessions: list[Session] = []
+        self.baseline_id: str | None = None  # chosen reference run for speedups (None: automatic)
+        self._factory = session_factory
+        self._ended: dict[str, asyncio.Event] = {}
+        self._errors: dict[str, str] = {}
+
+    # --- runs -------------------------------------------------------------------------
+    @property
+    def current(self) -> Session | None:
+        return self.sessions[-1] if self.sessions else None
+
+    def new_session(self, config: RunConfig | None = None) -> Session:
+        """Create (not start) the next run; it becomes `current`."""
+        if config is not None:
+            self.config = config
+        session = self._factory(self.config, self.runs_dir, self.user_cmd)
+        self.sessions.append(session)
+        self._ended[session.run_id] = asyncio.Event()
+        return session
+
+    async def run(self, session: Session) -> RunState:
+        """Run `session` to its end. Marks it ended even if it never got going (a
+        run directory that cannot be created raises before the session's own
+        bookkeeping), so `stop()` never waits for a run that is not there."""
+        try:
+            return await session.run()
+        except Exception as exc:
+            self._errors[session.run_id] = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            self._ended.setdefault(session.run_id, asyncio.Event()).set()
+
+    def is_live(self, session: Session | None = None) -> bool:
+        """True while the run may still have processes (started or about to start)."""
+        session = session or self.current
+        if session is None:
+            return False
+        ended = self._ended.get(session.run_id)
+        return not (session.done or (ended is not None and ended.is_set()))
+
+    def error(self, session: Session) -> str:
+        """Why `session` failed to run at all ('' if it ran)."""
+        return self._errors.get(session.run_id, "")
+
+    def request_stop(self, reason: str = "stopped by user") -> None:
+        """Ask the current run to stop at an agreed step; returns at once."""
+        if self.current is not None and self.is_live():
+            self.current.request_stop(reason)
+
+    async def stop(self, reason: str = "stopped by user", timeout: float = STOP_TIMEOUT_S) -> bool:
+        """Stop the current run and wait until it has ended (no process left).
+        Returns False if it did not end within `timeout`."""
+        session = self.current
+        if session is None or not self.is_live(session):
+            return True
+        session.request_stop(reason)
+        ended = self._ended[session.run_id]
+        try:
+            await asyncio.wait_for(ended.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def restart(self, config: RunConfig | None = None, reason: str = "settings changed") -> Session:
+        """Stop the current run cleanly, then create the next one with `config`
+        (default: the same config again). The caller starts it with `run()`."""
+        await self.stop(reason)
+        return self.new_session(config)
+
+    # --- comparison -------------------------------------------------------------------
+    def run_rows(self) -> list[runs.RunRow]:
+        """This session's runs (live ones from their state) and earlier ones from disk."""
+        mine = [runs.row_from_summary(s.state.summary(), run_dir=s.run_dir, this_session=True)
+                for s in self.sessions]
+        return runs.merge_rows(mine, runs.load_runs(self.runs_dir))
+
+    def runs_table(self) -> runs.RunsTable:
+        return runs.build_table(self.run_rows(), self.baseline_id)
+
+    def export_runs(self) -> Path:
+        """Write the runs table as Markdown into the runs directory; returns the file."""
+        return runs.export_markdown(self.runs_table(), self.runs_dir)

@@ -1,0 +1,353 @@
+"""The Textual front end: real 2-rank CPU runs driven through the pilot (ranks
+appear and step, settings apply and restart, the runs table compares, quitting
+leaves no process), layout with scripted state at 80x24 and 64 ranks, and the
+import boundary (the UI never imports torch)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+import pytest
+from rich.console import Console
+
+from ddptop.config import PRESETS, RunConfig, preset_config
+from ddptop.tui.app import DdpTopApp, build_app
+from ddptop.tui.confirm_screen import ConfirmScreen
+from ddptop.tui.gpu_panel import GpuPanel
+from ddptop.tui.help_screen import HelpScreen
+from ddptop.tui.lines_view import LinesView
+from ddptop.tui.log_view import LogView
+from ddptop.tui.messages import RunEnded, RunStarted, SettingsApplied
+from ddptop.tui.rank_table import RankTable
+from ddptop.tui.runs_panel import RunsPanel
+from ddptop.tui.settings_screen import SettingsScreen, knob_names
+from ddptop.tui.synthetic import synthetic_gpu_sample, synthetic_state, synthetic_workbench
+
+FIXTURES = Path(__file__).parent / "fixtures"
+START_TIMEOUT = 60.0  # torch import in two ranks on a 2-core box: ~8 s, more under load
+
+
+def screen_text(app: DdpTopApp) -> str:
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+async def wait_for(pilot, predicate: Callable[[], bool], timeout: float, what: str) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await pilot.pause(0.2)
+
+
+def cpu_config(preset: str = "baseline", steps: int = 400) -> RunConfig:
+    return preset_config(preset, RunConfig(nproc=2, steps=steps, warmup=2, workers=0))
+
+
+def step_of(app: DdpTopApp, rank: int) -> int:
+    """The step the ranks table shows for `rank` (read from the screen's rows)."""
+    row = app.query_one(RankTable).row_texts()[rank].split()
+    return int(row[2]) if row[2].isdigit() else -1
+
+
+def no_processes_left(pids: list[int]) -> bool:
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return not alive and not psutil.Process().children(recursive=True)
+
+
+# --- real runs ---------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_live_run_then_settings_restart_then_runs_table(tmp_path: Path) -> None:
+    seen: list[object] = []
+
+    async def main() -> None:
+        app = build_app(cpu_config(steps=400), tmp_path)
+        async with app.run_test(size=(120, 40), message_hook=seen.append) as pilot:
+            bench = app.workbench
+            await wait_for(pilot, lambda: len(app.query_one(RankTable).row_texts()) == 2,
+                           10, "a row per rank")
+            await wait_for(pilot, lambda: min(step_of(app, 0), step_of(app, 1)) > 0,
+                           START_TIMEOUT, "both ranks stepping")
+            first = [step_of(app, 0), step_of(app, 1)]
+            await wait_for(pilot, lambda: step_of(app, 0) > first[0] and step_of(app, 1) > first[1],
+                           20, "step counts rising")
+            assert "vm/cpu" in screen_text(app) or "/cpu" in screen_text(app)
+            assert "running" in screen_text(app)
+
+            # Settings: keyboard only. The preset select has focus; pick `view`.
+            await pilot.press("s")
+            assert isinstance(app.screen, SettingsScreen)
+            names = list(PRESETS)
+            await pilot.press("enter")
+            for _ in range(names.index("view") - names.index("baseline")):
+                await pilot.press("down")
+            await pilot.press("enter")
+            await pilot.pause()
+            assert app.screen.query_one("#knob-preset").value == "view"
+            assert app.screen.query_one("#knob-static_graph").value is True
+            steps_input = app.screen.query_one("#knob-steps")
+            steps_input.value = "120"  # keep the second run short
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+            assert not isinstance(app.screen, SettingsScreen)
+
+            await wait_for(pilot, lambda: len(bench.sessions) == 2, 40, "a second run")
+            first_run, second_run = bench.sessions
+            assert first_run.state.status == "stopped"  # stopped cleanly, not failed
+            assert second_run.config.preset == "view" and second_run.config.steps == 120
+            assert second_run.config.static_graph and second_run.config.gradient_as_bucket_view
+            await wait_for(pilot, lambda: second_run.state.status == "completed",
+                           START_TIMEOUT + 30, "the second run to complete")
+
+            await pilot.press("3")
+            await pilot.pause(0.3)
+            table = app.query_one(RunsPanel).table
+            assert table.row_count == 2
+            headers = [str(c.label) for c in table.columns.values()]
+            assert "speedup" in headers
+            speed = [str(table.get_row_at(i)[headers.index("speedup")]) for i in range(2)]
+            assert speed[0] == "1.00x (ref)"  # the baseline run is the reference
+            assert speed[1].endswith("x") and float(speed[1].rstrip("x")) > 0
+
+            # Export the comparison as Markdown into the runs directory.
+            await pilot.press("e")
+            await pilot.pause()
+            exported = list(tmp_path.glob("runs-*.md"))
+            assert len(exported) == 1
+            text = exported[0].read_text()
+            assert "speedup" in text.splitlines()[0]
+            assert first_run.run_id in text and second_run.run_id in text
+
+            await pilot.press("q")  # nothing live: quits without asking
+            await pilot.pause()
+        assert not app.is_running
+
+    asyncio.run(main())
+    assert any(isinstance(m, SettingsApplied) for m in seen)
+    assert sum(isinstance(m, RunStarted) for m in seen) == 2
+    ended = [m for m in seen if isinstance(m, RunEnded)]
+    assert [m.status for m in ended] == ["stopped", "completed"]
+    summaries = [json.loads((d / "summary.json").read_text()) for d in sorted(tmp_path.iterdir())
+                 if d.is_dir()]
+    assert [s["preset"] for s in summaries] == ["baseline", "view"]
+
+
+@pytest.mark.e2e
+def test_quit_asks_then_stops_the_run_and_leaves_no_process(tmp_path: Path) -> None:
+    async def main() -> list[int]:
+        app = build_app(cpu_config(steps=100000), tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            state = app.workbench.current.state
+            await wait_for(pilot, lambda: all(rs.last_step > 5 for rs in state.ranks.values()),
+                           START_TIMEOUT, "both ranks stepping")
+            pids = [rs.hello.pid for rs in state.ranks.values()]
+            pids.append(app.workbench.current.launcher.proc.pid)
+
+            await pilot.press("q")
+            assert isinstance(app.screen, ConfirmScreen)
+            await pilot.press("n")  # changed our mind: the run goes on
+            await pilot.pause()
+            assert not isinstance(app.screen, ConfirmScreen) and app.workbench.is_live()
+
+            await pilot.press("q")
+            await pilot.press("y")
+            await wait_for(pilot, lambda: not app.is_running, 40, "the app to exit")
+        assert state.status == "stopped"
+        return pids
+
+    pids = asyncio.run(main())
+    deadline = time.monotonic() + 10
+    while not no_processes_left(pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert no_processes_left(pids)
+
+
+# --- scripted state: layout and views ------------------------------------------------------
+
+
+def synthetic_app(n_ranks: int, tmp_path: Path, **state_kw: object) -> tuple[DdpTopApp, object]:
+    state = synthetic_state(n_ranks, **state_kw)
+    return DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600), state
+
+
+def test_eight_ranks_fit_in_80x24_and_64_scroll(tmp_path: Path) -> None:
+    async def main() -> None:
+        app, _ = synthetic_app(8, tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            app.refresh_views()
+            await pilot.pause()
+            text = screen_text(app)
+            for r in range(8):
+                assert f"node0/cuda:{r}" in text, f"rank {r} not visible at 80x24"
+            assert "▲1" in text  # the slowed rank is marked slowest
+            assert "comm" in text  # comm timing present: a comm part in the legend
+            assert all(len(line) <= 80 for line in text.splitlines())
+
+        app, _ = synthetic_app(64, tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            app.refresh_views()
+            await pilot.pause()
+            body = app.query_one("#rank-rows", LinesView)
+            assert len(body.lines) == 64
+            assert body.max_scroll_y > 0
+            assert "node7/cuda:7" not in screen_text(app)
+            await pilot.press("end")
+            await pilot.pause()
+            assert "node7/cuda:7" in screen_text(app)
+
+    asyncio.run(main())
+
+
+def test_gpu_panel_with_nvml_sample_and_without(tmp_path: Path) -> None:
+    async def main() -> None:
+        app, state = synthetic_app(4, tmp_path)
+        state.gpu_unavailable = "NVML library not found"
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("2")
+            app.refresh_views()
+            await pilot.pause()
+            text = screen_text(app)
+            assert "no NVML: NVML library not found" in text
+            assert "CPU %" in text and "RSS" in text
+
+            # A sample shaped like the recorded NVML snapshot (fields read by name).
+            snap = json.loads((FIXTURES / "gpu" / "nvml_snapshot.json").read_text())
+            gpus = [SimpleNamespace(**{**g, "util_pct": 87, "mem_used": 40 * 2**30,
+                                       "processes": [SimpleNamespace(pid=20000 + g["index"])]})
+                    for g in snap["gpus"]]
+            state.gpu = SimpleNamespace(t=1.0, gpus=gpus, driver=snap["driver"])
+            state.gpu_history.extend([synthetic_gpu_sample(4, t=0.0), state.gpu])
+            app.refresh_views()
+            await pilot.pause()
+            text = screen_text(app)
+            assert "no NVML" not in text
+            assert "NVIDIA H200" in text and "87 %" in text and "34 C" in text
+            assert "124/700 W" in text  # power from power_mw / power_limit_mw
+            assert "18 links" in text  # NVLink from the per-link states
+            table = app.query_one(GpuPanel).query_one("#gpu-table")
+            ranks_col = [str(c.label) for c in table.columns.values()].index("ranks")
+            assert [str(table.get_row_at(i)[ranks_col]) for i in range(4)] == ["0", "1", "2", "3"]
+
+    asyncio.run(main())
+
+
+def test_settings_screen_has_every_knob_validates_and_marks_custom(tmp_path: Path) -> None:
+    results: list[RunConfig | None] = []
+
+    async def main() -> None:
+        app, _ = synthetic_app(2, tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = SettingsScreen(cpu_config())
+            await app.push_screen(screen, results.append)
+            await pilot.pause()
+            for name in knob_names():
+                assert screen.query(f"#knob-{name}"), f"no control for {name}"
+            # Hand-tuning a DDP knob means the config is no longer the preset.
+            screen.query_one("#knob-bucket_cap_mb").value = "50"
+            await pilot.pause()
+            assert screen.query_one("#knob-preset").value == "custom"
+            # A bad value stays on the screen with a one-line reason.
+            screen.query_one("#knob-steps").value = "0"
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+            assert app.screen is screen
+            assert "steps must be at least 1" in str(screen.query_one("#settings-error").render())
+            screen.query_one("#knob-steps").value = "50"
+            screen.query_one("#knob-nccl_env").value = "NCCL_ALGO=Ring"
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+            assert app.screen is not screen
+
+    asyncio.run(main())
+    (config,) = results
+    assert config is not None
+    assert (config.preset, config.bucket_cap_mb, config.steps) == ("custom", 50.0, 50)
+    assert config.nccl_env == {"NCCL_ALGO": "Ring"}
+
+
+def test_logs_filter_by_rank_and_highlight_nccl(tmp_path: Path) -> None:
+    async def main() -> None:
+        app, _ = synthetic_app(3, tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("4")
+            app.refresh_views()
+            await pilot.pause()
+            log = app.query_one(LogView).query_one("#log")
+            lines = [strip.text for strip in log.lines]
+            assert any(line.strip().startswith("r2 │") for line in lines)
+            nccl = [s for s in log.lines if "NCCL INFO" in s.text]
+            assert nccl and any(seg.style and seg.style.bold for s in nccl for seg in s)
+            view = app.query_one(LogView)
+            view.query_one("#log-filter").value = 1
+            await pilot.pause()
+            lines = [strip.text.strip() for strip in log.lines if strip.text.strip()]
+            assert lines and all(line.startswith("r1 │") for line in lines)
+
+    asyncio.run(main())
+
+
+def test_help_palette_and_themes(tmp_path: Path) -> None:
+    async def main() -> None:
+        app, _ = synthetic_app(2, tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            app.refresh_views()
+            await pilot.press("question_mark")
+            assert isinstance(app.screen, HelpScreen)
+            assert "ddptop help" in screen_text(app)
+            console = Console(width=100, record=True, file=io.StringIO())
+            console.print(app.screen._content())
+            text = console.export_text()
+            for key, what in (("q", "Quit"), ("s", "Settings"), ("e", "Export Markdown"),
+                              ("f", "Filter rank"), ("^s", "Apply & restart")):
+                assert any(line.split()[:1] == [key] and what in line for line in text.splitlines()), what
+            await pilot.press("escape")
+            assert not isinstance(app.screen, HelpScreen)
+            await pilot.press("ctrl+p")
+            await pilot.pause()
+            assert type(app.screen).__name__ == "CommandPalette"
+            await pilot.press("escape")
+            dark = app.theme
+            await pilot.press("t")
+            assert app.theme != dark and "light" in app.theme
+            app.refresh_views()
+            await pilot.pause()
+            assert "▲1" in screen_text(app)
+            await pilot.press("q")  # no live run: exits at once
+            await pilot.pause()
+        assert not app.is_running
+
+    asyncio.run(main())
+
+
+# --- boundaries -----------------------------------------------------------------------------
+
+
+def test_ui_modules_do_not_import_torch_and_cli_does_not_import_textual() -> None:
+    code = (
+        "import sys\n"
+        "import ddptop.cli\n"
+        "assert 'textual' not in sys.modules, 'ddptop.cli imported textual'\n"
+        "import ddptop.tui.app, ddptop.workbench, ddptop.runs, ddptop.tui.synthetic\n"
+        "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\n"
+        "assert not bad, bad\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
