@@ -59,6 +59,7 @@ class RunConfig:
     grad_accum: int = 1
     workers: int = 2  # DataLoader workers per rank
     data: str = "loader"  # device: like the reference recipe, no input pipeline at all
+    comm_timing: bool = True  # time each bucket's all-reduce (wraps the comm hook); off: DDP's C++ path
     lr: float = 1e-3
     nccl_env: dict[str, str] = field(default_factory=dict)
     # Fault injection for tests and demos: slow or crash one rank on purpose.

@@ -44,6 +44,11 @@ def new_run_id(preset: str) -> str:
     return time.strftime("%Y%m%d-%H%M%S") + f"-{preset}-{secrets.token_hex(2)}"
 
 
+def _pid_of(nccl_log_name: str) -> int:
+    parts = nccl_log_name.split(".")
+    return int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else -1
+
+
 class Session:
     def __init__(
         self,
@@ -107,10 +112,10 @@ class Session:
 
     async def run(self) -> RunState:
         """Start the run and return its final state once torchrun has exited."""
-        self.run_dir = new_run_dir(self.run_dir.parent, self.run_id)
-        self.recorder = Recorder(self.run_dir)
-        self.state.started_at = time.time()
         try:
+            self.run_dir = new_run_dir(self.run_dir.parent, self.run_id)
+            self.recorder = Recorder(self.run_dir)
+            self.state.started_at = time.time()
             # The socket lives in a private (0700) temp dir: Unix paths are short, and
             # nobody else on a shared node may even reach it.
             self._sock_dir = tempfile.mkdtemp(prefix="ddptop-")
@@ -147,6 +152,8 @@ class Session:
                 await self.launcher.stop(grace_s=2.0)
             self._finish(-1)
             raise
+        except Exception as exc:  # a run that cannot start is a failed run, not a crash
+            self.state.finish("failed", time.time(), error=f"could not run: {type(exc).__name__}: {exc}")
         finally:
             if self.launcher is not None and self.launcher.tree():
                 await self.launcher.stop(grace_s=2.0)
@@ -297,10 +304,14 @@ class Session:
         for line in self._tail.read(self.run_dir / "torchrun.log"):
             self.state.add_log(-1, line)
         fresh = 0
+        pid_rank = {pid: rank for rank, pid in self._rank_pids().items()}
         for path in sorted((self.run_dir / "nccl").glob("*")):
             lines = self._tail.read(path)
             self._nccl.feed_lines(lines)
             fresh += len(lines)
+            rank = pid_rank.get(_pid_of(path.name), -1)  # nccl.<host>.<pid>.log
+            for line in lines:
+                self.state.add_log(rank, line)
         if fresh:
             self.state.nccl = self._nccl.report()
 

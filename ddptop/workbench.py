@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ddptop import runs
+from ddptop.capture import Capture
 from ddptop.config import RunConfig
 from ddptop.session import Session
 from ddptop.state import RunState
@@ -110,6 +111,14 @@ class Workbench:
         (default: the same config again). The caller starts it with `run()`."""
         await self.stop(reason)
         return self.new_session(config)
+
+    async def capture(self, count: int = 3) -> Capture:
+        """Profile the next `count` steps on every rank of the current run (the session
+        picks a step no rank has reached). RuntimeError when no run is live to capture."""
+        session = self.current
+        if session is None or not self.is_live(session) or not hasattr(session, "request_capture"):
+            raise RuntimeError("no live run to capture")
+        return await session.request_capture(count)
 
     # --- comparison -------------------------------------------------------------------
     def run_rows(self) -> list[runs.RunRow]:

@@ -3,9 +3,10 @@
     .venv/bin/python scripts/screenshots.py                # -> screenshots/*-cpu.svg (or -gpu)
 
 Same command on a laptop (gloo, tiny ViT, CPU stats) and on a GPU node (NCCL,
-NVML panel filled, NCCL lines in the logs): it runs with whatever is there. Drives
-the app as a user would (keys through the pilot), including a settings change,
-so the runs view compares two real runs.
+NVML panel filled, NCCL lines in the logs and the wiring view): it runs with
+whatever is there. Drives the app as a user would (keys through the pilot),
+including a capture window (`c`) and a settings change, so the captures view
+shows real traces and the runs view compares two real runs.
 """
 
 from __future__ import annotations
@@ -25,10 +26,14 @@ from ddptop.tui.app import DdpTopApp, build_app
 REPO = Path(__file__).resolve().parent.parent
 
 
-async def wait_for(pilot, predicate: Callable[[], bool], timeout: float, what: str) -> None:  # noqa: ANN001
+async def wait_for(pilot, predicate: Callable[[], bool], timeout: float, what: str,  # noqa: ANN001
+                   fatal: bool = True) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
+            if not fatal:
+                print(f"  (gave up waiting for {what})")
+                return
             raise SystemExit(f"screenshots: timed out waiting for {what}")
         await pilot.pause(0.25)
 
@@ -61,6 +66,21 @@ async def main_async(args: argparse.Namespace) -> None:
         await shoot(app, pilot, out, f"gpu-{tag}")
         await pilot.press("4")
         await shoot(app, pilot, out, f"logs-{tag}")
+
+        # Wiring: the advisor speaks every few seconds; NCCL's report comes with its logs.
+        state = app.workbench.current.state
+        await pilot.press("5")
+        await wait_for(pilot, lambda: state.advice is not None, 30, "the advisor's first word",
+                       fatal=False)
+        await shoot(app, pilot, out, f"wiring-{tag}")
+
+        # A capture of the next 3 steps on every rank, shown once its traces are summarised.
+        await pilot.press("c")
+        await wait_for(pilot, lambda: any(c.status in ("done", "failed")
+                                          for c in state.captures.values()),
+                       args.timeout, "the capture to finish")
+        await pilot.press("6")
+        await shoot(app, pilot, out, f"captures-{tag}")
         await pilot.press("1")
         await pilot.press("question_mark")
         await shoot(app, pilot, out, f"help-{tag}")

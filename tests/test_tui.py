@@ -1,6 +1,6 @@
 """The Textual front end: real 2-rank CPU runs driven through the pilot (ranks
 appear and step, settings apply and restart, the runs table compares, quitting
-leaves no process), layout with scripted state at 80x24 and 64 ranks, and the
+leaves no process), a capture window from the `c` key, layout with scripted state at 80x24 and 64 ranks, and the
 import boundary (the UI never imports torch)."""
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from rich.console import Console
 
 from ddptop.config import PRESETS, RunConfig, preset_config
 from ddptop.tui.app import DdpTopApp, build_app
+from ddptop.tui.captures_panel import CapturesPanel
 from ddptop.tui.confirm_screen import ConfirmScreen
 from ddptop.tui.gpu_panel import GpuPanel
 from ddptop.tui.help_screen import HelpScreen
 from ddptop.tui.lines_view import LinesView
 from ddptop.tui.log_view import LogView
-from ddptop.tui.messages import RunEnded, RunStarted, SettingsApplied
+from ddptop.tui.messages import CaptureEnded, RunEnded, RunStarted, SettingsApplied
 from ddptop.tui.rank_table import RankTable
 from ddptop.tui.runs_panel import RunsPanel
 from ddptop.tui.settings_screen import SettingsScreen, knob_names
@@ -176,6 +177,45 @@ def test_quit_asks_then_stops_the_run_and_leaves_no_process(tmp_path: Path) -> N
     while not no_processes_left(pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert no_processes_left(pids)
+
+
+@pytest.mark.e2e
+def test_c_captures_the_next_three_steps_on_every_rank(tmp_path: Path) -> None:
+    seen: list[object] = []
+
+    async def main() -> None:
+        app = build_app(cpu_config(steps=100000), tmp_path)
+        async with app.run_test(size=(120, 40), message_hook=seen.append) as pilot:
+            state = app.workbench.current.state
+            await wait_for(pilot, lambda: all(rs.last_step > 5 for rs in state.ranks.values()),
+                           START_TIMEOUT, "both ranks stepping")
+            await pilot.press("c")
+            await wait_for(pilot, lambda: len(state.captures) == 1, 10, "the capture request")
+            cap = state.captures[1]
+            await wait_for(pilot, lambda: cap.status in ("done", "failed"), 60, "the capture")
+            assert cap.status == "done", cap.error
+            assert cap.count == 3
+            await pilot.press("6")
+            await pilot.pause(0.2)
+            app.refresh_views()
+            await pilot.pause()
+            text = app.query_one(CapturesPanel).text()
+            assert f"#1  steps {cap.steps}  torch  done" in text
+            assert sorted(cap.files) == [0, 1]
+            for rank in (0, 1):
+                (path,) = cap.files[rank]  # one trace file per rank
+                assert Path(path).is_file() and json.loads(Path(path).read_text())["traceEvents"]
+                assert f"r{rank} {path}" in text
+                steps = cap.summary["ranks"][str(rank)]["steps"]
+                assert steps == list(range(cap.start, cap.start + 3))  # exactly 3 consecutive
+                assert f"r{rank}  comm " in text and f"steps {cap.steps} (3)" in text
+            await pilot.press("q")
+            await pilot.press("y")
+            await wait_for(pilot, lambda: not app.is_running, 40, "the app to exit")
+
+    asyncio.run(main())
+    ended = [m for m in seen if isinstance(m, CaptureEnded)]
+    assert [(m.capture_id, m.status) for m in ended] == [(1, "done")]
 
 
 # --- scripted state: layout and views ------------------------------------------------------

@@ -28,6 +28,8 @@ def wrap_ddp(
         bucket_cap_mb=config.bucket_cap_mb,
     )
     state, hook = comm_hook(config)
+    if timer is None and config.comm_hook == "none":
+        return ddp, None  # DDP's built-in C++ all-reduce: nothing to time, nothing added
     if timer is not None:
         hook = timer.wrap(hook)
     ddp.register_comm_hook(state, hook)

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(config.seed)
     model = models.build_model(spec).to(device)
     comm_timer = CommTimer(cuda)
-    model, hook_state = ddp_setup.wrap_ddp(model, config, device, comm_timer)
+    model, hook_state = ddp_setup.wrap_ddp(model, config, device, comm_timer if config.comm_timing else None)
     criterion = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
     scaler = torch.amp.GradScaler("cuda") if cuda and config.autocast == "fp16" else None

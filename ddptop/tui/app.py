@@ -2,7 +2,7 @@
 
 Gets a Workbench (its data source) in the constructor; runs each Session in a
 worker, refreshes the visible views from `session.state` on a timer, and turns
-keys into intents (stop, apply settings, quit). Never imports torch; never
+keys into intents (stop, apply settings, capture, quit). Never imports torch; never
 touches sockets or subprocesses (the Session does).
 """
 
@@ -23,24 +23,31 @@ from textual.worker import Worker, WorkerState
 
 from ddptop.config import RunConfig
 from ddptop.session import Session
+from ddptop.state import RunState
+from ddptop.tui.captures_panel import CapturesPanel
 from ddptop.tui.confirm_screen import ConfirmScreen
 from ddptop.tui.gpu_panel import GpuPanel
 from ddptop.tui.help_screen import HelpScreen
 from ddptop.tui.live import LiveFigures
 from ddptop.tui.log_view import LogView
-from ddptop.tui.messages import RunEnded, RunStarted, SettingsApplied, StopRequested
+from ddptop.tui.messages import CaptureEnded, RunEnded, RunStarted, SettingsApplied, StopRequested
 from ddptop.tui.rank_table import RankTable
+from ddptop.tui.run_alerts import RunAlerts
 from ddptop.tui.run_header import RunHeader
 from ddptop.tui.runs_panel import RunsPanel
 from ddptop.tui.settings_screen import SettingsScreen
 from ddptop.tui.throughput_panel import ThroughputPanel
+from ddptop.tui.wiring_panel import WiringPanel
 from ddptop.workbench import Workbench
 
 REFRESH_S = 0.5
 RUNS_REFRESH_S = 2.0  # the runs table reads the runs directory: less often
-TABS = ("ranks", "gpu", "runs", "logs")
+TABS = ("ranks", "gpu", "runs", "logs", "wiring", "captures")
+TAB_FOCUS = {"ranks": RankTable, "gpu": GpuPanel, "runs": RunsPanel, "logs": LogView,
+             "wiring": WiringPanel, "captures": CapturesPanel}
+CAPTURE_STEPS = 3
 # Actions that only make sense on the main screen (not under settings/help/confirm).
-MAIN_ONLY = {"settings", "stop_run", "rerun", "show_tab", "help", "request_quit"}
+MAIN_ONLY = {"settings", "stop_run", "rerun", "show_tab", "help", "request_quit", "capture"}
 
 
 class DdpTopApp(App[int]):
@@ -51,10 +58,13 @@ class DdpTopApp(App[int]):
         Binding("s", "settings", "Settings"),
         Binding("x", "stop_run", "Stop run"),
         Binding("n", "rerun", "Run again"),
+        Binding("c", "capture", "Capture"),
         Binding("1", "show_tab('ranks')", "Ranks", show=False),
         Binding("2", "show_tab('gpu')", "GPU", show=False),
         Binding("3", "show_tab('runs')", "Runs", show=False),
         Binding("4", "show_tab('logs')", "Logs", show=False),
+        Binding("5", "show_tab('wiring')", "Wiring", show=False),
+        Binding("6", "show_tab('captures')", "Captures", show=False),
         Binding("t", "toggle_dark", "Theme", show=False),
         Binding("question_mark", "help", "Help"),
     ]
@@ -67,9 +77,11 @@ class DdpTopApp(App[int]):
         self.refresh_s = refresh_s
         self._runs_shown_at = 0.0
         self.live = LiveFigures()
+        self._capture_status: dict[tuple[str, int], str] = {}  # to notice captures finishing
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="run-header")
+        yield RunAlerts(id="run-alerts")
         with TabbedContent(initial="ranks", id="tabs"):
             with TabPane("1 Ranks", id="ranks"):
                 yield RankTable(id="rank-table")
@@ -80,6 +92,10 @@ class DdpTopApp(App[int]):
                 yield RunsPanel(id="runs-panel")
             with TabPane("4 Logs", id="logs"):
                 yield LogView(id="log-view")
+            with TabPane("5 Wiring", id="wiring"):
+                yield WiringPanel(id="wiring-panel")
+            with TabPane("6 Captures", id="captures"):
+                yield CapturesPanel(id="captures-panel")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -110,7 +126,12 @@ class DdpTopApp(App[int]):
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         worker = event.worker
-        if worker.group != "run" or event.state not in (WorkerState.SUCCESS, WorkerState.ERROR):
+        if event.state not in (WorkerState.SUCCESS, WorkerState.ERROR):
+            return
+        if worker.group != "run":
+            if event.state == WorkerState.ERROR:  # capture, control: say why, keep going
+                self.notify(f"{worker.name or worker.group}: {worker.error}", severity="error",
+                            timeout=10)
             return
         if event.state == WorkerState.ERROR:
             self.post_message(RunEnded(worker.name, "error", str(worker.error)))
@@ -137,6 +158,19 @@ class DdpTopApp(App[int]):
             self.workbench.request_stop(event.reason)
             self.notify("stopping the run at the next agreed step…")
 
+    @on(CaptureEnded)
+    def _capture_ended(self, event: CaptureEnded) -> None:
+        ok = event.status == "done"
+        self.notify(f"capture {event.capture_id} {event.status}" + (f": {event.detail}" if event.detail
+                                                                      else ""),
+                    severity="information" if ok else "error", timeout=8 if ok else 20)
+
+    @work(group="capture", exit_on_error=False, name="capture")
+    async def capture(self, count: int = CAPTURE_STEPS) -> None:
+        cap = await self.workbench.capture(count)
+        self.notify(f"capture {cap.capture_id}: steps {cap.steps} on every rank ({cap.profiler})")
+        self.refresh_views()
+
     @work(group="control", exclusive=True, exit_on_error=False)
     async def restart(self, config: RunConfig | None = None) -> None:
         if self.workbench.is_live():
@@ -158,6 +192,8 @@ class DdpTopApp(App[int]):
         now = time.time()
         snap = self.live.snapshot(session.state, now)
         self.query_one(RunHeader).show(snap)
+        self.query_one(RunAlerts).show(snap)
+        self._notice_captures(session.state)
         tab = self.query_one(TabbedContent).active
         if tab == "ranks":
             self.query_one(RankTable).show(snap)
@@ -167,8 +203,22 @@ class DdpTopApp(App[int]):
         elif tab == "runs" and (force_runs or now - self._runs_shown_at >= RUNS_REFRESH_S):
             self._runs_shown_at = now
             self.query_one(RunsPanel).show(self.workbench.runs_table())
+        elif tab == "wiring":
+            self.query_one(WiringPanel).show(snap)
+        elif tab == "captures":
+            self.query_one(CapturesPanel).show(snap)
         # The log view follows even when hidden, so switching to it is instant.
         self.query_one(LogView).show(snap)
+
+    def _notice_captures(self, state: RunState) -> None:
+        for cap in state.captures.values():
+            key = (state.run_id, cap.capture_id)
+            before = self._capture_status.get(key)
+            self._capture_status[key] = cap.status
+            if cap.status != before and cap.status in ("done", "failed"):
+                detail = cap.error or (f"{len(cap.files)} rank(s), files in {cap.out_dir}"
+                                       if cap.status == "done" else "")
+                self.post_message(CaptureEnded(state.run_id, cap.capture_id, cap.status, detail))
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         self.refresh_views(force_runs=True)
@@ -195,8 +245,7 @@ class DdpTopApp(App[int]):
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
-        focus = {"ranks": RankTable, "gpu": GpuPanel, "runs": RunsPanel, "logs": LogView}[tab]
-        widget = self.query_one(focus)
+        widget = self.query_one(TAB_FOCUS[tab])
         target = widget if widget.can_focus or isinstance(widget, RankTable) else next(
             (w for w in widget.query("*") if w.can_focus), None)
         if target is not None:
@@ -214,6 +263,9 @@ class DdpTopApp(App[int]):
 
     def action_rerun(self) -> None:
         self.restart(None)
+
+    def action_capture(self) -> None:
+        self.capture(CAPTURE_STEPS)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen([
@@ -242,6 +294,8 @@ class DdpTopApp(App[int]):
         yield SystemCommand("Stop run", "Stop the current run (keep ddptop open)",
                             self.action_stop_run)
         yield SystemCommand("Run again", "Start a new run with the same settings", self.action_rerun)
+        yield SystemCommand("Capture", f"Profile the next {CAPTURE_STEPS} steps on every rank",
+                            self.action_capture)
         yield SystemCommand("Export runs", "Write the runs table as Markdown into the runs directory",
                             self._export)
         yield SystemCommand("Toggle light/dark", "Switch between light and dark themes",

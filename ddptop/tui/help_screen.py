@@ -15,13 +15,20 @@ from textual.widgets import Static
 VIEWS = (
     ("Ranks", "one row per rank: where it runs, step, recent p50/p95 step time, how the step "
               "splits into data/forward/backward/optimizer (and communication once measured), "
-              "samples/s, status. ▲ marks the slowest rank (most own work per step). Below: "
+              "samples/s, status. ▲ marks the slowest rank (most own work per step); the status says "
+              "'straggler' when it stays well above the others and 'suspect' during a stall. Below: "
               "steps/s over the run and each rank's recent step times on one scale."),
     ("GPU", "per GPU utilisation, memory, power, temperature, SM clock, PCIe, NVLink and the "
             "ranks on it (NVML). Without NVML: why, and each rank's CPU% and memory."),
     ("Runs", "every run of this session and earlier ones in the runs directory; speedup is "
              "steps/s relative to the reference run (first 'baseline' run unless you pick one)."),
     ("Logs", "each rank's output and torchrun's, filterable by rank; NCCL lines highlighted."),
+    ("Wiring", "the transport NCCL chose for each rank pair (P2P, SHM, NET...) next to the "
+               "hardware link between their GPUs (NVML); red: slower than the hardware allows, "
+               "amber: PCIe or host memory. NCCL's version, channels, env and algorithms, and "
+               "the advisor's recommendation with its reason."),
+    ("Captures", "profiler windows (c: the next 3 steps on every rank): status, the trace "
+                 "files per rank, and per rank communication, overlap, steps covered, top op."),
     ("Settings", "every knob of the next run; presets fill in the DDP knobs. Applying stops the "
                  "current run cleanly and starts a new one."),
 )

@@ -12,8 +12,11 @@ import collections
 from dataclasses import dataclass, field
 
 from ddptop.protocol import PHASES
-from ddptop.state import RankState, RunState
+from ddptop.state import RankState, RunState, Stall, Straggler
 
+# The verdict reads 50 records per rank (~15-30 ms at 64 ranks): not on every refresh,
+# and not at all while no record arrives. A window of 50 steps changes slowly anyway.
+STRAGGLER_EVERY_S = 3.0
 STALL_S = 10.0  # a running rank silent this long (and 10 of its steps) looks stalled
 PHASES_WITH_COMM = ("data", "forward", "backward", "comm", "optimizer")
 
@@ -177,6 +180,8 @@ class Snapshot:
     samples_per_s: float | None
     comm: tuple[float, float] | None  # (in flight, exposed) share of step time, mean over ranks
     warming_up: bool  # a comm hook is configured but gradients still travel uncompressed
+    straggler: Straggler | None = None  # state.straggler(), at most STRAGGLER_EVERY_S old
+    stall: Stall | None = None  # state.stall while it is not cleared
 
     @property
     def phase_names(self) -> tuple[str, ...]:
@@ -188,6 +193,7 @@ class LiveFigures:
     """Builds Snapshots, re-reading a rank's window only when it received records."""
 
     _windows: dict[tuple[str, int], tuple[RankWindow, RankFigures]] = field(default_factory=dict)
+    _straggler: tuple[str, float, int, Straggler | None] = ("", 0.0, -1, None)  # run, when, records
 
     def snapshot(self, state: RunState, now: float) -> Snapshot:
         figures: dict[int, RankFigures] = {}
@@ -213,7 +219,17 @@ class LiveFigures:
             samples_per_s=_samples_per_s(state, figures),
             comm=_comm(figures),
             warming_up=_warming_up(state, figures),
+            straggler=self._straggler_of(state, now),
+            stall=state.stall if state.stall is not None and state.stall.cleared_at is None else None,
         )
+
+    def _straggler_of(self, state: RunState, now: float) -> Straggler | None:
+        run, when, seen, verdict = self._straggler
+        records = sum(rs.steps for rs in state.ranks.values())
+        if run != state.run_id or (records != seen and abs(now - when) >= STRAGGLER_EVERY_S):
+            verdict = state.straggler() if state.world_size > 1 else None
+            self._straggler = (state.run_id, now, records, verdict)
+        return verdict
 
 
 def slowest(figures: dict[int, RankFigures]) -> int | None:

@@ -40,3 +40,14 @@ class RunEnded(Message):
         self.run_id = run_id
         self.status = status
         self.error = error
+
+
+class CaptureEnded(Message):
+    """A capture window reached `done` or `failed`."""
+
+    def __init__(self, run_id: str, capture_id: int, status: str, detail: str = "") -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.capture_id = capture_id
+        self.status = status
+        self.detail = detail

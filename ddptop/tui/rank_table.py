@@ -27,7 +27,7 @@ COLUMNS = (
     ("p95", "p95 ms", 6, True),
     ("phases", "phases", None, False),
     ("samples", "samples/s", 9, True),
-    ("status", "status", 8, False),
+    ("status", "status", 9, False),
 )
 GAP = "  "
 MIN_BAR, MAX_BAR = 8, 40
@@ -103,14 +103,15 @@ class RankTable(Vertical):
             self.query_one("#rank-header", Static).update(header)
             self.border_subtitle = legend(snap.phase_names) + Text("▲ slowest", style=SLOW_STYLE)
         slow = snap.slowest if state.world_size > 1 else None
-        self.body.set_lines([self._row(r, snap, r == slow, bar_w) for r in ranks])
+        flags = rank_flags(snap)
+        self.body.set_lines([self._row(r, snap, r == slow, bar_w, flags.get(r)) for r in ranks])
 
     @staticmethod
-    def _row(r: int, snap: Snapshot, is_slow: bool, bar_w: int) -> Text:
+    def _row(r: int, snap: Snapshot, is_slow: bool, bar_w: int, flag: str | None = None) -> Text:
         # Plain string formatting plus a few spans: building each cell as its own
         # Text (truncate, align, append) cost ~4x more at 64 ranks.
         rs, f = snap.state.ranks[r], snap.ranks[r]
-        status = snap.status[r]
+        status = flag or snap.status[r]
         left = (
             f"{('▲' if is_slow else ' ') + str(r):<4.4}{GAP}{truncate(rank_location(rs), 12):<12}{GAP}"
             f"{rs.last_step + 1 if rs.last_step >= 0 else '-':>6}{GAP}"
@@ -123,5 +124,16 @@ class RankTable(Vertical):
             row.stylize(SLOW_STYLE, 28, 34)  # p50
         row.append_text(phase_bar(f.phases, bar_w))
         row.append(right)
-        row.append(f"{status:<8.8}", STATUS_STYLES.get(status, ""))
+        row.append(f"{status:<9.9}", STATUS_STYLES.get(status, ""))
         return row
+
+
+def rank_flags(snap: Snapshot) -> dict[int, str]:
+    """rank -> what the status column says instead: the ranks a stall suspects, the
+    straggler (a suspect wins: a hang matters more than a slow rank)."""
+    flags = {}
+    if snap.straggler is not None:
+        flags[snap.straggler.rank] = "straggler"
+    if snap.stall is not None:
+        flags.update(dict.fromkeys(snap.stall.suspects, "suspect"))
+    return flags

@@ -25,6 +25,8 @@ STATUS_STYLES = {
     "failed": "bold #d7503c",
     "lost": "bold #d7503c",
     "stalled?": "bold #c79100",
+    "straggler": "bold #d7503c",
+    "suspect": "bold #ffffff on #b03a2e",
 }
 SLOW_STYLE = "bold #d7503c"
 NCCL_STYLE = "bold #a35fc0"

@@ -18,6 +18,22 @@ def _hello_field(state: RunState, name: str) -> str:
     return ""
 
 
+def hook_text(cfg: dict) -> str:
+    """The active DDP comm hook, with PowerSGD's rank and start iteration."""
+    hook = str(cfg.get("comm_hook", "none") or "none")
+    if hook == "powersgd":
+        hook += f" r{cfg.get('powersgd_rank', '?')}"
+    return hook
+
+
+def warm_up_text(cfg: dict) -> str:
+    hook = cfg.get("comm_hook")
+    if hook == "powersgd":
+        return (f"PowerSGD warm-up: plain all-reduce until iteration "
+                f"{cfg.get('powersgd_start_iter', '?')}")
+    return f"{hook} hook warming up: plain all-reduce"
+
+
 class RunHeader(Static):
     """Run id, preset, world size, backend, model, status, elapsed, rates."""
 
@@ -40,6 +56,7 @@ class RunHeader(Static):
             ("  backend ", "dim"), backend,
             ("  model ", "dim"), model,
             ("  step ", "dim"), f"{max(state.current_step + 1, 0)}/{steps}",
+            ("  hook ", "dim"), hook_text(cfg),
         )
         connected = sum(1 for rs in state.ranks.values() if rs.hello is not None)
         line3 = Text()
@@ -61,8 +78,7 @@ class RunHeader(Static):
             line3.append(" of step, exposed ", style="dim")
             line3.append(f"{comm[1]:.0%}", style="bold")
         if snap.warming_up:
-            hook = state.config.get("comm_hook")
-            line3.append(f"  {hook} hook warming up: plain all-reduce", style="bold #c79100")
+            line3.append("  " + warm_up_text(cfg), style="bold #c79100")
         if state.error:
             # Why it ended goes first: the end of a long line is what a narrow terminal cuts.
             failed = f"rank {state.failed_rank}: " if state.failed_rank is not None else ""

@@ -19,15 +19,18 @@ from ddptop.workbench import Workbench
 
 def synthetic_state(n_ranks: int, steps: int = RECENT, slow_rank: int | None = 1,
                     comm: bool = True, seed: int = 0, now: float | None = None,
-                    run_id: str = "20260101-120000-overlap-demo") -> RunState:
+                    run_id: str = "20260101-120000-overlap-demo", backend: str = "nccl") -> RunState:
     now = time.time() if now is None else now
     rng = random.Random(seed)
     config = preset_config("overlap", RunConfig(nproc=n_ranks, steps=steps * 4, warmup=5))
     state = RunState(run_id=run_id, config=config.to_dict(), world_size=n_ranks,
                      warmup=config.warmup, started_at=now - 60.0)
+    def device(r: int) -> str:
+        return f"cuda:{r % 8}" if backend == "nccl" else "cpu"
+
     for r in range(n_ranks):
         state.apply(Hello(rank=r, local_rank=r % 8, world_size=n_ranks, host=f"node{r // 8}",
-                          pid=20000 + r, token="", device=f"cuda:{r % 8}", backend="nccl",
+                          pid=20000 + r, token="", device=device(r), backend=backend,
                           model="vit_l_32", torch="2.11", nccl="2.28.9"), now)
         records = []
         for step in range(steps):
@@ -43,7 +46,7 @@ def synthetic_state(n_ranks: int, steps: int = RECENT, slow_rank: int | None = 1
                            comm_bytes=1.2e9, buckets=4, compressing=0)
             records.append(rec)
         state.apply(Steps(rank=r, records=records), now)
-        state.add_log(r, f"[trainer] rank {r}/{n_ranks} cuda:{r % 8} backend=nccl model=vit_l_32")
+        state.add_log(r, f"[trainer] rank {r}/{n_ranks} {device(r)} backend={backend} model=vit_l_32")
         state.add_log(r, f"node{r // 8}:{20000 + r}:{20000 + r} [{r % 8}] NCCL INFO Channel 00/0 : "
                          f"{r} -> {(r + 1) % n_ranks} via P2P/CUMEM")
     state.add_log(-1, "[ddptop] synthetic state")
