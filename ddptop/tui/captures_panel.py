@@ -1,0 +1,123 @@
+"""CapturesPanel: every profiler capture window of the run (`c` asks for one): id, steps,
+profiler, status, the files each rank wrote and the per-rank summary (communication and
+overlap time, steps covered, top op); after an nsys run, what nsys produced.
+
+Reads `state.captures` (ddptop.capture.Capture) and `state.nsys` by attribute/key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+
+from ddptop.report import fmt
+from ddptop.state import RunState
+from ddptop.tui.lines_view import LinesView
+from ddptop.tui.live import Snapshot
+
+CAPTURE_STYLES = {
+    "scheduled": "italic",
+    "recording": "bold #c79100",
+    "processing": "bold #5f87d7",
+    "done": "bold #3a9e5f",
+    "failed": "bold #d7503c",
+}
+HINT = "press c to profile the next 3 steps on every rank (torch.profiler, or nsys with --profiler nsys)"
+
+
+def _steps_text(steps: list[int]) -> str:
+    if not steps:
+        return "no steps"
+    consecutive = steps == list(range(steps[0], steps[0] + len(steps)))
+    span = f"{steps[0]}-{steps[-1]}" if consecutive and len(steps) > 1 else ",".join(map(str, steps))
+    return f"steps {span} ({len(steps)})"
+
+
+def rank_summary_text(rank: Any, s: dict[str, Any]) -> Text:
+    """One rank's line of a capture summary."""
+    line = Text(f"    r{rank}  ", style="bold")
+    if "error" in s:
+        return line.append(s["error"], style="#d7503c")
+    if "note" in s:
+        return line.append(s["note"], style="dim")
+    line.append_text(Text.assemble(
+        ("comm ", "dim"), f"{fmt(s.get('comm_ms'), '.1f')} ms",
+        ("  overlap ", "dim"), f"{fmt(s.get('overlap_ms'), '.1f')} ms" if s.get("overlap_ms") is not None
+        else "n/a",
+        ("  ", ""), _steps_text(list(s.get("steps") or [])),
+    ))
+    step_ms = s.get("step_ms") or []
+    if step_ms:
+        line.append("  step ms ", style="dim")
+        line.append(" ".join(f"{v:.1f}" for v in step_ms))
+    top = s.get("top") or []
+    if top:
+        line.append("  top ", style="dim")
+        line.append(f"{top[0]['name'][:48]} {top[0]['ms']:.1f} ms")
+    return line
+
+
+def capture_lines(cap: Any) -> list[Text]:
+    status = cap.status
+    head = Text.assemble(
+        (f"#{cap.capture_id}", "bold"), "  steps ", (cap.steps, "bold"), "  ", cap.profiler, "  ",
+        (status, CAPTURE_STYLES.get(status, "")),
+    )
+    waiting = [r for r, st in sorted(cap.ranks.items()) if st != "written"]
+    if status in ("scheduled", "recording") and cap.ranks:
+        head.append(f"  ({len(cap.ranks) - len(waiting)}/{len(cap.ranks)} ranks written)", style="dim")
+    lines = [head, Text.assemble(("    dir ", "dim"), cap.out_dir)]
+    if cap.error:
+        lines.append(Text("    " + cap.error, style="#d7503c"))
+    for rank, paths in sorted(cap.files.items()):
+        for i, path in enumerate(paths):
+            lines.append(Text.assemble(("    files " if i == 0 else "          ", "dim"),
+                                       f"r{rank} ", path))
+    summary = cap.summary or {}
+    per_rank = summary.get("ranks") or {}
+    if per_rank:
+        mean = summary.get("comm_ms_mean")
+        lines.append(Text.assemble(("    summary", "dim"),
+                                   f"  comm {fmt(mean, '.1f')} ms/rank" if mean is not None else ""))
+        lines.extend(rank_summary_text(r, s) for r, s in sorted(per_rank.items(),
+                                                                key=lambda kv: int(kv[0])))
+    return lines
+
+
+def captures_lines(state: RunState) -> list[Text]:
+    """Everything the Captures view shows (pure; tests read it)."""
+    lines = [Text(HINT, style="dim"), Text()]
+    if not state.captures:
+        lines.append(Text("no captures yet in this run"))
+    for cap in sorted(state.captures.values(), key=lambda c: c.capture_id):
+        lines.extend(capture_lines(cap))
+        lines.append(Text())
+    nsys = state.nsys
+    if nsys:
+        lines.append(Text("nsys", style="bold"))
+        if nsys.get("note"):
+            lines.append(Text("  " + nsys["note"], style="#c79100"))
+        lines.extend(Text("  file " + f) for f in nsys.get("files", []))
+        lines.extend(Text(f"  stats {name}: {path}") for name, path in nsys.get("stats", {}).items())
+    return lines
+
+
+class CapturesPanel(Vertical):
+    """Call `show(snapshot)` to refresh."""
+
+    def compose(self) -> ComposeResult:
+        yield LinesView(cursor=False, id="captures-lines")
+
+    @property
+    def body(self) -> LinesView:
+        return self.query_one("#captures-lines", LinesView)
+
+    def text(self) -> str:
+        return "\n".join(t.plain for t in self.body.lines)
+
+    def show(self, snap: Snapshot) -> None:
+        # A handful of captures at most: rebuilding is cheaper than tracking changes,
+        # and LinesView repaints only the lines that differ.
+        self.body.set_lines(captures_lines(snap.state))

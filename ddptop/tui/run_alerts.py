@@ -1,0 +1,60 @@
+"""RunAlerts: what needs the user's eye now, under the header on every view: a loud
+STALLED line while no rank makes progress (seconds since, suspects, where stacks
+went) and the straggler verdict. Hidden when there is nothing to say."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ddptop.tui.live import Snapshot
+
+STALL_STYLE = "bold #ffffff on #b03a2e"
+STRAGGLER_STYLE = "bold #d7503c"
+
+
+def _stacks_text(stacks: dict[int, str]) -> str:
+    if not stacks:
+        return "collecting stacks…"
+    files = [p for p in stacks.values() if not p.startswith("(")]
+    dirs = sorted({str(Path(p).parent) for p in files})
+    unanswered = [r for r, p in sorted(stacks.items()) if p.startswith("(")]
+    text = f"stacks in {', '.join(dirs)}" if dirs else "no stacks written"
+    if unanswered:
+        text += f" (no answer from rank {', '.join(map(str, unanswered))})"
+    return text
+
+
+def alert_lines(snap: Snapshot) -> list[Text]:
+    lines = []
+    stall = snap.stall
+    if stall is not None:
+        suspects = ", ".join(f"rank {r}" for r in stall.suspects) or "none named"
+        steps = " ".join(f"r{r}:{s + 1}" for r, s in sorted(stall.last_steps.items()))
+        lines.append(Text.assemble(
+            (f" STALLED {snap.now - stall.since:.0f}s ", STALL_STYLE),
+            (f" no rank finished a step (bound {stall.bound_s:.0f}s); suspects: ", "bold"),
+            (suspects, STRAGGLER_STYLE),
+        ))
+        lines.append(Text.assemble(("  last steps ", "dim"), steps,
+                                   ("  " + _stacks_text(stall.stacks), "")))
+    if snap.straggler is not None:
+        lines.append(Text("▲ " + snap.straggler.describe(), style=STRAGGLER_STYLE))
+    return lines
+
+
+class RunAlerts(Static):
+    """Call `show(snapshot)`; displays itself only when it has something to say."""
+
+    _shown: Text | None = None
+
+    def show(self, snap: Snapshot) -> None:
+        lines = alert_lines(snap)
+        text = Text("\n").join(lines)
+        if text == self._shown:
+            return
+        self._shown = text
+        self.display = bool(lines)
+        self.update(text)
