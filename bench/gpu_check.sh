@@ -91,13 +91,25 @@ overhead() {  # ddptop's trainer under ddptop vs the plain reference recipe, sam
   done
 }
 
+overhead_off() {  # isolate the comm-timing hook: ddptop with comm_timing=false vs the reference
+  S=${SEED:-.ref/seed_repro.py}
+  r=$(torchrun --standalone --nproc_per_node="$N" "$S" --steps 40 --warmup 10 2>&1 | grep RESULT | sed 's/RESULT //')
+  d=$($PY -m ddptop --headless --json --nproc "$N" --preset baseline --steps 40 --warmup 10 --set data=device --set comm_timing=false --runs-dir "$RUNS/ovh" 2>&1 | tail -1)
+  $PY -c "import json,sys; r=json.loads(sys.argv[1]); d=json.loads(sys.argv[2]); print(f'overhead baseline comm_timing=false: seed {r[\"steps_per_s\"]:.3f} ddptop {d[\"steps_per_s\"]:.3f} ratio {d[\"steps_per_s\"]/r[\"steps_per_s\"]:.3f}')" "$r" "$d" | tee -a "$OUT/overhead.txt"
+}
+
+tuneshm() {  # issue 7: tune on the article's SHM box
+  NCCL_P2P_DISABLE=1 timeout ${TUNE_TIMEOUT:-330} $PY -m ddptop tune --nproc "$N" --steps 25 --warmup 8 --budget ${BUDGET:-240} --runs-dir "$RUNS/tune" > "$OUT/tune.txt" 2>&1
+  echo "tune rc=$?"; tail -40 "$OUT/tune.txt"
+}
+
 screens() {  # TUI screenshots from a real GPU run (textual carried as wheels in .whl)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
-  $PY scripts/screenshots.py --out "$OUT/screens" --nproc "$N" ${SCREEN_ARGS:-} 2>&1 | tail -5
-  ls "$OUT/screens"
+  NCCL_P2P_DISABLE=${SCREEN_P2P:-1} timeout 240 $PY scripts/screenshots.py --out /tmp/screens --nproc "$N" ${SCREEN_ARGS:-} 2>&1 | tail -5
+  ls /tmp/screens; tar czf "$OUT/screens.tgz" -C /tmp screens
 }
 
 facts
 for step in ${@:-topo presets}; do $step; done
-tar czf "$OUT/runs.tgz" -C /tmp ddptop-gpu-runs 2>/dev/null
+tar czf "$OUT/runs.tgz" --exclude='*.qdstrm' --exclude='*.nsys-rep' --exclude='*.trace.json' -C /tmp ddptop-gpu-runs 2>/dev/null
 echo "== done $(date -u +%T)"

@@ -16,7 +16,7 @@ from ddptop.config import ConfigError, RunConfig, apply_overrides, preset_config
 from ddptop.options import CaptureOptions
 
 USAGE_EXIT = 2
-SUBCOMMANDS = ("presets", "nccl", "topo", "sweep")
+SUBCOMMANDS = ("presets", "nccl", "topo", "sweep", "tune")
 
 
 class UsageError(Exception):
@@ -32,7 +32,7 @@ def run_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="ddptop",
         description="top for PyTorch DDP: launch a DDP job through torchrun and watch it per rank. "
-        "Subcommands: presets, nccl LOGFILE..., topo.",
+        "Subcommands: presets, sweep, tune, nccl LOGFILE..., topo.",
         epilog="Run your own script: ddptop --nproc 2 -- python train.py ARGS "
         "(use ddptop.probe.Probe in it to report steps).",
     )
@@ -185,6 +185,10 @@ def run_subcommand(name: str, argv: list[str]) -> int:
         from ddptop.sweep import main_sweep
 
         return main_sweep(argv)
+    if name == "tune":
+        from ddptop.tune import main_tune
+
+        return main_tune(argv)
     raise UsageError(f"unknown subcommand {name}")
 
 
