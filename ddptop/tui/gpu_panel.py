@@ -18,7 +18,7 @@ from ddptop.state import RunState
 from ddptop.tui.live import Snapshot
 from ddptop.tui.render import fmt_bytes, fmt_rate_kbs, spark
 
-NVML_COLUMNS = ("gpu", "name", "util", "memory", "power", "temp", "SM MHz", "PCIe tx/rx",
+NVML_COLUMNS = ("gpu", "name", "util", "memory", "power", "temp", "SM MHz", "PCIe tx/rx B/s",
                 "NVLink", "ranks", "util history")
 CPU_COLUMNS = ("rank", "pid", "host", "CPU %", "RSS")
 HISTORY_W = 16

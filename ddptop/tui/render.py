@@ -94,6 +94,8 @@ def fmt_rate_kbs(kbs: float | None) -> str:
     """NVML reports PCIe throughput in KB/s."""
     if kbs is None:
         return "n/a"
+    if kbs >= 1024 * 1024:
+        return f"{kbs / 1024 / 1024:.1f}G"
     return f"{kbs / 1024:.0f}M" if kbs >= 1024 else f"{kbs:.0f}K"
 
 
