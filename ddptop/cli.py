@@ -14,22 +14,15 @@ from pathlib import Path
 from ddptop import __version__
 from ddptop.config import ConfigError, RunConfig, apply_overrides, preset_config
 from ddptop.options import CaptureOptions
+from ddptop.usage import USAGE_EXIT, OneLineParser, UsageError
 
-USAGE_EXIT = 2
 SUBCOMMANDS = ("presets", "nccl", "topo", "sweep", "tune")
 
 
-class UsageError(Exception):
-    """A mistake in what the user typed; message is one line."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, not argparse's usage block
-        raise UsageError(message)
 
 
 def run_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog="ddptop",
         description="top for PyTorch DDP: launch a DDP job through torchrun and watch it per rank. "
         "Subcommands: presets, sweep, tune, nccl LOGFILE..., topo.",

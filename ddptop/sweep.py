@@ -29,22 +29,15 @@ from ddptop.advisor import (
     recommend_from_sweep,
 )
 from ddptop.config import PRESETS, ConfigError, RunConfig, apply_overrides, preset_config
+from ddptop.usage import USAGE_EXIT, OneLineParser, UsageError
 
-USAGE_EXIT = 2
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class UsageError(Exception):
-    """A mistake in what the user typed; message is one line."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, not argparse's usage block
-        raise UsageError(message)
 
 
 def sweep_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog="ddptop sweep",
         description="Run presets back to back with the same seed and steps; print a table with "
         "speedups and a recommendation, and write sweep.json + sweep.md.",

@@ -27,10 +27,7 @@ from typing import Any, TextIO
 from ddptop.advisor import LADDER, LOSSY_CAVEAT, NOISE, Advice, advise_run
 from ddptop.config import PRESETS, ConfigError, RunConfig, parse_value, validate
 from ddptop.sweep import (
-    USAGE_EXIT,
-    UsageError,
     _f,
-    _Parser,
     _pct,
     _progress,
     build_configs,
@@ -38,6 +35,7 @@ from ddptop.sweep import (
     check_runnable,
     run_sweep,
 )
+from ddptop.usage import USAGE_EXIT, OneLineParser, UsageError
 
 # The knobs the tuner searches, and the values it tries. Order matters: it is the order in
 # which a knob's values are neighbours of each other (bucket sizes) and the table's order.
@@ -550,7 +548,7 @@ def advice_for(summary: Mapping[str, Any]) -> Advice | None:
 
 
 def tune_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog="ddptop tune",
         description="Search DDP settings (comm hook, PowerSGD rank, bucket size, static graph, bucket view) "
         "within a time budget, starting from the advisor's reading of a baseline run; print the tried "
