@@ -132,23 +132,25 @@ def _str(data: dict[str, Any], key: str, default: str | None = None, limit: int 
     return value
 
 
+_NUMERIC = frozenset(STEP_FIELDS)
+
+
 def _record(raw: Any) -> dict[str, float]:
-    if not isinstance(raw, dict):
+    # hot path (every step of every rank): one pass over the record's own keys
+    if type(raw) is not dict:
         raise ProtocolError("bad-record")
     step = raw.get("step")
     if type(step) is not int or step < 0:
         raise ProtocolError("bad-record", "step")
     rec: dict[str, float] = {"step": step}
-    t = raw.get("t")
-    if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t):
-        rec["t"] = float(t)
-    for key in STEP_FIELDS:
-        value = raw.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ProtocolError("bad-record", key)
-        rec[key] = value
+    for key, value in raw.items():
+        kind = type(value)
+        if key in _NUMERIC:
+            if (kind is not int and kind is not float) or not math.isfinite(value):
+                raise ProtocolError("bad-record", key)
+            rec[key] = value
+        elif key == "t" and (kind is float or kind is int) and math.isfinite(value):
+            rec["t"] = float(value)
     return rec
 
 

@@ -59,7 +59,8 @@ class Recorder:
         write_json(self.run_dir / "config.json", {**config, "_launch": facts})
 
     def record_steps(self, rank: int, records: list[dict[str, float]]) -> None:
-        lines = [_ENCODE({"rank": rank, **rec}) for rec in records]
+        head = '{"rank":%d,' % rank
+        lines = [head + _ENCODE(rec)[1:] for rec in records]
         self._steps.write("\n".join(lines) + "\n")
         self._steps.flush()
         self.records_written += len(records)

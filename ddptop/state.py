@@ -21,6 +21,8 @@ HISTORY = 900  # throughput samples (one per tick)
 _BINS_PER_E = 100.0  # histogram bins per factor e: ~1% wide
 
 TERMINAL = ("completed", "failed", "stopped")
+_PHASE_KEYS = tuple((p, p + "_ms") for p in PHASES)
+_EXTRA_KEYS = ("comm_ms", "exposed_comm_ms", "comm_bytes", "buckets", "compressing")
 
 
 class Histogram:
@@ -31,7 +33,9 @@ class Histogram:
         self.n = 0
 
     def add(self, value: float) -> None:
-        self.counts[int(math.floor(math.log(max(value, 1e-6)) * _BINS_PER_E))] += 1
+        key = math.floor(math.log(value if value > 1e-6 else 1e-6) * _BINS_PER_E)
+        counts = self.counts
+        counts[key] = counts.get(key, 0) + 1
         self.n += 1
 
     def percentile(self, q: float) -> float | None:
@@ -90,11 +94,12 @@ class RankState:
         self.measured_ms += step_ms
         self.measured_samples += rec.get("samples", 0.0)
         self.step_hist.add(step_ms)
-        for phase in PHASES:
-            self.phase_ms[phase] += rec.get(phase + "_ms", 0.0)
-        for key in ("comm_ms", "exposed_comm_ms", "comm_bytes", "buckets", "compressing"):
+        phase_ms, extra = self.phase_ms, self.extra_ms
+        for phase, key in _PHASE_KEYS:
+            phase_ms[phase] += rec.get(key, 0.0)
+        for key in _EXTRA_KEYS:
             if key in rec:
-                self.extra_ms[key] = self.extra_ms.get(key, 0.0) + rec[key]
+                extra[key] = extra.get(key, 0.0) + rec[key]
         if "comm_ms" in rec:
             self.comm_hist.add(rec["comm_ms"])
             self.exposed_hist.add(rec.get("exposed_comm_ms", 0.0))
