@@ -59,7 +59,7 @@ class Recorder:
         write_json(self.run_dir / "config.json", {**config, "_launch": facts})
 
     def record_steps(self, rank: int, records: list[dict[str, float]]) -> None:
-        head = '{"rank":%d,' % rank
+        head = f'{{"rank":{int(rank)},'
         lines = [head + _ENCODE(rec)[1:] for rec in records]
         self._steps.write("\n".join(lines) + "\n")
         self._steps.flush()
