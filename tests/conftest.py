@@ -11,3 +11,17 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 def ddptop_cmd() -> list[str]:
     """The CLI as a user runs it (a subprocess, so exit codes and stdout are real)."""
     return [sys.executable, "-m", "ddptop"]
+
+
+def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001
+    """Say which processes the suite left behind (a run must never leave any)."""
+    import psutil
+
+    left = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    if left:
+        print("\nprocesses left behind by the tests:")
+        for p in left:
+            try:
+                print(f"  {p.pid} {' '.join(p.cmdline())[:200]}")
+            except psutil.Error:
+                pass

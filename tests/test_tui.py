@@ -59,7 +59,8 @@ def step_of(app: DdpTopApp, rank: int) -> int:
     return int(row[2]) if row[2].isdigit() else -1
 
 
-def no_processes_left(pids: list[int]) -> bool:
+def alive_of(pids: list[int]) -> list[int]:
+    """The pids still running (zombies and gone ones do not count)."""
     alive = []
     for pid in pids:
         try:
@@ -67,7 +68,11 @@ def no_processes_left(pids: list[int]) -> bool:
                 alive.append(pid)
         except psutil.NoSuchProcess:
             pass
-    return not alive and not psutil.Process().children(recursive=True)
+    return alive
+
+
+def no_processes_left(pids: list[int]) -> bool:
+    return not alive_of(pids)
 
 
 # --- real runs ---------------------------------------------------------------------------
@@ -157,8 +162,9 @@ def test_quit_asks_then_stops_the_run_and_leaves_no_process(tmp_path: Path) -> N
             state = app.workbench.current.state
             await wait_for(pilot, lambda: all(rs.last_step > 5 for rs in state.ranks.values()),
                            START_TIMEOUT, "both ranks stepping")
-            pids = [rs.hello.pid for rs in state.ranks.values()]
-            pids.append(app.workbench.current.launcher.proc.pid)
+            # the whole tree of this run: torchrun, both ranks (and any DataLoader workers)
+            pids = [p.pid for p in app.workbench.current.launcher.tree()]
+            assert len(pids) >= 3
 
             await pilot.press("q")
             assert isinstance(app.screen, ConfirmScreen)
@@ -176,7 +182,7 @@ def test_quit_asks_then_stops_the_run_and_leaves_no_process(tmp_path: Path) -> N
     deadline = time.monotonic() + 10
     while not no_processes_left(pids) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert no_processes_left(pids)
+    assert alive_of(pids) == []
 
 
 @pytest.mark.e2e
