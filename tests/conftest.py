@@ -17,7 +17,8 @@ def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001
     """Say which processes the suite left behind (a run must never leave any)."""
     import psutil
 
-    left = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    left = [p for p in psutil.Process().children(recursive=True)
+            if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline())]
     if left:
         print("\nprocesses left behind by the tests:")
         for p in left:
