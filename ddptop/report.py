@@ -104,8 +104,10 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
     )
     lines = [head, rates, ranks_table(summary)]
     if summary.get("comm_share") is not None:
+        busbw = [r.get("busbw_gbps") for r in summary["ranks"] if r.get("busbw_gbps") is not None]
         lines.append(f"gradient communication: {100 * summary['comm_share']:.1f}% of the step, "
-                     f"{100 * (summary.get('exposed_comm_share') or 0):.1f}% exposed (not hidden by backward)")
+                     f"{100 * (summary.get('exposed_comm_share') or 0):.1f}% exposed (not hidden by backward)"
+                     + (f"; all-reduce bus bandwidth {min(busbw):.2f}-{max(busbw):.2f} GB/s" if busbw else ""))
     if summary.get("straggler"):
         lines.append(summary["straggler"]["text"])
     if summary.get("stalls"):

@@ -411,6 +411,8 @@ class RunState:
                 entry["comm_ms_p50"] = _round(rs.comm_hist.percentile(50))
                 entry["exposed_comm_ms_p50"] = _round(rs.exposed_hist.percentile(50))
                 entry["comm_share"] = _round(rs.share("comm_ms"), 4)
+                entry.update(bus_bandwidth(rs.extra_ms.get("comm_bytes", 0.0), rs.extra_ms.get("comm_ms", 0.0),
+                                           self.world_size))
                 entry["exposed_comm_share"] = _round(rs.share("exposed_comm_ms"), 4)
             ranks.append(entry)
         first = next((rs.hello for rs in self.ranks.values() if rs.hello), None)
@@ -446,6 +448,16 @@ class RunState:
             "refused_connections": self.refused,
             "ranks": ranks,
         }
+
+
+def bus_bandwidth(nbytes: float, comm_ms: float, world: int) -> dict[str, float | None]:
+    """All-reduce bandwidth as nccl-tests define it: algbw = bytes / time, busbw = algbw x
+    2(n-1)/n. Bytes are the gradient bytes handed to the hook (before any compression), so
+    with a compression hook this is the effective bandwidth."""
+    if nbytes <= 0 or comm_ms <= 0 or world < 2:
+        return {"algbw_gbps": None, "busbw_gbps": None}
+    algbw = nbytes / (comm_ms / 1000.0) / 1e9
+    return {"algbw_gbps": round(algbw, 3), "busbw_gbps": round(algbw * 2 * (world - 1) / world, 3)}
 
 
 def _straggler_dict(s: Straggler | None) -> dict[str, Any] | None:

@@ -128,3 +128,11 @@ def test_stall_flagged_after_bound_and_cleared_on_progress():
     st.apply(Steps(0, [rec(5, 10.0)]), now=113.0)
     st.check_stall(113.5, {})
     assert st.stall.cleared_at == 113.5
+
+
+def test_bus_bandwidth_as_nccl_tests_define_it():
+    from ddptop.state import bus_bandwidth
+
+    bw = bus_bandwidth(nbytes=1e9, comm_ms=100.0, world=4)  # 10 GB/s algorithm bandwidth
+    assert bw["algbw_gbps"] == 10.0 and bw["busbw_gbps"] == 15.0
+    assert bus_bandwidth(1e9, 100.0, 1) == {"algbw_gbps": None, "busbw_gbps": None}
