@@ -69,3 +69,37 @@ def test_sigstopped_rank_is_flagged_as_stall_with_stacks(tmp_path):
     assert summary["stalls"] == 1 and summary["stall"]["suspects"] == [1]
     _, alive = psutil.wait_procs(tree, timeout=10)
     assert alive == []
+
+
+def test_sigkilled_rank_fails_the_run_within_5s_and_keeps_records(tmp_path):
+    config = preset_config("baseline", RunConfig(nproc=2, steps=100000, warmup=2, workers=0))
+    session = Session(config, tmp_path)
+
+    async def main():
+        runner = asyncio.create_task(session.run())
+        state = session.state
+        for _ in range(900):
+            if state.status == "running" and state.current_step >= 5:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("run never started")
+        tree = session.launcher.tree()
+        received = sum(rs.steps for rs in state.ranks.values())
+        os.kill(state.ranks[1].hello.pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        final = await asyncio.wait_for(runner, 60)
+        return final, tree, received, time.monotonic() - t0
+
+    final, tree, received, detect_s = asyncio.run(main())
+    assert final.status == "failed" and final.failed_rank == 1
+    print(f"\nrank SIGKILLed: run marked failed after {detect_s:.2f}s")
+    assert detect_s < 5.0, detect_s
+    assert "SIGKILL" in final.error or "Signal 9" in final.error, final.error
+    assert any("[trainer] rank 1" in line for line in final.logs.get(1, []))  # its last log lines
+    lines = (session.run_dir / "steps.jsonl").read_text().splitlines()
+    assert len(lines) >= received  # every record received before the crash is on disk
+    summary = json.loads((session.run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["failed_rank"] == 1
+    _, alive = psutil.wait_procs(tree, timeout=10)
+    assert alive == []

@@ -147,3 +147,17 @@ def test_signal_stops_every_rank_cleanly(tmp_path, sig):
     gone, alive = psutil.wait_procs(tree, timeout=5)
     assert alive == []  # torchrun, both ranks: no orphans
     assert time.monotonic() - t0 < 10
+
+
+def test_more_ranks_than_visible_gpus_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    import ddptop.cli
+
+    monkeypatch.setattr(ddptop.cli, "visible_gpus", lambda: 2)
+    runs = tmp_path / "runs"
+    assert ddptop.cli.main(["--headless", "--nproc", "4", "--runs-dir", str(runs)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--nproc 4" in err[0] and "2 visible GPU" in err[0]
+    assert not runs.exists() or not any(runs.iterdir())
+    # on gloo the GPU count does not limit the ranks
+    args = ddptop.cli.run_parser().parse_args(["--nproc", "4", "--set", "backend=gloo", "--runs-dir", str(runs)])
+    ddptop.cli.check_runnable(ddptop.cli.build_config(args), args)
