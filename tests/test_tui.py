@@ -397,3 +397,30 @@ def test_ui_modules_do_not_import_torch_and_cli_does_not_import_textual() -> Non
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_signal_to_the_tui_stops_the_run_cleanly(tmp_path: Path, sig: str) -> None:
+    import os
+    import signal
+
+    async def main() -> tuple[list[int], str]:
+        app = build_app(cpu_config(steps=100000), tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            state = app.workbench.current.state
+            await wait_for(pilot, lambda: all(rs.last_step > 3 for rs in state.ranks.values()),
+                           START_TIMEOUT, "both ranks stepping")
+            pids = [p.pid for p in app.workbench.current.launcher.tree()]
+            signum = getattr(signal, sig)
+            assert signum in app._signals  # else the signal would kill the test process itself
+            os.kill(os.getpid(), signum)
+            await wait_for(pilot, lambda: not app.is_running, 40, "the app to exit")
+        return pids, state.status
+
+    pids, status = asyncio.run(main())
+    assert status == "stopped"
+    deadline = time.monotonic() + 10
+    while alive_of(pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert alive_of(pids) == []
