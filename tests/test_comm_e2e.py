@@ -4,6 +4,7 @@ import asyncio
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -47,6 +48,9 @@ def test_sigstopped_rank_is_flagged_as_stall_with_stacks(tmp_path):
             raise AssertionError("run never started")
         victim = state.ranks[1].hello.pid
         tree = session.launcher.tree()
+        # the hub's socket: in a directory only this user can enter, and 0600 itself
+        assert stat.S_IMODE(os.stat(session._sock_dir).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(Path(session._sock_dir) / "hub.sock").st_mode) == 0o600
         os.kill(victim, signal.SIGSTOP)
         t0 = time.monotonic()
         while state.stall is None and time.monotonic() - t0 < 30:

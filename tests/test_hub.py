@@ -142,3 +142,26 @@ def test_probe_with_unreachable_hub_keeps_training(monkeypatch, tmp_path, capsys
     assert not probe.enabled
     assert "cannot reach hub" in capsys.readouterr().err
     assert socket  # the module under test uses real sockets
+
+
+def test_tcp_mode_binds_where_told_and_requires_the_token():
+    async def main():
+        sink = Sink()
+        hub = Hub("secret", sink)
+        addr = await hub.start_tcp("127.0.0.1", 0)
+        scheme, (host, port) = protocol.parse_addr(addr)
+        assert scheme == "tcp" and host == "127.0.0.1"
+        assert hub._server.sockets[0].getsockname()[0] == "127.0.0.1"  # loopback only, as asked
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(protocol.encode(hello(token="guess")))
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(protocol.encode(hello(rank=0)))
+        await writer.drain()
+        await until(lambda: hub.connected_ranks == [0])
+        assert len(sink.refused) == 1 and "wrong token" in sink.refused[0]
+        writer.close()
+        await hub.close()
+
+    asyncio.run(main())
