@@ -33,19 +33,23 @@ def test_comm_time_and_straggler_named(tmp_path):
     assert "straggler" in res.stdout
 
 
+async def start_running(session: Session) -> asyncio.Task:
+    """Start the session's run and return once every rank is past step 5."""
+    runner = asyncio.create_task(session.run())
+    for _ in range(900):
+        if session.state.status == "running" and session.state.current_step >= 5:
+            return runner
+        await asyncio.sleep(0.1)
+    raise AssertionError("run never started")
+
+
 def test_sigstopped_rank_is_flagged_as_stall_with_stacks(tmp_path):
     config = preset_config("baseline", RunConfig(nproc=2, steps=100000, warmup=2, workers=0))
     session = Session(config, tmp_path)
 
     async def main():
-        runner = asyncio.create_task(session.run())
+        runner = await start_running(session)
         state = session.state
-        for _ in range(900):
-            if state.status == "running" and state.current_step >= 5:
-                break
-            await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("run never started")
         victim = state.ranks[1].hello.pid
         tree = session.launcher.tree()
         # the hub's socket: in a directory only this user can enter, and 0600 itself
@@ -80,14 +84,8 @@ def test_sigkilled_rank_fails_the_run_within_5s_and_keeps_records(tmp_path):
     session = Session(config, tmp_path)
 
     async def main():
-        runner = asyncio.create_task(session.run())
+        runner = await start_running(session)
         state = session.state
-        for _ in range(900):
-            if state.status == "running" and state.current_step >= 5:
-                break
-            await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("run never started")
         tree = session.launcher.tree()
         received = sum(rs.steps for rs in state.ranks.values())
         os.kill(state.ranks[1].hello.pid, signal.SIGKILL)
