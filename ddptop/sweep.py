@@ -48,22 +48,27 @@ def sweep_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--steps", type=int, help="optimizer steps per rank, every run")
     p.add_argument("--warmup", type=int, help="steps left out of throughput figures")
+    add_batch_args(p, "sweep", "e.g. --set workers=0")
+    return p
+
+
+def add_batch_args(p: argparse.ArgumentParser, name: str, set_note: str) -> None:
+    """--set, --runs-dir and --json, as `ddptop sweep` and `ddptop tune` both take them."""
     p.add_argument(
         "--set",
         dest="overrides",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a RunConfig field in every run (repeatable), e.g. --set workers=0",
+        help=f"override a RunConfig field in every run (repeatable); {set_note}",
     )
     p.add_argument(
         "--runs-dir",
         type=Path,
         default=Path("ddptop-runs"),
-        help="the sweep goes in RUNS_DIR/sweep-<timestamp>/",
+        help=f"the {name} goes in RUNS_DIR/{name}-<timestamp>/",
     )
-    p.add_argument("--json", action="store_true", help="also print sweep.json as the last line")
-    return p
+    p.add_argument("--json", action="store_true", help=f"also print {name}.json as the last line")
 
 
 def parse_presets(text: str | None) -> list[str]:

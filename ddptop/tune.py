@@ -30,6 +30,7 @@ from ddptop.sweep import (
     _f,
     _pct,
     _progress,
+    add_batch_args,
     build_configs,
     build_rows,
     check_runnable,
@@ -566,22 +567,7 @@ def tune_parser() -> argparse.ArgumentParser:
         help="seconds of wall clock for the search (default 600); baseline and the advisor's "
         "presets always run, the search around them stops when the budget is spent",
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a RunConfig field in every run (repeatable); a tuned knob set here "
-        "stays fixed",
-    )
-    p.add_argument(
-        "--runs-dir",
-        type=Path,
-        default=Path("ddptop-runs"),
-        help="the tune goes in RUNS_DIR/tune-<timestamp>/",
-    )
-    p.add_argument("--json", action="store_true", help="also print tune.json as the last line")
+    add_batch_args(p, "tune", "a tuned knob set here stays fixed")
     return p
 
 
