@@ -11,18 +11,16 @@ import math
 import os
 import secrets
 import shutil
-import signal
 import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from ddptop import protocol
 from ddptop.advisor import advise_run
-from ddptop.capture import Capture, nsys_outputs, summarize_capture
+from ddptop.capture import Capture, summarize_capture
 from ddptop.config import RunConfig
 from ddptop.failures import parse_root_cause
 from ddptop.hardware import HardwareSampler
@@ -30,8 +28,10 @@ from ddptop.hub import Hub
 from ddptop.launcher import Launcher, build_plan
 from ddptop.logtail import LogTail, rank_log_files
 from ddptop.nccl import NcclParser
+from ddptop.nsys import nsys_report
 from ddptop.options import CaptureOptions
 from ddptop.recorder import Recorder, new_run_dir, write_json
+from ddptop.stacks import collect_stacks
 from ddptop.state import RunState, Stall
 
 TICK_S = 0.5
@@ -261,40 +261,7 @@ class Session:
         return out
 
     async def _collect_stacks(self, stall: Stall) -> None:
-        """Python stacks of every rank (py-spy if installed, else the trainer's
-        faulthandler on SIGUSR1) and, on NCCL, a flight-recorder dump, into stacks/."""
-        stacks_dir = self.run_dir / "stacks"
-        pids = self._rank_pids()
-        pyspy = shutil.which("py-spy")
-        for rank, pid in pids.items():
-            target = stacks_dir / f"rank{rank}.txt"
-            if pyspy:
-                proc = await asyncio.create_subprocess_exec(
-                    pyspy, "dump", "--pid", str(pid), stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.STDOUT)
-                try:
-                    out, _ = await asyncio.wait_for(proc.communicate(), 15)
-                    (stacks_dir / f"rank{rank}.pyspy.txt").write_bytes(out)
-                    stall.stacks[rank] = str(stacks_dir / f"rank{rank}.pyspy.txt")
-                    continue
-                except asyncio.TimeoutError:
-                    proc.kill()
-            try:
-                os.kill(pid, signal.SIGUSR1)  # trainer: faulthandler.register(SIGUSR1)
-            except OSError:
-                continue
-            stall.stacks[rank] = str(target)
-        for pipe in stacks_dir.glob("nccl_pipe_rank_*"):  # TORCH_NCCL_DEBUG_INFO_PIPE_FILE
-            try:
-                fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
-                os.write(fd, b"1\n")
-                os.close(fd)
-            except OSError:
-                pass
-        await asyncio.sleep(1.0)
-        for rank, path in list(stall.stacks.items()):
-            if not Path(path).exists() or not Path(path).stat().st_size:
-                stall.stacks[rank] = f"(no answer: process {stall.process_status.get(rank, '?')})"
+        stall.stacks = await collect_stacks(self.run_dir / "stacks", self._rank_pids(), stall.process_status)
 
     def _poll_logs(self) -> None:
         for rank, paths in rank_log_files(self.run_dir / "logs").items():
@@ -331,30 +298,10 @@ class Session:
             await asyncio.sleep(HARDWARE_S)
 
     async def _nsys_stats(self) -> None:
-        """After an nsys run: list what nsys wrote and summarise each report with
-        `nsys stats`; say plainly when nsys could not produce one."""
-        if not self.capture.nsys:
-            return
-        outputs = nsys_outputs(self.run_dir / "captures")
-        info: dict[str, Any] = {"files": [f"{p} ({p.stat().st_size} bytes)" for p in outputs], "stats": {}}
-        reports = [p for p in outputs if p.suffix == ".nsys-rep"]
-        if not reports:
-            info["note"] = ("nsys produced no .nsys-rep report" + (" (only raw .qdstrm files: its importer "
-                            "failed on this machine)" if outputs else "") + "; torch.profiler captures still work")
-        for rep in reports[:8]:
-            proc = await asyncio.create_subprocess_exec(
-                self.capture.nsys, "stats", "--report", "nvtx_sum,cuda_gpu_kern_sum", "--format", "csv",
-                "--force-export=true", str(rep), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-            try:
-                out, _ = await asyncio.wait_for(proc.communicate(), 180)
-            except asyncio.TimeoutError:
-                proc.kill()
-                out = b"nsys stats timed out"
-            target = rep.with_suffix(".stats.txt")
-            target.write_bytes(out)
-            info["stats"][rep.name] = str(target)
-        self.state.nsys = info
-        self.state.add_log(-1, f"[ddptop] nsys: {len(outputs)} file(s); {info.get('note', 'stats written')}")
+        if self.capture.nsys:
+            self.state.nsys = await nsys_report(self.capture.nsys, self.run_dir / "captures")
+            self.state.add_log(-1, f"[ddptop] nsys: {len(self.state.nsys['files'])} file(s); "
+                                   f"{self.state.nsys.get('note', 'stats written')}")
 
     def update_advice(self) -> None:
         env = {**os.environ, **self.config.nccl_env}
