@@ -72,10 +72,14 @@ class Probe:
         self.stop_at: int | None = None
         self.commands: collections.deque[protocol.Command] = collections.deque()
         self.on_command: Callable[[protocol.Command], None] | None = None
+        self._crashed = False
         if sock is not None:
             self._thread = threading.Thread(target=self._run, name="ddptop-probe", daemon=True)
             self._thread.start()
-            atexit.register(self.close)
+            self._chain_excepthook()
+            # a script that never calls close() still says goodbye; "exited" is not a claim
+            # that training completed, "crashed" follows an uncaught exception
+            atexit.register(lambda: self.close("crashed" if self._crashed else "exited"))
 
     @property
     def enabled(self) -> bool:
@@ -142,8 +146,7 @@ class Probe:
     def close(self, reason: str = "completed") -> None:
         if self._sock is None or self._closed.is_set():
             return
-        self._closed.set()
-        self._thread.join(timeout=2)
+        self._closed.set()  # the thread sees it within FLUSH_S; no need to wait for it
         self._flush()
         self._send(protocol.Bye(rank=self.rank, reason=reason))
         try:
@@ -151,6 +154,17 @@ class Probe:
         except OSError:
             pass
         self._sock = None
+
+    def _chain_excepthook(self) -> None:
+        previous = sys.excepthook
+
+        def hook(*exc_info: Any) -> None:
+            # say so at once: the process's teardown is what makes its peers fail next
+            self._crashed = True
+            self.close("crashed")
+            previous(*exc_info)
+
+        sys.excepthook = hook
 
     # --- background thread --------------------------------------------------------------
     def _run(self) -> None:

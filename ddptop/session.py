@@ -22,7 +22,7 @@ from ddptop import protocol
 from ddptop.advisor import advise_run
 from ddptop.capture import Capture, summarize_capture
 from ddptop.config import RunConfig
-from ddptop.failures import parse_root_cause
+from ddptop.failures import blame
 from ddptop.hardware import HardwareSampler
 from ddptop.hub import Hub
 from ddptop.launcher import Launcher, build_plan
@@ -100,7 +100,7 @@ class Session:
         self.state.add_log(-1, f"[ddptop] refused a connection: {reason}")
 
     def hub_disconnected(self, rank: int) -> None:
-        self.state.rank_disconnected(rank)
+        self.state.rank_disconnected(rank, time.time())
 
     # --- lifecycle --------------------------------------------------------------------
     @property
@@ -320,7 +320,7 @@ class Session:
             self.state.finish("stopped", now, error=self._stop_reason)
             return
         ranks = self.state.ranks.values()
-        if rc == 0 and (self.user_cmd or all(rs.status == "done" for rs in ranks)):
+        if rc == 0 and (self.user_cmd or all(rs.status in ("done", "exited") for rs in ranks)):
             self.state.finish("completed", now)
             return
         log = ""
@@ -328,11 +328,12 @@ class Session:
             log = (self.run_dir / "torchrun.log").read_text(errors="replace")
         except OSError:
             pass
-        cause = parse_root_cause(log)
+        lost = sorted((rs.lost_at, rs.rank) for rs in ranks if rs.lost_at is not None)
+        cause = blame(log, lost[0][1] if lost else None)
         failed = cause.rank if cause else None
         if failed is None:
-            lost = [rs for rs in ranks if rs.status in ("lost", "starting", "running")]
-            failed = lost[0].rank if lost else None
+            running = [rs for rs in ranks if rs.status in ("lost", "crashed", "starting", "running")]
+            failed = running[0].rank if running else None
         if cause and cause.message:
             error = cause.message
         elif cause and cause.exitcode is not None:

@@ -66,6 +66,7 @@ class RankState:
     last_step: int = -1
     last_t: float = 0.0  # the rank's wall clock at its last step
     last_seen: float = 0.0  # our clock when its last record arrived
+    lost_at: float | None = None  # our clock when it crashed, or its connection dropped without a goodbye
     recent: collections.deque[dict[str, float]] = field(
         default_factory=lambda: collections.deque(maxlen=RECENT)
     )
@@ -246,11 +247,14 @@ class RunState:
         elif isinstance(msg, Bye):
             rs = self._rank(msg.rank)
             rs.status = "done" if msg.reason == "completed" else msg.reason
+            if msg.reason == "crashed":
+                rs.lost_at = now
 
-    def rank_disconnected(self, rank: int) -> None:
+    def rank_disconnected(self, rank: int, now: float = 0.0) -> None:
         rs = self.ranks.get(rank)
         if rs is not None and rs.status in ("starting", "running"):
             rs.status = "lost"
+            rs.lost_at = now
 
     def drop(self, reason: str) -> None:
         self.dropped[reason] += 1

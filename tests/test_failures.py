@@ -49,3 +49,36 @@ def test_signal_root_cause():
 
 def test_no_report():
     assert parse_root_cause("all fine\n") is None
+
+
+BOTH = """
+Failures:
+[1]:
+  time      : 2026-11-22_10:03:15
+  host      : vm
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 88)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 88
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-22_10:03:14
+  host      : vm
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 87)
+  error_file: /x/error.json
+  traceback : Traceback (most recent call last):
+    RuntimeError: Connection closed by peer [127.0.0.1]:1234
+============================================================
+"""
+
+
+def test_a_signalled_rank_is_blamed_over_the_peer_that_saw_it_vanish():
+    from ddptop.failures import blame, parse_failures
+
+    assert [(c.rank, c.exitcode) for c in parse_failures(BOTH)] == [(1, -9), (0, 1)]
+    assert parse_root_cause(BOTH).rank == 0  # torchrun's own pick
+    assert blame(BOTH, first_lost=None).rank == 1
+    assert blame(REPORT, first_lost=1).message.startswith("RuntimeError: ddptop: injected")
+    assert blame("no report", first_lost=3).rank == 3
