@@ -127,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[trainer] rank {rank} {reason} after step {step}", flush=True)
     probe.close(reason)
     if config.ddp:
+        # tear down together: a rank whose peer has already closed its gloo pairs can abort
+        # (SIGABRT) inside destroy_process_group, failing a run that completed
+        dist.barrier()
         dist.destroy_process_group()
     return 0
 
