@@ -169,15 +169,18 @@ class Probe:
     # --- background thread --------------------------------------------------------------
     def _run(self) -> None:
         buf = b""
-        while not self._closed.is_set() and self._sock is not None:
+        while not self._closed.is_set():
+            sock = self._sock  # close() may drop it from the training thread at any time
+            if sock is None:
+                return
             try:
-                ready, _, _ = select.select([self._sock], [], [], FLUSH_S)
+                ready, _, _ = select.select([sock], [], [], FLUSH_S)
             except (OSError, ValueError):
                 return
             if ready:
                 try:
-                    chunk = self._sock.recv(65536)
-                except OSError:
+                    chunk = sock.recv(65536)
+                except (OSError, ValueError):
                     chunk = b""
                 if not chunk:  # hub closed: keep training, stop reporting
                     return
