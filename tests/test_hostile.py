@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from recording_sink import Sink
 
 from ddptop import protocol
 from ddptop.config import RunConfig
@@ -25,34 +26,6 @@ SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[Healt
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Generating overly large repr"
 )  # the oversized frames
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.messages: list[protocol.Message] = []
-        self.dropped: list[str] = []
-        self.refused: list[str] = []
-        self.gone: list[int] = []
-
-    def hub_message(self, msg, now):
-        self.messages.append(msg)
-
-    def hub_dropped(self, reason):
-        self.dropped.append(reason)
-
-    def hub_refused(self, reason):
-        self.refused.append(reason)
-
-    def hub_disconnected(self, rank):
-        self.gone.append(rank)
-
-    def steps(self, rank: int) -> list[int]:
-        return [
-            r["step"]
-            for m in self.messages
-            if isinstance(m, protocol.Steps) and m.rank == rank
-            for r in m.records
-        ]
 
 
 def hello(rank: int, token: str = TOKEN) -> bytes:

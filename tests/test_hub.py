@@ -6,27 +6,11 @@ import socket
 import stat
 
 import pytest
+from recording_sink import Sink
 
 from ddptop import protocol
 from ddptop.hub import Hub
 from ddptop.probe import Probe
-
-
-class Sink:
-    def __init__(self):
-        self.messages, self.dropped, self.refused, self.gone = [], [], [], []
-
-    def hub_message(self, msg, now):
-        self.messages.append(msg)
-
-    def hub_dropped(self, reason):
-        self.dropped.append(reason)
-
-    def hub_refused(self, reason):
-        self.refused.append(reason)
-
-    def hub_disconnected(self, rank):
-        self.gone.append(rank)
 
 
 def hello(rank=0, token="secret"):
