@@ -207,7 +207,9 @@ def advise(
     path = _path(transports, hw)
     if path is None:
         return _by_share_only(config, share, exposed, summary.get("backend"), evidence)
-    mismatch = _nvlink_unused(path, hw, env)
+    # Across nodes the ring crosses the network whatever links the GPUs of one node have.
+    spans_nodes = (summary.get("nnodes") or 1) > 1
+    mismatch = "" if spans_nodes and path in ("net", "collnet") else _nvlink_unused(path, hw, env)
     if path in FAST or (path == "p2p" and (share is None or share < HIGH)):
         advice = _fast_path(config, path, share, evidence)
     else:

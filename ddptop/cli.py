@@ -8,12 +8,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import secrets
 import sys
 from pathlib import Path
 
-from ddptop import __version__
+from ddptop import __version__, protocol
 from ddptop.config import ConfigError, RunConfig, apply_overrides, preset_config
-from ddptop.options import CaptureOptions
+from ddptop.options import CaptureOptions, NodeOptions, parse_endpoint
 from ddptop.usage import USAGE_EXIT, OneLineParser, UsageError
 
 SUBCOMMANDS = ("presets", "nccl", "topo", "sweep", "tune")
@@ -48,7 +49,64 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("--profiler", choices=("auto", "torch", "nsys"), default="auto",
                    help="capture with nsys (auto: when nsys is found) or torch.profiler")
     p.add_argument("--nsys-path", help="nsys binary to use for captures")
+    m = p.add_argument_group("multi-node (torchrun's c10d rendezvous; node 0 prints the command for the others)")
+    m.add_argument("--nnodes", type=int, default=1, help="nodes in the run (default 1)")
+    m.add_argument("--node-rank", type=int, default=0, help="this node, 0..nnodes-1; node 0 has the live view")
+    m.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="node 0's address as the other nodes reach it")
+    m.add_argument("--hub-port", type=int, help="node 0's hub port (default: the rendezvous port + 1)")
+    m.add_argument("--token", help=f"the run's shared secret (default: ${protocol.ENV_TOKEN}; "
+                   "node 0 makes one when unset)")
     return p
+
+
+def node_options(args: argparse.Namespace, environ: dict[str, str] | None = None) -> NodeOptions:
+    """--nnodes/--node-rank/--rdzv-endpoint/--hub-port/--token, checked (UsageError)."""
+    env = os.environ if environ is None else environ
+    n, r = args.nnodes, args.node_rank
+    if n < 1:
+        raise UsageError(f"--nnodes must be at least 1, got {n}")
+    if not 0 <= r < n:
+        raise UsageError(f"--node-rank must be in 0..{n - 1} for --nnodes {n}, got {r}")
+    if n == 1:
+        given = [flag for flag, value in (("--rdzv-endpoint", args.rdzv_endpoint), ("--hub-port", args.hub_port),
+                                          ("--token", args.token)) if value is not None]
+        if given:
+            raise UsageError(f"{given[0]} is for multi-node runs (--nnodes 2 or more)")
+        return NodeOptions()
+    if not args.rdzv_endpoint:
+        raise UsageError(f"--nnodes {n} needs --rdzv-endpoint HOST:PORT (node 0's address)")
+    try:
+        host, port = parse_endpoint(args.rdzv_endpoint)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    hub_port = args.hub_port if args.hub_port is not None else port + 1
+    if not 0 < hub_port < 65536 or hub_port == port:
+        raise UsageError(f"--hub-port must be in 1-65535 and not the rendezvous port, got {hub_port}")
+    token = args.token if args.token is not None else env.get(protocol.ENV_TOKEN, "")
+    if not token:
+        if r > 0:
+            raise UsageError(f"--node-rank {r} needs the run's --token (node 0 prints it with the join command)")
+        token = secrets.token_hex(16)
+    if len(token) > 200 or not token.isprintable() or any(c.isspace() for c in token):
+        raise UsageError("--token must be 1-200 printable characters without spaces")
+    return NodeOptions(nnodes=n, node_rank=r, rdzv_host=host, rdzv_port=port, hub_port=hub_port, token=token)
+
+
+def check_node(node: NodeOptions, config: RunConfig, args: argparse.Namespace) -> None:
+    if not node.multi:
+        return
+    if not config.ddp:
+        raise UsageError(f"preset {config.preset!r} is one process without DDP: it cannot span nodes")
+    if node.node_rank > 0:
+        if args.json:
+            raise UsageError("--json: the summary is on node 0; other nodes only run their ranks")
+        return
+    from ddptop.multinode import hub_bind_host, port_free
+
+    bind = hub_bind_host(node)
+    for flag, port in (("rendezvous", node.rdzv_port), ("hub", node.hub_port)):
+        if not port_free(bind, port):
+            raise UsageError(f"the {flag} port {port} is already in use on this machine")
 
 
 def build_config(args: argparse.Namespace) -> RunConfig:
@@ -126,22 +184,47 @@ def main(argv: list[str] | None = None) -> int:
         if user_cmd:
             config = config.with_changes(preset=config.preset)
         check_runnable(config, args)
+        node = node_options(args)
+        check_node(node, config, args)
     except (UsageError, ConfigError) as exc:
         print(f"ddptop: error: {exc}", file=sys.stderr)
         return USAGE_EXIT
+    if node.multi and node.node_rank > 0:
+        from ddptop.multinode import run_worker_node
+
+        return asyncio.run(run_worker_node(config, node, args.runs_dir, user_cmd, interval=args.interval))
+    if node.multi:
+        from ddptop.multinode import join_instructions
+
+        print(join_instructions(config, node, user_cmd), flush=True)
     headless = args.headless or not sys.stdout.isatty()
     if headless:
-        return run_headless_main(config, args, user_cmd)
+        return run_headless_main(config, args, user_cmd, node)
+    if node.multi:
+        return run_node0_tui(config, args.runs_dir, user_cmd, node)
     from ddptop.tui.app import run_tui
 
     return run_tui(config, args.runs_dir, user_cmd)  # captures: the `c` key
 
 
-def run_headless_main(config: RunConfig, args: argparse.Namespace, user_cmd: list[str] | None) -> int:
+def run_node0_tui(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None, node: NodeOptions) -> int:
+    """Node 0's TUI runs its session in this process: the hub every node reports to lives
+    and ends with it, like a plain run that belongs to its terminal."""
+    from ddptop.session import Session
+    from ddptop.tui.app import DdpTopApp
+    from ddptop.workbench import Workbench
+
+    app = DdpTopApp(Workbench(config, runs_dir, user_cmd, lambda c, d, u: Session(c, d, user_cmd=u, node=node)))
+    result = app.run()
+    return app.return_code or int(result or 0)
+
+
+def run_headless_main(config: RunConfig, args: argparse.Namespace, user_cmd: list[str] | None,
+                      node: NodeOptions | None = None) -> int:
     from ddptop.headless import run_headless
     from ddptop.session import Session
 
-    session = Session(config, args.runs_dir, user_cmd=user_cmd, capture=capture_options(args, config))
+    session = Session(config, args.runs_dir, user_cmd=user_cmd, capture=capture_options(args, config), node=node)
     return asyncio.run(run_headless(session, interval=args.interval, as_json=args.json))
 
 

@@ -87,6 +87,7 @@ class RunConfig:
 
     @property
     def world_size(self) -> int:
+        """Ranks one node launches; a multi-node run has NodeOptions.nnodes times this."""
         return self.nproc if self.ddp else 1
 
     def describe(self) -> str:

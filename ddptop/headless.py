@@ -26,7 +26,7 @@ async def run_headless(session: Session, interval: float = 3.0, as_json: bool = 
     # `kill -USR1 <pid>` on a live headless run captures the next 3 steps on every rank
     loop.add_signal_handler(signal.SIGUSR1, lambda: loop.create_task(session.request_capture(3)))
     print(f"ddptop: run {session.run_id}  preset {session.config.preset}  "
-          f"{session.config.world_size} rank(s)  records in {session.run_dir}  "
+          f"{session.state.world_size} rank(s)  records in {session.run_dir}  "
           f"(pid {os.getpid()}: kill -USR1 to capture)", file=out, flush=True)
     runner = asyncio.create_task(session.run())
     try:

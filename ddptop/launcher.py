@@ -20,6 +20,7 @@ import psutil
 
 from ddptop import protocol
 from ddptop.config import RunConfig
+from ddptop.options import NodeOptions
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # holds ddptop/ and trainer/
 
@@ -44,12 +45,13 @@ def build_plan(
     python: str = sys.executable,
     base_env: dict[str, str] | None = None,
     nsys: str | None = None,
+    node: NodeOptions | None = None,
 ) -> LaunchPlan:
     """The torchrun command line and environment for this run (pure)."""
-    argv = [
-        python, "-m", "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={config.world_size}",
+    node = node or NodeOptions()
+    argv = [python, "-m", "torch.distributed.run", *rendezvous_args(node)]
+    argv += [
+        f"--nproc-per-node={config.world_size}",  # per node: torchrun adds up the nodes
         f"--log-dir={run_dir / 'logs'}",
         "--redirects=3",  # each rank's stdout/stderr to files under logs/
         "--max-restarts=0",
@@ -72,6 +74,7 @@ def build_plan(
         protocol.ENV_TOKEN: token,
         protocol.ENV_RUN_ID: run_id,
         protocol.ENV_CONFIG: str(run_dir / "config.json"),
+        protocol.ENV_NODE: str(node.node_rank),
         "PYTHONUNBUFFERED": "1",
         "NCCL_DEBUG_FILE": str(run_dir / "nccl" / "nccl.%h.%p.log"),
     })
@@ -85,6 +88,22 @@ def build_plan(
     path = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = str(PACKAGE_ROOT) + (os.pathsep + path if path else "")
     return LaunchPlan(argv=argv, env=env, log_path=run_dir / "torchrun.log")
+
+
+def rendezvous_args(node: NodeOptions) -> list[str]:
+    """One node: torchrun's standalone store on a free port. Several: torchrun's own c10d
+    rendezvous at node 0's endpoint; node 0 hosts the store (is_host says so outright, so
+    two "nodes" on one machine do not both try to), and c10d assigns node and global
+    ranks itself (no --node-rank: torchrun ignores it there, with a warning)."""
+    if not node.multi:
+        return ["--standalone"]
+    return [
+        f"--nnodes={node.nnodes}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={node.endpoint}",
+        f"--rdzv-id={node.rdzv_id}",
+        f"--rdzv-conf=is_host={1 if node.hosts_hub else 0}",
+    ]
 
 
 def _die_with_parent() -> None:

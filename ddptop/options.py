@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 
@@ -10,3 +11,56 @@ class CaptureOptions:
     windows: list[tuple[int, int]] = field(default_factory=list)  # (start step, count), from --capture
     profiler: str = "torch"  # torch | nsys
     nsys: str | None = None  # nsys binary when profiler == "nsys"
+
+
+@dataclass(frozen=True)
+class NodeOptions:
+    """Where this ddptop stands in a run: one node (the default), or node `node_rank` of
+    `nnodes`, all joining torchrun's c10d rendezvous at rdzv_host:rdzv_port. Node 0 hosts
+    the rendezvous store and the hub every rank reports to (at rdzv_host:hub_port).
+    Per invocation, so not in RunConfig (which every node shares and records)."""
+
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_host: str = ""
+    rdzv_port: int = 0
+    hub_port: int = 0
+    token: str = field(default="", repr=False)  # the run's secret: never printed by accident
+
+    @property
+    def multi(self) -> bool:
+        return self.nnodes > 1
+
+    @property
+    def hosts_hub(self) -> bool:
+        return self.node_rank == 0
+
+    @property
+    def endpoint(self) -> str:
+        return f"{_bracket(self.rdzv_host)}:{self.rdzv_port}"
+
+    @property
+    def hub_addr(self) -> str:
+        """DDPTOP_ADDR for every rank of the run, on any node."""
+        return f"tcp:{self.rdzv_host}:{self.hub_port}"
+
+    @property
+    def rdzv_id(self) -> str:
+        """The rendezvous id: from the token, which every node already shares, so joining
+        needs no extra flag; a hash, so the id (in torchrun's logs and argv) gives the
+        token away to nobody."""
+        return "ddptop-" + hashlib.sha256(self.token.encode()).hexdigest()[:16]
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """HOST:PORT (IPv6 as [addr]:PORT) -> (host, port); ValueError with a one-line reason."""
+    host, sep, port = text.strip().rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--rdzv-endpoint {text!r}: expected HOST:PORT with a port in 1-65535")
+    return host, int(port)

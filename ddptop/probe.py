@@ -44,6 +44,11 @@ def _torch_facts() -> dict[str, str]:
     return facts
 
 
+def _node() -> int:
+    raw = os.environ.get(protocol.ENV_NODE, "0")
+    return int(raw) if raw.isdigit() else 0
+
+
 def _open(addr: str) -> socket.socket:
     scheme, where = protocol.parse_addr(addr)
     if scheme == "unix":
@@ -107,6 +112,7 @@ class Probe:
             device=device,
             backend=backend,
             model=model,
+            node=_node(),
             **_torch_facts(),
         )
         try:

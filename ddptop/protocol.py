@@ -20,6 +20,7 @@ ENV_ADDR = "DDPTOP_ADDR"  # "unix:/path/hub.sock" or "tcp:host:port"
 ENV_TOKEN = "DDPTOP_TOKEN"
 ENV_RUN_ID = "DDPTOP_RUN_ID"
 ENV_CONFIG = "DDPTOP_CONFIG"  # path of the run's config.json (our trainer reads it)
+ENV_NODE = "DDPTOP_NODE"  # the ddptop node (--node-rank) that launched the rank
 
 # Numeric fields a step record may carry; anything else is ignored.
 STEP_FIELDS = (
@@ -62,6 +63,9 @@ class Hello:
     model: str = ""
     torch: str = ""
     nccl: str = ""
+    # ddptop's --node-rank, not torchrun's GROUP_RANK: c10d numbers the nodes its own way,
+    # and the user knows the machines by the number they typed
+    node: int = 0
     kind: str = field(default="hello", init=False)
 
 
@@ -180,6 +184,7 @@ def decode(line: bytes | str) -> Message:
             model=_str(data, "model", ""),
             torch=_str(data, "torch", ""),
             nccl=_str(data, "nccl", ""),
+            node=_int(data, "node") if "node" in data else 0,
         )
     if kind == "steps":
         records = data.get("records")

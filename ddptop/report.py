@@ -74,18 +74,20 @@ def _live_p50(state: RunState) -> float | None:
 
 
 def ranks_table(summary: dict[str, Any]) -> str:
+    multi = (summary.get("nnodes") or 1) > 1  # which ddptop node: hostnames may repeat
     rows = []
     for r in summary["ranks"]:
         ph = r["phases_ms"]
+        node = ["-" if r.get("node") is None else r["node"]] if multi else []
         rows.append([
-            r["rank"], r["host"] or "-", r["device"] or "-", r["steps"],
+            r["rank"], *node, r["host"] or "-", r["device"] or "-", r["steps"],
             fmt(r["step_ms_p50"]), fmt(r["step_ms_p95"]),
             fmt(ph["data"]), fmt(ph["forward"]), fmt(ph["backward"]), fmt(ph["optimizer"]),
             fmt(r["samples_per_s"]), r["status"],
         ])
     return table(
-        ["rank", "host", "device", "steps", "p50 ms", "p95 ms", "data", "fwd", "bwd", "opt",
-         "samples/s", "status"],
+        ["rank", *(["node"] if multi else []), "host", "device", "steps", "p50 ms", "p95 ms", "data",
+         "fwd", "bwd", "opt", "samples/s", "status"],
         rows,
     )
 

@@ -27,9 +27,10 @@ from ddptop.hardware import HardwareSampler
 from ddptop.hub import Hub
 from ddptop.launcher import Launcher, build_plan
 from ddptop.logtail import LogTail, rank_log_files
+from ddptop.multinode import hub_bind_host, join_instructions
 from ddptop.nccl import NcclParser
 from ddptop.nsys import nsys_report
-from ddptop.options import CaptureOptions
+from ddptop.options import CaptureOptions, NodeOptions
 from ddptop.recorder import Recorder, new_run_dir, write_json
 from ddptop.stacks import collect_stacks
 from ddptop.state import RunState, Stall
@@ -58,17 +59,22 @@ class Session:
         run_id: str | None = None,
         hardware: HardwareSampler | None = None,
         capture: CaptureOptions | None = None,
+        node: NodeOptions | None = None,
     ) -> None:
         self.config = config
+        # node 0 of a multi-node run (the other nodes run ddptop.multinode instead): the
+        # hub takes every node's ranks over TCP with the token all nodes were given
+        self.node = node or NodeOptions()
         self.user_cmd = user_cmd
         self.run_id = run_id or new_run_id(config.preset)
         self.run_dir = Path(runs_dir) / self.run_id
-        self.token = secrets.token_hex(16)
+        self.token = self.node.token if self.node.multi else secrets.token_hex(16)
         self.state = RunState(
             run_id=self.run_id,
             config=config.to_dict(),
-            world_size=config.world_size,
+            world_size=config.world_size * self.node.nnodes,
             warmup=config.warmup,
+            nnodes=self.node.nnodes,
         )
         self.hub = Hub(self.token, self)
         self.launcher: Launcher | None = None
@@ -118,13 +124,19 @@ class Session:
             self.state.started_at = time.time()
             # The socket lives in a private (0700) temp dir: Unix paths are short, and
             # nobody else on a shared node may even reach it.
-            self._sock_dir = tempfile.mkdtemp(prefix="ddptop-")
-            addr = await self.hub.start_unix(str(Path(self._sock_dir) / "hub.sock"))
+            if self.node.multi:
+                await self.hub.start_tcp(hub_bind_host(self.node), self.node.hub_port)
+                addr = self.node.hub_addr
+                for line in join_instructions(self.config, self.node, self.user_cmd).splitlines():
+                    self.state.add_log(-1, "[ddptop] " + line.removeprefix("ddptop: "))
+            else:
+                self._sock_dir = tempfile.mkdtemp(prefix="ddptop-")
+                addr = await self.hub.start_unix(str(Path(self._sock_dir) / "hub.sock"))
             plan = build_plan(self.config, self.run_dir, addr, self.token, self.run_id, self.user_cmd,
-                              nsys=self.capture.nsys)
+                              nsys=self.capture.nsys, node=self.node)
             self.recorder.write_config(
                 self.config.to_dict(), run_id=self.run_id, argv=plan.argv, host=socket.gethostname(),
-                user_cmd=self.user_cmd,
+                user_cmd=self.user_cmd, **self._node_facts(),
             )
             self.launcher = Launcher(plan)
             for start, count in self.capture.windows:
@@ -248,8 +260,27 @@ class Session:
                                        f"(bound {stall.bound_s:.0f}s); suspects {stall.suspects}")
                 await self._collect_stacks(stall)
 
+    def _node_facts(self) -> dict[str, object]:
+        n = self.node
+        if not n.multi:
+            return {}
+        return {"nnodes": n.nnodes, "node_rank": n.node_rank, "rdzv_endpoint": n.endpoint,
+                "rdzv_id": n.rdzv_id, "hub": f"{n.rdzv_host}:{n.hub_port}"}
+
     def _rank_pids(self) -> dict[int, int]:
-        return {r: rs.hello.pid for r, rs in self.state.ranks.items() if rs.hello is not None}
+        """Pids of the ranks on this node: another node's pids mean nothing here."""
+        here = self.node.node_rank
+        return {r: rs.hello.pid for r, rs in self.state.ranks.items()
+                if rs.hello is not None and rs.hello.node == here}
+
+    def _local_to_rank(self) -> dict[int, int]:
+        """torchrun names each rank's log directory by local rank; on one node that is the
+        rank, across nodes the hellos say which rank each local rank is."""
+        if not self.node.multi:
+            return {}
+        here = self.node.node_rank
+        return {rs.hello.local_rank: r for r, rs in self.state.ranks.items()
+                if rs.hello is not None and rs.hello.node == here}
 
     def _rank_process_status(self) -> dict[int, str]:
         out = {}
@@ -264,7 +295,10 @@ class Session:
         stall.stacks = await collect_stacks(self.run_dir / "stacks", self._rank_pids(), stall.process_status)
 
     def _poll_logs(self) -> None:
-        for rank, paths in rank_log_files(self.run_dir / "logs").items():
+        to_rank = self._local_to_rank()
+        for local, paths in rank_log_files(self.run_dir / "logs").items():
+            # a line read before that rank's hello goes to the run's log, not a wrong rank
+            rank = to_rank.get(local, -1) if self.node.multi else local
             for path in paths:
                 for line in self._tail.read(path):
                     self.state.add_log(rank, line)
@@ -289,7 +323,7 @@ class Session:
         if not state.gpu_unavailable:
             state.topology = await asyncio.to_thread(hw.topology)
         while True:
-            pids = [rs.hello.pid for rs in state.ranks.values() if rs.hello is not None]
+            pids = list(self._rank_pids().values())
             gpu, procs = await asyncio.to_thread(hw.sample, pids)
             state.proc_stats = procs
             if gpu is not None:

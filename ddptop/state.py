@@ -198,6 +198,7 @@ class RunState:
     config: dict[str, Any]
     world_size: int
     warmup: int = 0
+    nnodes: int = 1  # ddptop nodes in the run; ranks say which one is theirs (Hello.node)
     status: str = "starting"
     started_at: float = 0.0  # our wall clock
     ended_at: float | None = None
@@ -249,6 +250,11 @@ class RunState:
             rs.status = "done" if msg.reason == "completed" else msg.reason
             if msg.reason == "crashed":
                 rs.lost_at = now
+
+    def node_of(self, rank: int) -> int | None:
+        """The ddptop node `rank` runs on (None until its hello arrives)."""
+        rs = self.ranks.get(rank)
+        return rs.hello.node if rs is not None and rs.hello is not None else None
 
     def rank_disconnected(self, rank: int, now: float = 0.0) -> None:
         rs = self.ranks.get(rank)
@@ -399,6 +405,7 @@ class RunState:
                 "local_rank": hello.local_rank if hello else None,
                 "pid": hello.pid if hello else None,
                 "host": hello.host if hello else None,
+                "node": hello.node if hello else None,
                 "device": hello.device if hello else None,
                 "status": rs.status,
                 "steps": rs.steps,
@@ -425,6 +432,7 @@ class RunState:
             "preset": self.config.get("preset"),
             "config": self.config,
             "world_size": self.world_size,
+            "nnodes": self.nnodes,
             "backend": first.backend if first else None,
             "model": first.model if first else None,
             "torch": first.torch if first else None,

@@ -1,5 +1,6 @@
 """RankTable: one row per rank: where it runs, step, recent p50/p95, phase bar,
-samples/s and status; the slowest rank is marked. Scrolls for many ranks.
+samples/s and status; the slowest rank is marked. Scrolls for many ranks. A
+multi-node run groups the rows by node, each group under a header line.
 
 Rows are drawn through LinesView (line API), not DataTable: DataTable re-renders
 every visible cell whenever any cell changes, which alone took ~45 ms per refresh
@@ -14,6 +15,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from ddptop.report import fmt
+from ddptop.state import RunState
 from ddptop.tui.lines_view import LinesView
 from ddptop.tui.live import Snapshot, rank_location
 from ddptop.tui.render import SLOW_STYLE, STATUS_STYLES, legend, phase_bar, truncate
@@ -32,6 +34,30 @@ COLUMNS = (
 GAP = "  "
 MIN_BAR, MAX_BAR = 8, 40
 CHROME = 3  # border top and bottom + the header line
+NODE_STYLE = "bold #5fafd7"
+
+
+def node_groups(state: RunState) -> list[tuple[Text, list[int]]] | None:
+    """Ranks by ddptop node, each with its header line (node, hosts, rank count); None on
+    a single-node run. Ranks whose hello has not arrived come last, as "not connected"."""
+    if state.nnodes <= 1:
+        return None
+    by_node: dict[int | None, list[int]] = {}
+    hosts: dict[int | None, list[str]] = {}
+    for r in sorted(state.ranks):
+        hello = state.ranks[r].hello
+        node = hello.node if hello is not None else None
+        by_node.setdefault(node, []).append(r)
+        if hello is not None and hello.host not in hosts.setdefault(node, []):
+            hosts[node].append(hello.host)
+    groups = []
+    for node in sorted(by_node, key=lambda n: (n is None, n or 0)):
+        ranks = by_node[node]
+        what = "not connected yet" if node is None else f"node {node} · {', '.join(hosts[node])}"
+        head = Text(f"{what} · {len(ranks)} rank{'s' if len(ranks) != 1 else ''}", style=NODE_STYLE,
+                    no_wrap=True, overflow="ellipsis")
+        groups.append((head, ranks))
+    return groups
 
 
 def cell(value: Text | str, width: int, right: bool = False) -> Text:
@@ -88,11 +114,12 @@ class RankTable(Vertical):
     def show(self, snap: Snapshot) -> None:
         self._last = snap
         state = snap.state
-        ranks = sorted(state.ranks)
-        if len(ranks) != self._rows_for:
+        groups = node_groups(state)
+        rows = len(state.ranks) + (len(groups) if groups else 0)
+        if rows != self._rows_for:
             # Fit the rows (the CSS max-height caps it; past that, the body scrolls).
-            self._rows_for = len(ranks)
-            self.styles.height = len(ranks) + CHROME
+            self._rows_for = rows
+            self.styles.height = rows + CHROME
         bar_w = self.bar_width()
         widths = [w or bar_w for _, _, w, _ in COLUMNS]
         rights = [r for *_, r in COLUMNS]
@@ -104,7 +131,14 @@ class RankTable(Vertical):
             self.border_subtitle = legend(snap.phase_names) + Text("▲ slowest", style=SLOW_STYLE)
         slow = snap.slowest if state.world_size > 1 else None
         flags = rank_flags(snap)
-        self.body.set_lines([self._row(r, snap, r == slow, bar_w, flags.get(r)) for r in ranks])
+        if groups is None:
+            lines = [self._row(r, snap, r == slow, bar_w, flags.get(r)) for r in sorted(state.ranks)]
+        else:
+            lines = []
+            for head, ranks in groups:
+                lines.append(head)
+                lines.extend(self._row(r, snap, r == slow, bar_w, flags.get(r)) for r in ranks)
+        self.body.set_lines(lines)
 
     @staticmethod
     def _row(r: int, snap: Snapshot, is_slow: bool, bar_w: int, flag: str | None = None) -> Text:

@@ -53,6 +53,7 @@ class RunHeader(Static):
         steps = cfg.get("steps", 0)
         line2 = Text.assemble(
             ("world ", "dim"), str(state.world_size),
+            (f" on {state.nnodes} nodes" if state.nnodes > 1 else "", "dim"),
             ("  backend ", "dim"), backend,
             ("  model ", "dim"), model,
             ("  step ", "dim"), f"{max(state.current_step + 1, 0)}/{steps}",

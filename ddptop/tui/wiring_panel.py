@@ -27,6 +27,7 @@ PCIE_STYLE = "bold #c79100"
 WARN_STYLE = "bold #d7503c"
 MAX_MATRIX = 16  # ranks; past that only the flagged pairs are listed
 PCIE_LINKS = ("PIX", "PXB", "PHB", "NODE", "SYS")
+NETWORK = "network"  # the "hardware link" of two ranks on different nodes
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,10 @@ def wiring_pairs(state: RunState) -> tuple[list[int], dict[tuple[int, int], Pair
     gpus, how = rank_gpus(state)
     topo = state.topology
     usable = topo is not None and getattr(topo, "available", False)
+    # Across nodes the link is the network; NVML's matrix is node 0's (where ddptop runs),
+    # so it says nothing about two ranks of another node.
+    multi = state.nnodes > 1
+    node = {r: state.node_of(r) for r in ranks} if multi else {}
     pairs = {}
     for a in ranks:
         for b in ranks:
@@ -126,7 +131,10 @@ def wiring_pairs(state: RunState) -> tuple[list[int], dict[tuple[int, int], Pair
                 continue
             hw = None
             ga, gb = gpus.get(a), gpus.get(b)
-            if usable and ga is not None and gb is not None and ga != gb \
+            on_node0 = not multi or node[a] == node[b] == 0
+            if multi and None not in (node[a], node[b]) and node[a] != node[b]:
+                hw = NETWORK
+            elif on_node0 and usable and ga is not None and gb is not None and ga != gb \
                     and max(ga, gb) < len(topo.links):
                 hw = topo.link(ga, gb)
                 hw = None if hw in ("N/A", "X", "") else hw

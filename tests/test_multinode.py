@@ -1,0 +1,370 @@
+"""Multi-node through torchrun's c10d rendezvous: the torchrun argv, the join command,
+usage errors, the views' node grouping, and two "nodes" on this machine for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ddptop import cli, protocol
+from ddptop.advisor import advise
+from ddptop.config import RunConfig, preset_config
+from ddptop.launcher import build_plan
+from ddptop.multinode import join_command, run_args
+from ddptop.options import NodeOptions
+from ddptop.state import RunState
+from ddptop.tui.rank_table import node_groups
+from ddptop.tui.wiring_panel import NETWORK, wiring_pairs
+
+TOKEN = "0123456789abcdef0123456789abcdef"
+
+
+def node(rank: int, token: str = TOKEN, nnodes: int = 2) -> NodeOptions:
+    return NodeOptions(nnodes=nnodes, node_rank=rank, rdzv_host="10.0.0.1", rdzv_port=29500,
+                       hub_port=29501, token=token)
+
+
+# ---------------------------------------------------------------------------- the plan
+
+
+def test_multi_node_plan_uses_c10d_rendezvous_with_node0_hosting_the_store(tmp_path):
+    config = RunConfig(nproc=4)
+    plans = [build_plan(config, tmp_path, node(r).hub_addr, TOKEN, "run", node=node(r), base_env={})
+             for r in (0, 1)]
+    for r, plan in enumerate(plans):
+        argv = plan.argv
+        assert "--standalone" not in argv
+        assert "--nnodes=2" in argv and "--nproc-per-node=4" in argv  # per node
+        assert "--rdzv-backend=c10d" in argv and "--rdzv-endpoint=10.0.0.1:29500" in argv
+        assert f"--rdzv-conf=is_host={1 - r}" in argv
+        assert not any(a.startswith("--node-rank") for a in argv)  # c10d ignores it, with a warning
+        assert plan.env[protocol.ENV_ADDR] == "tcp:10.0.0.1:29501"
+        assert plan.env[protocol.ENV_TOKEN] == TOKEN and plan.env[protocol.ENV_NODE] == str(r)
+        assert not any(TOKEN in a for a in argv)  # argv is visible in ps; the token is not
+    ids = [next(a for a in p.argv if a.startswith("--rdzv-id=")) for p in plans]
+    assert ids[0] == ids[1]  # the same rendezvous on both nodes, from the shared token
+    other = build_plan(config, tmp_path, "tcp:x:1", "other", "run", node=node(0, token="other"), base_env={})
+    assert next(a for a in other.argv if a.startswith("--rdzv-id=")) != ids[0]
+
+
+def test_single_node_plan_is_unchanged(tmp_path):
+    plan = build_plan(RunConfig(nproc=2), tmp_path, "unix:/x/hub.sock", "t", "run", base_env={})
+    assert plan.argv[3:5] == ["--standalone", "--nproc-per-node=2"]
+    assert not any(a.startswith(("--rdzv", "--nnodes")) for a in plan.argv)
+    assert plan.env[protocol.ENV_NODE] == "0"
+
+
+def test_ipv6_endpoint_is_bracketed_for_torchrun():
+    n = NodeOptions(nnodes=2, rdzv_host="fd00::1", rdzv_port=29500, hub_port=29501, token="t")
+    assert n.endpoint == "[fd00::1]:29500" and n.hub_addr == "tcp:fd00::1:29501"
+    assert protocol.parse_addr(n.hub_addr) == ("tcp", ("fd00::1", 29501))
+
+
+# ---------------------------------------------------------------------------- join command
+
+
+def test_join_command_rebuilds_the_same_run_on_the_other_node():
+    base = RunConfig(nproc=2, steps=50, warmup=3, batch_size=8, model="tiny_vit")
+    config = preset_config("bf16", base).with_changes(bucket_cap_mb=50.0, workers=0, comm_timing=False,
+                                                      nccl_env={"NCCL_SOCKET_IFNAME": "eth0"})
+    cmd = join_command(config, node(0), ["python", "my train.py", "--lr", "0.1"], node_rank="1")
+    argv = shlex.split(cmd)
+    assert argv[0] == "ddptop"
+    cut = argv.index("--")
+    assert argv[cut + 1:] == ["python", "my train.py", "--lr", "0.1"]
+    args = cli.run_parser().parse_args(argv[1:cut])
+    assert cli.build_config(args) == config
+    joined = cli.node_options(args, environ={})
+    assert joined == NodeOptions(nnodes=2, node_rank=1, rdzv_host="10.0.0.1", rdzv_port=29500,
+                                 hub_port=29501, token=TOKEN)
+    assert "--hub-port" not in argv  # the default (rendezvous port + 1) needs no flag
+
+
+def test_join_command_carries_a_custom_hub_port_and_settings_screen_configs():
+    n = NodeOptions(nnodes=3, node_rank=0, rdzv_host="h", rdzv_port=29500, hub_port=40000, token=TOKEN)
+    config = RunConfig(nproc=1, preset="custom", static_graph=True)
+    argv = shlex.split(join_command(config, n, node_rank="2"))
+    args = cli.run_parser().parse_args(argv[1:])
+    assert cli.build_config(args).with_changes(preset="custom") == config
+    assert cli.node_options(args, environ={}).hub_port == 40000
+    assert run_args(RunConfig(nproc=2)) == ["--nproc", "2", "--preset", "baseline", "--set", "bucket_cap_mb=25.0"]
+
+
+def test_token_comes_from_the_environment_and_node0_makes_one():
+    args = cli.run_parser().parse_args(["--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "h:5"])
+    assert cli.node_options(args, environ={protocol.ENV_TOKEN: "s3cret"}).token == "s3cret"
+    args0 = cli.run_parser().parse_args(["--nnodes", "2", "--rdzv-endpoint", "h:5"])
+    made = {cli.node_options(args0, environ={}).token for _ in range(2)}
+    assert len(made) == 2 and all(len(t) == 32 for t in made)
+
+
+# ---------------------------------------------------------------------------- usage errors
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--nnodes", "0"], "--nnodes must be at least 1"),
+        (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:5"], "--node-rank must be in 0..1"),
+        (["--nnodes", "2", "--node-rank", "-1", "--rdzv-endpoint", "h:5"], "--node-rank must be in 0..1"),
+        (["--nnodes", "2"], "needs --rdzv-endpoint"),
+        (["--nnodes", "2", "--rdzv-endpoint", "nohost"], "expected HOST:PORT"),
+        (["--nnodes", "2", "--rdzv-endpoint", "h:70000"], "expected HOST:PORT"),
+        (["--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "h:5"], "needs the run's --token"),
+        (["--nnodes", "2", "--rdzv-endpoint", "h:5", "--hub-port", "5"], "not the rendezvous port"),
+        (["--token", "abc"], "--token is for multi-node runs"),
+        (["--nnodes", "2", "--rdzv-endpoint", "h:5", "--preset", "single"], "cannot span nodes"),
+        (["--nnodes", "2", "--rdzv-endpoint", "h:5", "--token", "a b"], "without spaces"),
+    ],
+)
+def test_bad_multi_node_usage_exits_2_with_one_line(tmp_path, args, fragment):
+    runs = tmp_path / "runs"
+    env = {k: v for k, v in os.environ.items() if k != protocol.ENV_TOKEN}
+    res = subprocess.run([sys.executable, "-m", "ddptop", "--headless", "--runs-dir", str(runs), *args],
+                         capture_output=True, text=True, timeout=30, env=env)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2, res.stderr
+    assert len(lines) == 1 and lines[0].startswith("ddptop: error:") and fragment in lines[0], res.stderr
+    assert res.stdout == "" and (not runs.exists() or not any(runs.iterdir()))
+
+
+def test_taken_hub_port_on_node0_is_a_usage_error(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        hub_port = taken.getsockname()[1]
+        res = subprocess.run(
+            [sys.executable, "-m", "ddptop", "--headless", "--runs-dir", str(tmp_path / "runs"), "--nnodes", "2",
+             "--rdzv-endpoint", f"127.0.0.1:{free_port_pair()}", "--hub-port", str(hub_port)],
+            capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2 and f"hub port {hub_port} is already in use" in res.stderr, res.stderr
+
+
+# ---------------------------------------------------------------------------- views
+
+
+def two_node_state(nccl_log: list[str] | None = None) -> RunState:
+    state = RunState(run_id="r", config=RunConfig(nproc=2).to_dict(), world_size=4, nnodes=2)
+    # c10d numbered the nodes its own way: node 1 got ranks 0-1 (as on this machine's runs)
+    for rank, n, host in ((0, 1, "b"), (1, 1, "b"), (2, 0, "a"), (3, 0, "a")):
+        state.apply(protocol.Hello(rank=rank, local_rank=rank % 2, world_size=4, host=host, pid=100 + rank,
+                                   token="", device=f"cuda:{rank % 2}", backend="nccl", node=n), 1.0)
+    if nccl_log:
+        from ddptop.nccl import parse_lines
+
+        state.nccl = parse_lines(nccl_log)
+    return state
+
+
+def test_rank_table_groups_ranks_by_node_with_a_header_each():
+    groups = node_groups(two_node_state())
+    assert [(head.plain, ranks) for head, ranks in groups] == [
+        ("node 0 · a · 2 ranks", [2, 3]), ("node 1 · b · 2 ranks", [0, 1])]
+    single = RunState(run_id="r", config={}, world_size=2)
+    assert node_groups(single) is None  # one node: the table is as it always was
+
+
+def test_wiring_marks_cross_node_pairs_as_network_and_does_not_flag_net_there(tmp_path):
+    log = [
+        "a:1:1 [0] NCCL INFO Channel 00/0 : 3[1] -> 0[0] [send] via NET/IB/0/GDRDMA",
+        "a:1:1 [0] NCCL INFO Channel 00/0 : 2[0] -> 3[1] via P2P/CUMEM/read",
+        "a:1:1 [0] NCCL INFO Channel 00/0 : 1[1] -> 2[0] [receive] via NET/Socket/0",
+    ]
+    state = two_node_state(log)
+    _, pairs, _ = wiring_pairs(state)
+    assert pairs[(3, 0)].transport == "NET/IB" and pairs[(3, 0)].hw == NETWORK
+    assert pairs[(1, 2)].transport == "NET/Socket" and pairs[(1, 2)].hw == NETWORK
+    assert pairs[(3, 0)].verdict == "" and pairs[(1, 2)].verdict == ""
+    assert pairs[(0, 1)].hw is None  # node 1's own link: node 0's NVML cannot say
+
+
+def test_advisor_does_not_blame_nvlink_for_network_between_nodes():
+    summary = {"config": RunConfig(nproc=2).to_dict(), "world_size": 4, "backend": "nccl", "nnodes": 2,
+               "ranks": [{"comm_share": 0.5, "exposed_comm_share": 0.4}]}
+    across = advise(summary, {"net", "nvlink"}, {"nvlink"})
+    assert "NVLink but" not in across.reason
+    one_node = advise({**summary, "nnodes": 1}, {"net", "nvlink"}, {"nvlink"})
+    assert "NVLink but" in one_node.reason  # on one node the same picture is a misconfiguration
+
+
+# ---------------------------------------------------------------------------- real runs
+
+
+def free_port_pair() -> int:
+    """A port P with P+1 free too (rendezvous and hub)."""
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            if port >= 65535:
+                continue
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise AssertionError("no free port pair")
+
+
+def start_node(args: list[str], runs_dir: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "ddptop", "--headless", "--runs-dir", str(runs_dir), "--interval", "1", *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def read_until(proc: subprocess.Popen, predicate, timeout: float = 60) -> list[str]:
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if predicate(line):
+            return seen
+    raise AssertionError("never saw the line; output:\n" + "".join(seen))
+
+
+def refused_by_hub(port: int, timeout: float = 20) -> bytes:
+    """Say hello to the hub with a wrong token; return what came back (b'' = closed on us)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    with sock:
+        hello = protocol.Hello(rank=0, local_rank=0, world_size=4, host="intruder", pid=1, token="wrong")
+        sock.sendall(protocol.encode(hello))
+        sock.settimeout(10)
+        return sock.recv(1024)
+
+
+def tree(proc: subprocess.Popen) -> list[psutil.Process]:
+    try:
+        return [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+RUN = ["--nproc", "2", "--set", "workers=0", "--set", "batch_size=8"]
+
+
+@pytest.mark.e2e
+def test_two_nodes_on_one_machine_report_four_ranks_to_node0(tmp_path):
+    port = free_port_pair()
+    t0 = time.monotonic()
+    node0 = start_node(["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                        "--steps", "12", "--json", *RUN], tmp_path / "n0")
+    node1 = None
+    try:
+        head = read_until(node0, lambda line: line.startswith("    ddptop "))
+        join = shlex.split(head[-1])  # exactly what node 0 told the user to run
+        assert join[:8] == ["ddptop", "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint",
+                            f"127.0.0.1:{port}", "--token"]
+        # node 0's hub is live (its torchrun waits for node 1): a wrong token is refused
+        assert refused_by_hub(port + 1) == b""
+        env = {k: v for k, v in os.environ.items() if k != protocol.ENV_TOKEN}
+        node1 = start_node(join[1:], tmp_path / "n1", env)
+        out1, _ = node1.communicate(timeout=240)
+        out0, _ = node0.communicate(timeout=60)
+    finally:
+        for p in (node0, node1):
+            if p is not None and p.poll() is None:
+                p.kill()
+    print(f"two-node run: {time.monotonic() - t0:.1f} s")
+    assert node0.returncode == 0, "".join(head) + out0[-3000:]
+    assert node1.returncode == 0, out1[-3000:]
+    summary = json.loads(out0.strip().splitlines()[-1])
+    assert summary["status"] == "completed" and summary["world_size"] == 4 and summary["nnodes"] == 2
+    assert [r["rank"] for r in summary["ranks"]] == [0, 1, 2, 3]
+    assert [r["steps"] for r in summary["ranks"]] == [12] * 4
+    assert sorted(r["node"] for r in summary["ranks"]) == [0, 0, 1, 1]
+    assert summary["refused_connections"] >= 1
+    assert "the live view is on node 0" in out1 and "torchrun exited with code 0" in out1
+    # each node keeps its own records: node 1's rank logs are on node 1
+    (run0,) = (tmp_path / "n0").iterdir()
+    (run1,) = (tmp_path / "n1").iterdir()
+    assert len((run0 / "steps.jsonl").read_text().splitlines()) == 48
+    assert len(list(run1.glob("logs/*/attempt_0/*/stdout.log"))) == 2
+    launch = json.loads((run1 / "config.json").read_text())["_launch"]
+    assert launch["node_rank"] == 1 and launch["rdzv_id"] == json.loads(
+        (run0 / "config.json").read_text())["_launch"]["rdzv_id"]
+
+
+@pytest.mark.e2e
+def test_sigint_on_node0_stops_every_rank_on_both_nodes(tmp_path):
+    port = free_port_pair()
+    common = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--token", TOKEN,
+              "--steps", "100000", *RUN]
+    node0 = start_node(["--node-rank", "0", "--json", *common], tmp_path / "n0")
+    node1 = start_node(["--node-rank", "1", *common], tmp_path / "n1")
+    procs: list[psutil.Process] = []
+    try:
+        read_until(node0, lambda line: " running " in line and "step" in line, timeout=120)
+        procs = tree(node0) + tree(node1)
+        assert len(procs) >= 6  # 2 ddptops, 2 torchruns, 4 ranks
+        t0 = time.monotonic()
+        node0.send_signal(signal.SIGINT)
+        out0, _ = node0.communicate(timeout=60)
+        out1, _ = node1.communicate(timeout=60)
+        stop_s = time.monotonic() - t0
+    finally:
+        for p in (node0, node1):
+            if p.poll() is None:
+                p.kill()
+    print(f"stop across two nodes: {stop_s:.1f} s")
+    assert node0.returncode == 130, out0[-3000:]
+    assert node1.returncode == 0, out1[-3000:]  # its ranks left at the agreed step: torchrun exits 0
+    summary = json.loads(out0.strip().splitlines()[-1])
+    assert summary["status"] == "stopped" and summary["world_size"] == 4
+    assert [r["status"] for r in summary["ranks"]] == ["stopped"] * 4
+    assert len({r["last_step"] for r in summary["ranks"]}) == 1  # one agreed step on every node
+    deadline = time.monotonic() + 10
+    while alive(procs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert alive(procs) == [], [p.cmdline() for p in alive(procs)]
+
+
+@pytest.mark.e2e
+def test_sigterm_on_another_node_stops_its_local_tree(tmp_path):
+    port = free_port_pair()
+    common = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--token", TOKEN,
+              "--steps", "100000", *RUN]
+    node0 = start_node(["--node-rank", "0", "--json", *common], tmp_path / "n0")
+    node1 = start_node(["--node-rank", "1", *common], tmp_path / "n1")
+    procs: list[psutil.Process] = []
+    try:
+        read_until(node0, lambda line: " running " in line and "step" in line, timeout=120)
+        procs = tree(node0) + tree(node1)
+        node1.send_signal(signal.SIGTERM)
+        out1, _ = node1.communicate(timeout=60)
+        out0, _ = node0.communicate(timeout=120)
+    finally:
+        for p in (node0, node1):
+            if p.poll() is None:
+                p.kill()
+    assert node1.returncode == 130 and "stopped by a signal" in out1, out1[-3000:]
+    assert node0.returncode == 1, out0[-3000:]  # node 0 lost half its world: a failed run
+    assert json.loads(out0.strip().splitlines()[-1])["status"] == "failed"
+    deadline = time.monotonic() + 10
+    while alive(procs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert alive(procs) == [], [p.cmdline() for p in alive(procs)]
