@@ -17,7 +17,7 @@ from ddptop.config import ConfigError, RunConfig, apply_overrides, preset_config
 from ddptop.options import CaptureOptions, NodeOptions, parse_endpoint
 from ddptop.usage import USAGE_EXIT, OneLineParser, UsageError
 
-SUBCOMMANDS = ("presets", "nccl", "topo", "sweep", "tune")
+SUBCOMMANDS = ("presets", "nccl", "topo", "sweep", "tune", "ls", "attach")
 
 
 
@@ -26,7 +26,7 @@ def run_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="ddptop",
         description="top for PyTorch DDP: launch a DDP job through torchrun and watch it per rank. "
-        "Subcommands: presets, sweep, tune, nccl LOGFILE..., topo.",
+        "Subcommands: presets, sweep, tune, nccl LOGFILE..., topo, ls, attach [RUN_ID].",
         epilog="Run your own script: ddptop --nproc 2 -- python train.py ARGS "
         "(use ddptop.probe.Probe in it to report steps).",
     )
@@ -49,6 +49,8 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("--profiler", choices=("auto", "torch", "nsys"), default="auto",
                    help="capture with nsys (auto: when nsys is found) or torch.profiler")
     p.add_argument("--nsys-path", help="nsys binary to use for captures")
+    p.add_argument("--detach", action="store_true",
+                   help="start the run with no viewer; it survives this terminal (ddptop ls, ddptop attach)")
     m = p.add_argument_group("multi-node (torchrun's c10d rendezvous; node 0 prints the command for the others)")
     m.add_argument("--nnodes", type=int, default=1, help="nodes in the run (default 1)")
     m.add_argument("--node-rank", type=int, default=0, help="this node, 0..nnodes-1; node 0 has the live view")
@@ -186,9 +188,14 @@ def main(argv: list[str] | None = None) -> int:
         check_runnable(config, args)
         node = node_options(args)
         check_node(node, config, args)
+        live = check_detach(args, node) if args.detach else None
     except (UsageError, ConfigError) as exc:
         print(f"ddptop: error: {exc}", file=sys.stderr)
         return USAGE_EXIT
+    if live is not None:
+        from ddptop.attach import start_detached
+
+        return start_detached(config, args.runs_dir, user_cmd, capture_options(args, config), live)
     if node.multi and node.node_rank > 0:
         from ddptop.multinode import run_worker_node
 
@@ -205,6 +212,18 @@ def main(argv: list[str] | None = None) -> int:
     from ddptop.tui.app import run_tui
 
     return run_tui(config, args.runs_dir, user_cmd)  # captures: the `c` key
+
+
+def check_detach(args: argparse.Namespace, node: NodeOptions) -> Path:
+    """--detach: what it cannot be combined with, and a usable live directory."""
+    from ddptop.attach import check_live_dir
+
+    for flag, given in (("--headless", args.headless), ("--json", args.json)):
+        if given:
+            raise UsageError(f"--detach runs without a terminal: {flag} does not apply (ddptop attach shows it)")
+    if node.multi:
+        raise UsageError("--detach is for single-node runs")
+    return check_live_dir()
 
 
 def run_node0_tui(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None, node: NodeOptions) -> int:
@@ -261,6 +280,10 @@ def run_subcommand(name: str, argv: list[str]) -> int:
         from ddptop.sweep import main_sweep
 
         return main_sweep(argv)
+    if name in ("ls", "attach"):
+        from ddptop.attach import main_attach, main_ls
+
+        return (main_ls if name == "ls" else main_attach)(argv)
     if name == "tune":
         from ddptop.tune import main_tune
 

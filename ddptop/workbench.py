@@ -1,8 +1,10 @@
 """Workbench: the runs of one interactive ddptop session, for any front end.
 
-It creates a `Session` per config, remembers every run it started, knows the
-current one, and stops/restarts runs cleanly. UI-free (no Textual) and
-torch-free: the TUI gets one in its constructor and only calls these methods.
+It creates a session per config (through its factory: an in-process `Session`,
+or a `ddptop.viewer.RemoteSession` whose run lives in a supervisor process),
+remembers every run it started or attached to, knows the current one, and
+stops/restarts/detaches runs cleanly. UI-free (no Textual) and torch-free: the
+TUI gets one in its constructor and only calls these methods.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from ddptop.config import RunConfig
 from ddptop.session import Session
 from ddptop.state import RunState
 
+# Returns a Session or anything with its surface (state, run_id, run_dir, config, done,
+# run(), request_stop(), request_capture()), such as ddptop.viewer.RemoteSession.
 SessionFactory = Callable[[RunConfig, Path, "list[str] | None"], Session]
 
 STOP_TIMEOUT_S = 30.0  # a clean stop; after it the run task is cancelled (which kills the tree)
@@ -63,6 +67,13 @@ class Workbench:
         self._ended[session.run_id] = asyncio.Event()
         return session
 
+    def attach(self, session: Session) -> Session:
+        """Make an existing run (e.g. a RemoteSession of a live supervisor) the current one."""
+        self.config = session.config
+        self.sessions.append(session)
+        self._ended[session.run_id] = asyncio.Event()
+        return session
+
     async def run(self, session: Session) -> RunState:
         """Run `session` to its end. Marks it ended even if it never got going (a
         run directory that cannot be created raises before the session's own
@@ -82,6 +93,26 @@ class Workbench:
             return False
         ended = self._ended.get(session.run_id)
         return not (session.done or (ended is not None and ended.is_set()))
+
+    def owns_current(self) -> bool:
+        """True when the current run ends with this front end (an in-process run, or a
+        supervised one this viewer owns); False for a detached run or another's run."""
+        session = self.current
+        if session is None:
+            return False
+        return not getattr(session, "detached", False) and getattr(session, "owner", True)
+
+    def can_detach(self) -> bool:
+        return self.is_live() and hasattr(self.current, "detach")
+
+    async def detach(self) -> str:
+        """Let the current run go on without this front end; returns how to come back.
+        RuntimeError when the run cannot outlive this process (in-process, or ended)."""
+        session = self.current
+        if session is None or not self.can_detach():
+            raise RuntimeError("no live supervised run to detach")
+        await session.detach()  # type: ignore[attr-defined]
+        return f"run {session.run_id} goes on detached; watch it again with: ddptop attach {session.run_id}"
 
     def error(self, session: Session) -> str:
         """Why `session` failed to run at all ('' if it ran)."""

@@ -8,8 +8,11 @@ import pytest
 
 NO_TORCH = ["ddptop.cli", "ddptop.session", "ddptop.headless", "ddptop.probe", "ddptop.hub",
             "ddptop.state", "ddptop.config", "ddptop.protocol", "ddptop.launcher", "ddptop.report",
-            "ddptop.sweep", "ddptop.advisor", "ddptop.capture", "ddptop.nccl", "ddptop.gpu"]
-PURE = ["ddptop.config", "ddptop.protocol", "ddptop.state", "ddptop.failures", "ddptop.advisor", "ddptop.nccl"]
+            "ddptop.sweep", "ddptop.advisor", "ddptop.capture", "ddptop.nccl", "ddptop.gpu",
+            "ddptop.live", "ddptop.supervisor", "ddptop.viewer", "ddptop.viewer_protocol", "ddptop.attach",
+            "ddptop.workbench"]
+PURE = ["ddptop.config", "ddptop.protocol", "ddptop.state", "ddptop.failures", "ddptop.advisor", "ddptop.nccl",
+        "ddptop.viewer_protocol"]
 
 
 def loaded_after_import(module: str) -> set[str]:

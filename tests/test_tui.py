@@ -162,9 +162,10 @@ def test_quit_asks_then_stops_the_run_and_leaves_no_process(tmp_path: Path) -> N
             state = app.workbench.current.state
             await wait_for(pilot, lambda: all(rs.last_step > 5 for rs in state.ranks.values()),
                            START_TIMEOUT, "both ranks stepping")
-            # the whole tree of this run: torchrun, both ranks (and any DataLoader workers)
-            pids = [p.pid for p in app.workbench.current.launcher.tree()]
-            assert len(pids) >= 3
+            # the whole tree of this run: its supervisor, torchrun, both ranks (and any
+            # DataLoader workers)
+            pids = [p.pid for p in app.workbench.current.processes()]
+            assert len(pids) >= 4
 
             await pilot.press("q")
             assert isinstance(app.screen, ConfirmScreen)
@@ -197,8 +198,10 @@ def test_c_captures_the_next_three_steps_on_every_rank(tmp_path: Path) -> None:
                            START_TIMEOUT, "both ranks stepping")
             await pilot.press("c")
             await wait_for(pilot, lambda: len(state.captures) == 1, 10, "the capture request")
+            # each snapshot from the supervisor brings new objects: look the capture up again
+            await wait_for(pilot, lambda: state.captures[1].status in ("done", "failed"), 60,
+                           "the capture")
             cap = state.captures[1]
-            await wait_for(pilot, lambda: cap.status in ("done", "failed"), 60, "the capture")
             assert cap.status == "done", cap.error
             assert cap.count == 3
             await pilot.press("6")
@@ -411,7 +414,7 @@ def test_signal_to_the_tui_stops_the_run_cleanly(tmp_path: Path, sig: str) -> No
             state = app.workbench.current.state
             await wait_for(pilot, lambda: all(rs.last_step > 3 for rs in state.ranks.values()),
                            START_TIMEOUT, "both ranks stepping")
-            pids = [p.pid for p in app.workbench.current.launcher.tree()]
+            pids = [p.pid for p in app.workbench.current.processes()]
             signum = getattr(signal, sig)
             assert signum in app._signals  # else the signal would kill the test process itself
             os.kill(os.getpid(), signum)

@@ -2,8 +2,9 @@
 
 Gets a Workbench (its data source) in the constructor; runs each Session in a
 worker, refreshes the visible views from `session.state` on a timer, and turns
-keys into intents (stop, apply settings, capture, quit). Never imports torch; never
-touches sockets or subprocesses (the Session does).
+keys into intents (stop, apply settings, capture, detach, quit). Never imports torch;
+never touches sockets or subprocesses (the Session, or the RemoteSession that follows a
+supervisor process, does).
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from textual.widgets import Footer, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
 from ddptop.config import RunConfig
+from ddptop.live import LiveRun
 from ddptop.session import Session
 from ddptop.state import RunState
 from ddptop.tui.captures_panel import CapturesPanel
+from ddptop.tui.choice_screen import ChoiceScreen
 from ddptop.tui.confirm_screen import ConfirmScreen
 from ddptop.tui.gpu_panel import GpuPanel
 from ddptop.tui.help_screen import HelpScreen
@@ -38,7 +41,8 @@ from ddptop.tui.runs_panel import RunsPanel
 from ddptop.tui.settings_screen import SettingsScreen
 from ddptop.tui.throughput_panel import ThroughputPanel
 from ddptop.tui.wiring_panel import WiringPanel
-from ddptop.workbench import Workbench
+from ddptop.viewer import RemoteSession
+from ddptop.workbench import SessionFactory, Workbench
 
 REFRESH_S = 0.5
 RUNS_REFRESH_S = 2.0  # the runs table reads the runs directory: less often
@@ -47,7 +51,7 @@ TAB_FOCUS = {"ranks": RankTable, "gpu": GpuPanel, "runs": RunsPanel, "logs": Log
              "wiring": WiringPanel, "captures": CapturesPanel}
 CAPTURE_STEPS = 3
 # Actions that only make sense on the main screen (not under settings/help/confirm).
-MAIN_ONLY = {"settings", "stop_run", "rerun", "show_tab", "help", "request_quit", "capture"}
+MAIN_ONLY = {"settings", "stop_run", "rerun", "show_tab", "help", "request_quit", "capture", "detach"}
 
 
 class DdpTopApp(App[int]):
@@ -59,6 +63,7 @@ class DdpTopApp(App[int]):
         Binding("x", "stop_run", "Stop run"),
         Binding("n", "rerun", "Run again"),
         Binding("c", "capture", "Capture"),
+        Binding("d", "detach", "Detach"),
         Binding("1", "show_tab('ranks')", "Ranks", show=False),
         Binding("2", "show_tab('gpu')", "GPU", show=False),
         Binding("3", "show_tab('runs')", "Runs", show=False),
@@ -78,6 +83,7 @@ class DdpTopApp(App[int]):
         self._runs_shown_at = 0.0
         self.live = LiveFigures()
         self._capture_status: dict[tuple[str, int], str] = {}  # to notice captures finishing
+        self.exit_note = ""  # printed by run_tui once the terminal is back (e.g. how to re-attach)
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="run-header")
@@ -99,24 +105,31 @@ class DdpTopApp(App[int]):
         yield Footer()
 
     def on_mount(self) -> None:
-        # A closed SSH session or a `kill` stops the run cleanly, as `q` would.
+        # A closed SSH session or a `kill` stops a run this terminal owns cleanly, as `q`
+        # would; a detached run (or someone else's) just loses this viewer.
         self._signals = []
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGHUP):
             try:
-                loop.add_signal_handler(sig, self.stop_and_exit)
+                loop.add_signal_handler(sig, self._signalled)
                 self._signals.append(sig)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass  # not the main thread, or no signals here
         self.set_interval(self.refresh_s, self.refresh_views)
-        if self.autostart:
-            self.start_run(self.workbench.new_session())
+        if self.autostart:  # the run attached to, or a new one
+            self.start_run(self.workbench.current or self.workbench.new_session())
         self.query_one(RankTable).focus()
 
     def on_unmount(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in self._signals:
             loop.remove_signal_handler(sig)
+
+    def _signalled(self) -> None:
+        if self.workbench.is_live() and not self.workbench.owns_current():
+            self.exit(0)
+        else:
+            self.stop_and_exit()
 
     # --- runs -------------------------------------------------------------------------
     def start_run(self, session: Session) -> None:
@@ -182,6 +195,11 @@ class DdpTopApp(App[int]):
         if self.workbench.is_live():
             self.notify("stopping the run, then quitting…")
             await self.workbench.stop("quit")
+        self.exit(0)
+
+    @work(group="control", exclusive=True, exit_on_error=False, name="detach")
+    async def detach_and_exit(self) -> None:
+        self.exit_note = await self.workbench.detach()
         self.exit(0)
 
     # --- views ------------------------------------------------------------------------
@@ -267,6 +285,12 @@ class DdpTopApp(App[int]):
     def action_capture(self) -> None:
         self.capture(CAPTURE_STEPS)
 
+    def action_detach(self) -> None:
+        if self.workbench.can_detach():
+            self.detach_and_exit()
+        else:
+            self.notify("nothing to detach: no live run, or it runs inside this process", severity="warning")
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen([
             ("everywhere", self.BINDINGS), ("runs view", RunsPanel.BINDINGS),
@@ -276,6 +300,16 @@ class DdpTopApp(App[int]):
     def action_request_quit(self) -> None:
         if not self.workbench.is_live():
             self.exit(0)
+            return
+        if not self.workbench.owns_current():  # detached, or another terminal's run
+            def chosen(choice: str | None) -> None:
+                if choice == "detach":
+                    self.detach_and_exit()
+                elif choice == "stop":
+                    self.stop_and_exit()
+
+            self.push_screen(ChoiceScreen("Detach (run keeps going) or stop the run?",
+                                          [("d", "Detach", "detach"), ("s", "Stop run", "stop")]), chosen)
             return
 
         def answered(yes: bool | None) -> None:
@@ -296,6 +330,8 @@ class DdpTopApp(App[int]):
         yield SystemCommand("Run again", "Start a new run with the same settings", self.action_rerun)
         yield SystemCommand("Capture", f"Profile the next {CAPTURE_STEPS} steps on every rank",
                             self.action_capture)
+        yield SystemCommand("Detach", "Leave the run going without this terminal (ddptop attach)",
+                            self.action_detach)
         yield SystemCommand("Export runs", "Write the runs table as Markdown into the runs directory",
                             self._export)
         yield SystemCommand("Toggle light/dark", "Switch between light and dark themes",
@@ -305,15 +341,41 @@ class DdpTopApp(App[int]):
                                 lambda tab=tab: self.action_show_tab(tab))
 
 
+def supervised(detached: bool = False) -> SessionFactory:
+    """Each run in a supervisor process of its own (owned by this TUI unless `detached`)."""
+    def factory(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None) -> RemoteSession:
+        return RemoteSession.spawn(config, runs_dir, user_cmd, detached=detached)
+
+    return factory  # type: ignore[return-value]
+
+
 def build_app(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None = None,
-              **kwargs: object) -> DdpTopApp:
-    """The one factory for the CLI, the tests and the screenshot script."""
-    return DdpTopApp(Workbench(config, Path(runs_dir), user_cmd), **kwargs)  # type: ignore[arg-type]
+              in_process: bool = False, **kwargs: object) -> DdpTopApp:
+    """The one factory for the CLI, the tests and the screenshot script. Runs go through
+    a supervisor (so they can be detached) unless `in_process`."""
+    bench = Workbench(config, Path(runs_dir), user_cmd) if in_process else Workbench(
+        config, Path(runs_dir), user_cmd, session_factory=supervised())
+    return DdpTopApp(bench, **kwargs)  # type: ignore[arg-type]
 
 
-def run_tui(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None = None) -> int:
-    app = build_app(config, runs_dir, user_cmd)
+def build_attach_app(entry: LiveRun, **kwargs: object) -> DdpTopApp:
+    """A viewer of the live run `entry`; runs started from it (settings, run again) are
+    detached when that run was."""
+    session = RemoteSession.attach(entry)
+    bench = Workbench(session.config, Path(entry.runs_dir), entry.user_cmd,
+                      session_factory=supervised(detached=entry.detached))
+    bench.attach(session)  # type: ignore[arg-type]
+    return DdpTopApp(bench, **kwargs)  # type: ignore[arg-type]
+
+
+def run_app(app: DdpTopApp) -> int:
     result = app.run()
+    if app.exit_note:
+        print(f"ddptop: {app.exit_note}")
     if app.return_code:
         return app.return_code
     return int(result or 0)
+
+
+def run_tui(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None = None) -> int:
+    return run_app(build_app(config, runs_dir, user_cmd))

@@ -1,0 +1,113 @@
+"""`ddptop ... --detach`, `ddptop ls` and `ddptop attach`: starting a supervised run
+with no viewer, listing live runs, and opening the TUI on one. Command-line glue
+over ddptop.live; the TUI is imported only when a viewer opens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from ddptop.config import RunConfig
+from ddptop.live import (
+    LiveDirError,
+    LiveRun,
+    ensure_live_dir,
+    find_run,
+    live_runs,
+    start_supervisor,
+    supervisor_spec,
+    wait_ready,
+)
+from ddptop.options import CaptureOptions
+from ddptop.report import fmt
+from ddptop.usage import USAGE_EXIT, OneLineParser, UsageError
+
+
+def check_live_dir() -> Path:
+    """The live directory, or a UsageError before anything starts."""
+    try:
+        return ensure_live_dir()
+    except LiveDirError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def start_detached(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None,
+                   capture: CaptureOptions, live: Path) -> int:
+    """Start a supervisor that belongs to no terminal, say how to reach it, return."""
+    from ddptop.session import new_run_id
+
+    run_id = new_run_id(config.preset)
+    spec = supervisor_spec(config, runs_dir, run_id, live, detached=True, user_cmd=user_cmd, capture=capture)
+    proc = start_supervisor(spec, live)
+    try:
+        entry = wait_ready(proc, live, run_id)
+    except RuntimeError as exc:
+        print(f"ddptop: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"ddptop: run {entry.run_id} started detached ({config.world_size} rank(s), preset "
+          f"{config.preset}, supervisor pid {entry.pid})\n"
+          f"  records: {entry.run_dir}\n"
+          f"  socket:  {entry.socket}\n"
+          f"  watch:   ddptop attach {entry.run_id}    (list: ddptop ls)", flush=True)
+    return 0
+
+
+def ls_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="ddptop ls", description="live ddptop runs on this machine")
+    p.add_argument("--json", action="store_true", help="one JSON list (no tokens)")
+    return p
+
+
+def main_ls(argv: list[str]) -> int:
+    try:
+        args = ls_parser().parse_args(argv)
+        live = check_live_dir()
+    except UsageError as exc:
+        print(f"ddptop ls: error: {exc}", file=sys.stderr)
+        return USAGE_EXIT
+    runs = live_runs(live)
+    if args.json:
+        print(json.dumps([e.public() for e in runs]))
+        return 0
+    if not runs:
+        print("no live ddptop runs (start one with `ddptop ... --detach`)")
+        return 0
+    print(ls_table(runs, time.time()))
+    return 0
+
+
+def ls_table(runs: list[LiveRun], now: float) -> str:
+    head = ("run", "preset", "ranks", "step", "steps/s", "status", "mode", "viewers", "pid", "up", "run dir")
+    rows = [(e.run_id, e.preset, str(e.world_size), str(e.step) if e.step >= 0 else "-",
+             fmt(e.steps_per_s, ".2f"), e.status, "detached" if e.detached else "owned", str(e.viewers),
+             str(e.pid), f"{(now - e.started_at) / 60:.0f}m", e.run_dir) for e in runs]
+    widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in (head, *rows))
+
+
+def attach_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="ddptop attach", description="open the TUI on a live run (with its history so far)")
+    p.add_argument("run_id", nargs="?", help="run id or a unique prefix (default: the latest live run)")
+    return p
+
+
+def main_attach(argv: list[str]) -> int:
+    try:
+        args = attach_parser().parse_args(argv)
+        live = check_live_dir()
+        try:
+            entry = find_run(args.run_id, live)
+        except LookupError as exc:
+            raise UsageError(str(exc)) from None
+        if not sys.stdout.isatty():
+            raise UsageError("attach opens the TUI and needs a terminal")
+    except UsageError as exc:
+        print(f"ddptop attach: error: {exc}", file=sys.stderr)
+        return USAGE_EXIT
+    from ddptop.tui.app import build_attach_app, run_app
+
+    return run_app(build_attach_app(entry))
