@@ -48,35 +48,41 @@ seed() {  # the plain reference recipe vs ddptop's trainer, same config, back to
   done
 }
 
-live() {  # the live view's facts: transports, advice, and a torch.profiler window, NVLink and SHM
-  for P2P in 0 1; do
-    NCCL_P2P_DISABLE=$P2P timeout 150 $PY -m ddptop --headless --json --interval 30 --nproc "$N" --preset baseline \
+live() {  # transports, advice, and a torch.profiler window compared with ddptop's own comm timer, NVLink and SHM
+  for P2P in ${P2PS:-0 1}; do
+    NCCL_P2P_DISABLE=$P2P timeout 150 $PY -m ddptop --headless --json --interval 30 --nproc "$N" --preset ${LIVE_PRESET:-baseline} \
       --steps 30 --warmup 10 --capture 20:3 --profiler torch --runs-dir "$RUNS/live$P2P" > /tmp/live.out 2>&1
-    grep -E "^(run|gradient|advice|capture|rank|straggler)" /tmp/live.out | head -12
+    echo "rc=$? p2p_disable=$P2P"; grep -E "^(gradient|advice|capture)" /tmp/live.out | head -6
     tail -1 /tmp/live.out > "$OUT/live_p2p$P2P.json"
     $PY - "$OUT/live_p2p$P2P.json" <<'PYEOF'
-import json, sys, statistics
-d = json.load(open(sys.argv[1])); cap = d["captures"][0]
-print("transports", (d.get("nccl") or {}).get("transports"), "advice:", (d.get("advice") or {}).get("preset"))
-steps = {}
-run = sorted(__import__("glob").glob(cap["dir"].rsplit("/captures", 1)[0] + "/steps.jsonl"))[0]
-for line in open(run):
-    r = json.loads(line)
-    if 20 <= r["step"] <= 22: steps.setdefault(r["rank"], []).append(r.get("comm_ms", 0))
-for rank, s in sorted((cap.get("summary") or {}).get("ranks", {}).items()):
-    ours = sum(steps.get(int(rank), []))
-    print(f"rank {rank}: ddptop comm {ours:.1f} ms over steps 20-22, profiler NCCL kernels {s.get('comm_ms')} ms, "
-          f"overlap {s.get('overlap_ms')} ms, top {s['top'][0]['name'][:60] if s.get('top') else None}")
+import json, sys
+d = json.load(open(sys.argv[1])); cap = d["captures"][0]; s = cap.get("summary") or {}
+print("transports", (d.get("nccl") or {}).get("transports"), "advice:", (d.get("advice") or {}).get("preset"),
+      "comm_share", d.get("comm_share"), "steps/s", d.get("steps_per_s"))
+for rank, r in sorted(s.get("ranks", {}).items()):
+    print(f"rank {rank} steps {r.get('steps')}: ddptop timer {r.get('timer_comm_ms')} ms, profiler NCCL kernels {r.get('comm_ms')} ms,"
+          f" timer/trace {r.get('timer_vs_trace')}, step ms {r.get('step_ms')}, overlap {r.get('overlap_ms')},"
+          f" top {r['top'][0]['name'][:50] if r.get('top') else None}")
 PYEOF
   done
 }
 
+commovh() {  # where the comm-timing overhead comes from (DDP builtin vs Python hook vs timed hooks)
+  timeout ${COMMOVH_TIMEOUT:-240} torchrun --standalone --nproc_per_node="$N" bench/comm_overhead.py --steps ${COMMOVH_STEPS:-30} \
+    --warmup 8 --rounds ${COMMOVH_ROUNDS:-2} 2>&1 | grep -vi warn | tee "$OUT/comm_overhead.txt" | tail -12
+}
+
+capovh() {  # steps/s outside a capture window vs the same run without one
+  timeout ${CAPOVH_TIMEOUT:-300} $PY bench/capture_overhead.py --nproc "$N" --steps ${CAPOVH_STEPS:-70} --warmup 10 \
+    --capture 35:3 --rounds ${CAPOVH_ROUNDS:-2} --runs-dir "$RUNS/capovh" 2>&1 | tee "$OUT/capture_overhead.txt"
+}
+
 nsysrun() {  # nsys mode with the binary the image has (not on PATH)
-  timeout 240 $PY -m ddptop --headless --json --interval 30 --nproc "$N" --preset baseline --steps 25 --warmup 5 \
+  timeout ${NSYS_TIMEOUT:-240} $PY -m ddptop --headless --json --interval 30 --nproc "$N" --preset baseline --steps 25 --warmup 5 \
     --capture 12:2 --profiler nsys --nsys-path "${NSYS:-/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys}" \
     --runs-dir "$RUNS/nsys" > /tmp/nsys.out 2>&1; echo "rc=$?"
   grep -E "^(run|capture)" /tmp/nsys.out; tail -1 /tmp/nsys.out | $PY -c "import json,sys; d=json.load(sys.stdin); print(json.dumps(d.get('nsys'))[:1500])"
-  ls -la "$RUNS"/nsys/*/captures/ | head -20
+  ls -la "$RUNS"/nsys/*/captures/ | head -20; tail -15 "$RUNS"/nsys/*/logs/*/attempt_0/0/stderr.log 2>/dev/null | tail -15
 }
 
 overhead() {  # ddptop's trainer under ddptop vs the plain reference recipe, same config, back to back

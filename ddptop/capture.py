@@ -140,6 +140,27 @@ def summarize_capture(files: dict[int, list[str]]) -> dict[str, Any]:
     return {"ranks": ranks, "comm_ms_mean": round(sum(comm) / len(comm), 3) if comm else None}
 
 
+def compare_with_timer(summary: dict[str, Any], records: dict[int, list[dict[str, float]]],
+                       steps: range) -> None:
+    """Put ddptop's own comm timer for the window's steps next to what the trace saw, per rank
+    (`timer_comm_ms`, and `timer_vs_trace` = timer / trace): the live comm figure checked
+    against the profiler on exactly the same steps."""
+    for rank, recs in records.items():
+        entry = summary.get("ranks", {}).get(str(rank))
+        window = [r for r in recs if int(r.get("step", -1)) in steps and "comm_ms" in r]
+        if entry is None or not window:
+            continue
+        ours = sum(r["comm_ms"] for r in window)
+        entry["timer_comm_ms"] = round(ours, 3)
+        entry["timer_steps"] = len(window)
+        trace = entry.get("comm_ms")
+        if trace:
+            entry["timer_vs_trace"] = round(ours / trace, 3)
+    ratios = [r["timer_vs_trace"] for r in summary.get("ranks", {}).values() if "timer_vs_trace" in r]
+    if ratios:
+        summary["timer_vs_trace_mean"] = round(sum(ratios) / len(ratios), 3)
+
+
 def nsys_outputs(captures_dir: Path) -> list[Path]:
     """What nsys left for the capture windows: reports (.nsys-rep) or raw streams (.qdstrm)."""
     return sorted(p for p in captures_dir.glob("nsys_rank*") if p.suffix in (".nsys-rep", ".qdstrm", ".sqlite"))

@@ -20,7 +20,7 @@ import psutil
 
 from ddptop import protocol
 from ddptop.advisor import advise_run
-from ddptop.capture import Capture, summarize_capture
+from ddptop.capture import Capture, compare_with_timer, summarize_capture
 from ddptop.config import RunConfig
 from ddptop.failures import blame
 from ddptop.hardware import HardwareSampler
@@ -225,11 +225,22 @@ class Session:
 
     async def _process_capture(self, cap: Capture) -> None:
         try:
-            cap.summary = await asyncio.to_thread(summarize_capture, cap.files)
+            summary = await asyncio.to_thread(summarize_capture, cap.files)
+            window = range(cap.start, cap.start + cap.count)
+            await self._records_arrived(window[-1])
+            compare_with_timer(summary, {r: list(rs.recent) for r, rs in self.state.ranks.items()}, window)
+            cap.summary = summary
             write_json(Path(cap.out_dir) / "summary.json", cap.to_dict())
             cap.status = "done"
         except Exception as exc:  # noqa: BLE001 - a bad trace must not take the run down
             cap.status, cap.error = "failed", f"summary: {type(exc).__name__}: {exc}"
+
+    async def _records_arrived(self, step: int, timeout_s: float = 5.0) -> None:
+        """Wait (briefly) until every rank has reported `step`: a rank writes its trace
+        before the step's record, which comes with the probe's next batch."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(rs.last_step < step for rs in self.state.ranks.values()):
+            await asyncio.sleep(0.1)
 
     async def _stop_loop(self) -> None:
         await self._stop_requested.wait()

@@ -51,6 +51,7 @@ def test_headless_capture_window_on_cpu(tmp_path):
         per_rank = cap["summary"]["ranks"][rank]
         assert per_rank["steps"] == [10, 11, 12]
         assert per_rank["comm_ms"] > 0
+        assert per_rank["timer_steps"] == 3 and per_rank["timer_comm_ms"] > 0  # ddptop's timer, same steps
     assert "capture 1 steps 10-12 (torch): done" in res.stdout
 
 
@@ -77,3 +78,20 @@ def test_nsys_report_lists_outputs_and_runs_stats(tmp_path):
     (only_raw / "nsys_rank0.qdstrm").write_bytes(b"y")
     info = asyncio.run(nsys_report(str(fake), only_raw))
     assert "no .nsys-rep" in info["note"] and "qdstrm" in info["note"]
+
+
+def test_timer_is_compared_with_the_trace_on_the_same_steps():
+    from ddptop.capture import compare_with_timer
+
+    summary = {"ranks": {"0": {"comm_ms": 30.0}, "1": {"comm_ms": 20.0}, "2": {"note": "nsys"}}}
+    recs = {
+        0: [{"step": s, "comm_ms": 11.0} for s in range(8, 15)],  # only 10-12 count
+        1: [{"step": 10, "comm_ms": 8.0}, {"step": 11, "comm_ms": 8.0}, {"step": 12}],
+        2: [{"step": 10, "comm_ms": 1.0}],
+    }
+    compare_with_timer(summary, recs, range(10, 13))
+    r0, r1 = summary["ranks"]["0"], summary["ranks"]["1"]
+    assert r0["timer_comm_ms"] == 33.0 and r0["timer_steps"] == 3 and r0["timer_vs_trace"] == 1.1
+    assert r1["timer_comm_ms"] == 16.0 and r1["timer_steps"] == 2 and r1["timer_vs_trace"] == 0.8
+    assert summary["ranks"]["2"] == {"note": "nsys", "timer_comm_ms": 1.0, "timer_steps": 1}
+    assert summary["timer_vs_trace_mean"] == 0.95

@@ -63,12 +63,15 @@ class CaptureRunner:
             self._step_range = torch.profiler.record_function(f"ddptop_step_{step}")
             self._step_range.__enter__()
 
-    def end_step(self, step: int) -> None:
+    def end_step(self, step: int) -> bool:
+        """True when a window closed after this step (its trace was written meanwhile)."""
         if self._step_range is not None:
             self._step_range.__exit__(None, None, None)
             self._step_range = None
         if self.active is not None and step >= self.active.last:
             self._stop()
+            return True
+        return False
 
     def _start(self, w: Window) -> None:
         self.active = w

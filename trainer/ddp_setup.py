@@ -31,7 +31,8 @@ def wrap_ddp(
     if timer is None and config.comm_hook == "none":
         return ddp, None  # DDP's built-in C++ all-reduce: nothing to time, nothing added
     if timer is not None:
-        hook = timer.wrap(hook)
+        # plain all-reduce: our own timed hook (one callback, averaging inside NCCL)
+        hook = timer.allreduce_hook if config.comm_hook == "none" else timer.wrap(hook)
     ddp.register_comm_hook(state, hook)
     return ddp, state
 

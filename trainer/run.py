@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
              "compressing": ddp_setup.compressing(config, hook_state)},
             comm_timer.take(),
         )
-        captures.end_step(step)
+        if captures.end_step(step):
+            clock.restart()
         _report(probe, clock.ready())
         if probe.should_stop(step):
             reason = "stopped"

@@ -62,6 +62,11 @@ class StepClock:
         self._last = self._marks[-1][1]
         self._pending.append((step, self._marks, {**extra, "_comm": comm or []}))
 
+    def restart(self) -> None:
+        """The next step starts now, not when the last one ended: time spent between
+        steps (a profiler writing its trace) belongs to no step."""
+        self._last = self._stamp()
+
     def ready(self, flush: bool = False) -> list[dict[str, float]]:
         if flush and self.cuda:
             torch.cuda.synchronize()

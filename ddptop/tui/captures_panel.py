@@ -44,6 +44,8 @@ def rank_summary_text(rank: Any, s: dict[str, Any]) -> Text:
         return line.append(s["note"], style="dim")
     line.append_text(Text.assemble(
         ("comm ", "dim"), f"{fmt(s.get('comm_ms'), '.1f')} ms",
+        ("  (ddptop timer ", "dim") if "timer_comm_ms" in s else "",
+        f"{fmt(s.get('timer_comm_ms'), '.1f')} ms)" if "timer_comm_ms" in s else "",
         ("  overlap ", "dim"), f"{fmt(s.get('overlap_ms'), '.1f')} ms" if s.get("overlap_ms") is not None
         else "n/a",
         ("  ", ""), _steps_text(list(s.get("steps") or [])),
