@@ -174,6 +174,45 @@ def test_rank_table_groups_ranks_by_node_with_a_header_each():
     assert node_groups(single) is None  # one node: the table is as it always was
 
 
+def test_tui_rank_table_with_64_ranks_on_8_nodes_groups_them_within_budget(tmp_path):
+    """The real app (pilot): a header per node above its ranks, the header line says the
+    world spans nodes, and a refresh stays under the UI budget (50 ms, CPU time)."""
+    import asyncio
+
+    from ddptop.tui.app import DdpTopApp
+    from ddptop.tui.rank_table import RankTable
+    from ddptop.tui.run_header import RunHeader
+    from ddptop.tui.synthetic import synthetic_state, synthetic_workbench
+
+    state = synthetic_state(64, nodes=8)
+    app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600)
+
+    async def main() -> float:
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.refresh_views()
+            await pilot.pause()
+            rows = app.query_one(RankTable).row_texts()
+            assert len(rows) == 64 + 8
+            assert rows[0].startswith("node 0 · node0 · 8 ranks") and rows[9].startswith("node 1 · node1")
+            assert rows[1].split()[0].lstrip("▲") == "0" and rows[10].split()[0].lstrip("▲") == "8"
+            assert "world 64 on 8 nodes" in " ".join(str(app.query_one(RunHeader).render()).split())
+            costs = []
+            for step in range(5):
+                for r in state.ranks:  # every row changes, as in bench/bench_ui.py
+                    state.apply(protocol.Steps(rank=r, records=[{"step": 1000 + step, "step_ms": 90.0 + r % 7,
+                                                                  "forward_ms": 30.0, "samples": 32.0}]),
+                                time.time())
+                c0 = time.process_time()
+                app.refresh_views()
+                costs.append(time.process_time() - c0)
+                await pilot.pause()
+            return sorted(costs)[len(costs) // 2] * 1000
+
+    median_ms = asyncio.run(main())
+    print(f"refresh with 64 ranks on 8 nodes: {median_ms:.1f} ms CPU")
+    assert median_ms < 50
+
+
 def test_wiring_marks_cross_node_pairs_as_network_and_does_not_flag_net_there(tmp_path):
     log = [
         "a:1:1 [0] NCCL INFO Channel 00/0 : 3[1] -> 0[0] [send] via NET/IB/0/GDRDMA",

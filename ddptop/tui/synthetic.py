@@ -19,19 +19,24 @@ from ddptop.workbench import Workbench
 
 def synthetic_state(n_ranks: int, steps: int = RECENT, slow_rank: int | None = 1,
                     comm: bool = True, seed: int = 0, now: float | None = None,
-                    run_id: str = "20260101-120000-overlap-demo", backend: str = "nccl") -> RunState:
+                    run_id: str = "20260101-120000-overlap-demo", backend: str = "nccl",
+                    nodes: int = 1) -> RunState:
+    """`nodes` > 1: a multi-node run, the ranks split evenly over that many ddptop nodes."""
     now = time.time() if now is None else now
     rng = random.Random(seed)
     config = preset_config("overlap", RunConfig(nproc=n_ranks, steps=steps * 4, warmup=5))
     state = RunState(run_id=run_id, config=config.to_dict(), world_size=n_ranks,
-                     warmup=config.warmup, started_at=now - 60.0)
+                     warmup=config.warmup, started_at=now - 60.0, nnodes=nodes)
     def device(r: int) -> str:
         return f"cuda:{r % 8}" if backend == "nccl" else "cpu"
 
+    per_node = -(-n_ranks // nodes) if nodes > 1 else 8  # one node: a host name per 8 GPUs
+
     for r in range(n_ranks):
-        state.apply(Hello(rank=r, local_rank=r % 8, world_size=n_ranks, host=f"node{r // 8}",
+        state.apply(Hello(rank=r, local_rank=r % per_node, world_size=n_ranks, host=f"node{r // per_node}",
                           pid=20000 + r, token="", device=device(r), backend=backend,
-                          model="vit_l_32", torch="2.11", nccl="2.28.9"), now)
+                          model="vit_l_32", torch="2.11", nccl="2.28.9",
+                          node=r // per_node if nodes > 1 else 0), now)
         records = []
         for step in range(steps):
             slow = 1.25 if r == slow_rank else 1.0
