@@ -1,0 +1,327 @@
+"""Runs that outlive their terminal: a supervisor process holds each run, TUIs are
+viewers of it. Real 2-rank CPU runs: a detached run survives a viewer's SIGHUP and
+shows its whole history on re-attach; an owned run stops cleanly when its TUI dies;
+`d` detaches; wrong tokens are refused; bad input starts nothing. Viewer processes
+run in a pseudo-terminal, as on an SSH session."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pty
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from test_tui import START_TIMEOUT, alive_of, cpu_config, wait_for
+
+from ddptop import viewer_protocol as vp
+from ddptop.live import LIVE_ENV, LiveRun, find_run, live_runs
+from ddptop.tui.app import build_app, build_attach_app
+from ddptop.tui.choice_screen import ChoiceScreen
+from ddptop.tui.synthetic import synthetic_state
+from ddptop.viewer import RemoteSession
+
+RUN_ARGS = ["--nproc", "2", "--steps", "100000", "--warmup", "2", "--set", "workers=0"]
+
+
+@pytest.fixture
+def live(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private live directory of this test, short enough for socket paths."""
+    path = Path(tempfile.mkdtemp(prefix="dt", dir="/tmp"))
+    monkeypatch.setenv(LIVE_ENV, str(path))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def ddptop(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ddptop", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def in_terminal(*args: str) -> subprocess.Popen[bytes]:
+    """`ddptop ARGS` with a pseudo-terminal (120x40) as its terminal; its screen is drained
+    by a thread so the TUI never blocks on output."""
+    import fcntl
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "ddptop", *args], stdin=slave, stdout=slave,
+                            stderr=slave, env={**os.environ, "TERM": "xterm-256color"},
+                            start_new_session=True)
+    os.close(slave)
+
+    def drain() -> None:
+        while True:
+            try:
+                if not os.read(master, 1 << 16):
+                    break
+            except OSError:
+                break
+        os.close(master)
+
+    threading.Thread(target=drain, daemon=True).start()
+    return proc
+
+
+def until(predicate: Callable[[], object], timeout: float, what: str) -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = predicate()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def entry_of(run_id: str, live: Path) -> LiveRun | None:
+    return next((e for e in live_runs(live) if e.run_id == run_id), None)
+
+
+def tree(pid: int) -> list[int]:
+    root = psutil.Process(pid)
+    return [pid, *(p.pid for p in root.children(recursive=True))]
+
+
+def wait_gone(pids: list[int], timeout: float) -> float:
+    """Seconds until none of `pids` runs (zombies count as gone)."""
+    t0 = time.monotonic()
+    until(lambda: not alive_of(pids), timeout, f"processes {alive_of(pids)} to end")
+    return time.monotonic() - t0
+
+
+# --- a detached run ------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_detached_run_survives_viewers_and_stops_from_one(tmp_path: Path, live: Path) -> None:
+    runs = tmp_path / "runs"
+    res = ddptop(*RUN_ARGS, "--runs-dir", str(runs), "--detach")
+    assert res.returncode == 0, res.stderr
+    run_id = res.stdout.split()[2]
+    assert f"ddptop attach {run_id}" in res.stdout and str(live) in res.stdout
+    entry = find_run(run_id, live)
+    assert entry.detached and entry.run_dir == str(runs.resolve() / run_id)
+    assert oct(os.stat(entry.socket).st_mode & 0o777) == "0o600"
+    assert oct(os.stat(live / f"{run_id}.json").st_mode & 0o777) == "0o600"
+    # its own session: no terminal of ours can signal it
+    assert os.getsid(entry.pid) == entry.pid
+
+    # 1. A viewer (pilot) attaches: the run is there; `q` asks; `d` leaves it going.
+    async def first_viewer() -> tuple[int, str]:
+        app = build_attach_app(entry)
+        async with app.run_test(size=(120, 40)) as pilot:
+            state = app.workbench.current.state
+            await wait_for(pilot, lambda: all(rs.last_step > 3 for rs in state.ranks.values()),
+                           START_TIMEOUT, "both ranks stepping")
+            await pilot.press("q")
+            assert isinstance(app.screen, ChoiceScreen)  # detach or stop: not a plain quit
+            await pilot.press("escape")
+            await pilot.pause()
+            assert app.is_running and app.workbench.is_live()
+            await pilot.press("d")
+            await wait_for(pilot, lambda: not app.is_running, 10, "the viewer to close")
+            return min(rs.last_step for rs in state.ranks.values()), app.exit_note
+
+    step_at_detach, note = asyncio.run(first_viewer())
+    assert f"ddptop attach {run_id}" in note
+
+    # 2. A real `ddptop attach` process in a terminal, which then hangs up (SSH drop).
+    viewer = in_terminal("attach", run_id[:20])  # a unique prefix is enough
+    until(lambda: (e := entry_of(run_id, live)) and e.viewers == 1, 20, "the attach viewer to connect")
+    viewer.send_signal(signal.SIGHUP)
+    assert viewer.wait(timeout=15) == 0
+    until(lambda: (e := entry_of(run_id, live)) and e.viewers == 0, 10, "the viewer to be gone")
+    assert psutil.Process(entry.pid).is_running()
+
+    # 3. Re-attach: the steps went on meanwhile, and the whole history is there.
+    async def second_viewer() -> tuple[list[int], float]:
+        app = build_attach_app(find_run(run_id, live))
+        async with app.run_test(size=(120, 40)) as pilot:
+            session = app.workbench.current
+            state = session.state
+            await wait_for(pilot, lambda: state.status == "running", 10, "the first snapshot")
+            first = {r: rs.last_step for r, rs in state.ranks.items()}
+            assert min(first.values()) > step_at_detach
+            for rs in state.ranks.values():
+                assert rs.steps == rs.last_step + 1  # every record since step 0
+            assert len(state.history) >= 10 and state.history[0][0] < 15  # throughput since the start
+            assert any("[trainer] rank 0" in line for line in state.logs[0])  # rank 0's first words
+            await wait_for(pilot, lambda: all(rs.last_step > first[r] + 5 for r, rs in state.ranks.items()),
+                           20, "the step count to keep rising")
+
+            # `ddptop ls` lists it, with a step and its mode, and no token.
+            listed = ddptop("ls")
+            assert listed.returncode == 0
+            line = next(x for x in listed.stdout.splitlines() if x.startswith(run_id))
+            assert "detached" in line and "running" in line and str(entry.pid) in line
+            (row,) = [e for e in json.loads(ddptop("ls", "--json").stdout) if e["run_id"] == run_id]
+            assert row["step"] > step_at_detach and row["world_size"] == 2 and "token" not in row
+
+            # 4. Stop it from this viewer: nothing of it is left.
+            pids = tree(session.pid)
+            assert len(pids) >= 4  # supervisor, torchrun, 2 ranks
+            await pilot.press("x")
+            t0 = time.monotonic()
+            await wait_for(pilot, lambda: state.status == "stopped", 40, "the run to stop")
+            stopped_s = time.monotonic() - t0
+            await pilot.press("q")  # nothing live: quits at once
+            return pids, stopped_s
+
+    pids, stopped_s = asyncio.run(second_viewer())
+    gone_s = wait_gone(pids, 15)
+    print(f"\nstopped from a viewer in {stopped_s:.2f}s; every process gone {gone_s:.2f}s later")
+    summary = json.loads((runs / run_id / "summary.json").read_text())
+    assert summary["status"] == "stopped"
+    last = [r["last_step"] for r in summary["ranks"]]
+    assert last[0] == last[1]  # the agreed stop step
+    assert entry_of(run_id, live) is None and not Path(entry.socket).exists()
+    assert "supervisor" in (runs / run_id / "supervisor.log").read_text()
+
+
+# --- an owned run -------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_owned_run_stops_cleanly_when_its_tui_dies_and_wrong_tokens_are_refused(
+        tmp_path: Path, live: Path) -> None:
+    runs = tmp_path / "runs"
+    tui = in_terminal(*RUN_ARGS, "--runs-dir", str(runs))  # plainly: the TUI owns the run
+    try:
+        entry = until(lambda: next(iter(live_runs(live)), None), 20, "the supervisor")
+        assert not entry.detached
+        until(lambda: (e := entry_of(entry.run_id, live)) and e.step > 3 and e.viewers == 1,
+              START_TIMEOUT, "both ranks stepping")
+
+        # A viewer with a wrong token is refused and counted; the run goes on.
+        async def intruder() -> tuple[bytes, bytes]:
+            reader, writer = await asyncio.open_unix_connection(entry.socket)
+            writer.write(vp.encode("hello", token="0" * 32, owner=True))
+            reply = await reader.readline()
+            rest = await asyncio.wait_for(reader.read(), 5)  # then closed
+            writer.close()
+            return reply, rest
+
+        reply, rest = asyncio.run(intruder())
+        assert vp.decode(reply) == {"v": 1, "kind": "refused", "reason": "wrong token"} and rest == b""
+        assert entry_of(entry.run_id, live).viewers == 1
+
+        pids = tree(entry.pid)
+        assert len(pids) >= 4
+        tui.kill()  # the terminal's process dies without a word: no stop, no detach sent
+        t0 = time.monotonic()
+        tui.wait(timeout=10)
+        gone_s = wait_gone(pids, 30)
+    finally:
+        if tui.poll() is None:
+            tui.kill()
+    print(f"\nowner killed: run stopped and every process gone in {gone_s:.2f}s "
+          f"({time.monotonic() - t0:.2f}s)")
+    summary = json.loads((runs / entry.run_id / "summary.json").read_text())
+    assert summary["status"] == "stopped" and "owner viewer disconnected" in summary["error"]
+    last = [r["last_step"] for r in summary["ranks"]]
+    assert last[0] == last[1]  # cleanly, at the agreed step
+    assert summary["refused_connections"] == 1
+    assert live_runs(live) == [] and not Path(entry.socket).exists()
+
+
+@pytest.mark.e2e
+def test_d_detaches_an_owned_run_and_it_keeps_going(tmp_path: Path, live: Path) -> None:
+    async def owner() -> tuple[str, int, str]:
+        app = build_app(cpu_config(steps=100000), tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            session = app.workbench.current
+            state = session.state
+            await wait_for(pilot, lambda: all(rs.last_step > 3 for rs in state.ranks.values()),
+                           START_TIMEOUT, "both ranks stepping")
+            assert session.owner and not session.detached
+            await pilot.press("d")
+            await wait_for(pilot, lambda: not app.is_running, 10, "the TUI to close")
+            return session.run_id, session.pid, app.exit_note
+
+    run_id, pid, note = asyncio.run(owner())
+    assert note == f"run {run_id} goes on detached; watch it again with: ddptop attach {run_id}"
+    entry = until(lambda: entry_of(run_id, live), 5, "the registry entry")
+    assert entry.detached and entry.pid == pid
+    step = entry.step
+    until(lambda: (e := entry_of(run_id, live)) and e.step > step + 5, 20, "steps without any viewer")
+
+    async def stop() -> None:  # any viewer may stop a detached run
+        session = RemoteSession.attach(find_run(run_id, live))
+        runner = asyncio.create_task(session.run())
+        while session.state.status != "running":
+            await asyncio.sleep(0.1)
+        session.request_stop("test")
+        state = await asyncio.wait_for(runner, 40)
+        assert state.status == "stopped" and state.error == "test"
+
+    pids = tree(pid)
+    asyncio.run(stop())
+    wait_gone(pids, 15)
+    assert live_runs(live) == []
+
+
+# --- usage and protocol ---------------------------------------------------------------------
+
+
+def test_attach_to_an_unknown_run_is_one_line_and_exit_2(live: Path) -> None:
+    res = ddptop("attach", "nosuch")
+    assert res.returncode == 2 and res.stdout == ""
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith("ddptop attach: error:") and "no live" in line
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--preset", "nosuch"], "valid: single, baseline"),
+    (["--steps", "0"], "steps must be at least 1"),
+    (["--headless"], "--headless does not apply"),
+    (["--json"], "--json does not apply"),
+])
+def test_detach_with_bad_input_starts_nothing(tmp_path: Path, live: Path, args: list[str],
+                                              fragment: str) -> None:
+    runs = tmp_path / "runs"
+    res = ddptop("--nproc", "2", "--detach", "--runs-dir", str(runs), *args)
+    assert res.returncode == 2 and res.stdout == ""
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith("ddptop: error:") and fragment in line, line
+    assert not runs.exists() or not any(runs.iterdir())
+    assert list(live.iterdir()) == []  # no supervisor, no socket, no registry entry
+
+
+def test_detach_refuses_a_live_dir_others_can_enter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    monkeypatch.setenv(LIVE_ENV, str(shared))
+    res = ddptop("--nproc", "2", "--detach", "--runs-dir", str(tmp_path / "runs"))
+    assert res.returncode == 2 and "mode 0700" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert list(shared.iterdir()) == []
+
+
+def test_state_snapshot_round_trips_and_the_loader_only_builds_ddptop_classes() -> None:
+    state = synthetic_state(4)
+    back = vp.load(vp.dump(state))
+    assert back.summary() == state.summary()
+    assert list(back.logs[0]) == list(state.logs[0]) and list(back.history) == list(state.history)
+
+    class Evil:
+        def __reduce__(self):  # noqa: ANN204
+            return (os.system, ("true",))
+
+    with pytest.raises(vp.ViewerProtocolError, match="refusing to load"):
+        vp.load(vp.dump(Evil()))
+    with pytest.raises(vp.ViewerProtocolError):
+        vp.decode(b'{"v": 99, "kind": "hello"}')
+    assert vp.decode(vp.encode("stop", reason="x")) == {"v": 1, "kind": "stop", "reason": "x"}
