@@ -30,7 +30,8 @@ from ddptop.live import LiveRun, ensure_live_dir, new_socket_path, remove_entry,
 from ddptop.options import CaptureOptions
 from ddptop.session import Session
 
-SNAPSHOT_S = 0.5  # state to every viewer, about twice a second
+SNAPSHOT_S = 0.5  # state to every viewer, about twice a second...
+SNAPSHOT_SHARE = 0.25  # ...or less often, so snapshots take at most this share of our time
 REGISTRY_S = 1.0  # status in the registry entry, for `ddptop ls`
 HELLO_TIMEOUT_S = 10.0
 OWNER_WAIT_S = 30.0  # an owned run whose owner never connects (it died while starting) stops
@@ -43,6 +44,7 @@ EXIT_CODES = {"completed": 0, "failed": 1, "stopped": 130}
 class _Viewer:
     writer: asyncio.StreamWriter
     owner: bool
+    needs_full: bool = True  # missed a snapshot (or new): its next one carries every log
 
     def send(self, data: bytes) -> bool:
         """Queue `data` unless this viewer is too far behind (it gets a later snapshot)."""
@@ -67,6 +69,8 @@ class Supervisor:
         self._owner_seen = asyncio.Event()
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._log_marks: dict[int, tuple[int, int, int]] = {}  # rank -> (lines, first, last) at the last tick
+        self._snapshot_s = 0.0  # how long the last snapshot took to build
 
     # --- registry ---------------------------------------------------------------------
     def entry(self) -> LiveRun:
@@ -133,21 +137,46 @@ class Supervisor:
             await viewer.writer.drain()
 
     async def _publish_loop(self) -> None:
-        ticks = 0
+        registry_at = 0.0
         while True:
-            await asyncio.sleep(SNAPSHOT_S)
-            ticks += 1
+            # At 64 ranks a snapshot costs ~40 ms to build: then send fewer, not stall the hub.
+            await asyncio.sleep(max(SNAPSHOT_S, self._snapshot_s / SNAPSHOT_SHARE))
             if self.viewers:
                 self._broadcast(final=False)
-            if ticks * SNAPSHOT_S >= REGISTRY_S:
-                ticks = 0
+            if time.monotonic() - registry_at >= REGISTRY_S:
+                registry_at = time.monotonic()
                 self._write_entry()
 
     def _broadcast(self, final: bool) -> None:
-        # One pickle per tick whatever the number of viewers; none at all without viewers.
-        data = vp.frame("state", vp.dump(self.session.state), final=final)
+        """One snapshot for every viewer (none at all without viewers). Logs are most of a
+        snapshot's bytes (2000 lines per rank) and rarely change once a run is going, so a
+        rank's log goes only when it changed since the last tick; a viewer that is new or
+        missed a tick gets them all."""
+        t0 = time.perf_counter()
+        logs = self.session.state.logs
+        # a line appended moves the end (and, once the ring is full, the start) to a new object
+        marks = {r: (len(lines), id(lines[0]), id(lines[-1])) if lines else (0, 0, 0)
+                 for r, lines in logs.items()}
+        changed = {r: logs[r] for r, mark in marks.items() if self._log_marks.get(r) != mark}
+        self._log_marks = marks
+        delta = full = b""
         for viewer in list(self.viewers):
-            viewer.send(data)
+            if viewer.needs_full or final:
+                full = full or self._frame(final, logs, "full")
+                viewer.needs_full = not viewer.send(full)
+            else:
+                delta = delta or self._frame(final, changed, "changed")
+                viewer.needs_full = not viewer.send(delta)
+        self._snapshot_s = time.perf_counter() - t0
+
+    def _frame(self, final: bool, logs: dict[int, Any], which: str) -> bytes:
+        state = self.session.state
+        every = state.logs
+        state.logs = logs  # the pickle takes these; put back before anything else runs
+        try:
+            return vp.frame("state", vp.dump(state), final=final, logs=which)
+        finally:
+            state.logs = every
 
     async def _owner_watchdog(self) -> None:
         try:
@@ -238,7 +267,8 @@ class Supervisor:
         writer.write(vp.encode("welcome", run_id=self.session.run_id, owner=owner,
                                detached=self.detached))
         # The history so far, at once: a viewer never waits a tick for its first picture.
-        viewer.send(vp.frame("state", vp.dump(self.session.state), final=self.session.done))
+        state = self.session.state
+        viewer.needs_full = not viewer.send(self._frame(self.session.done, state.logs, "full"))
         self.viewers.add(viewer)
         self._write_entry()
         return viewer

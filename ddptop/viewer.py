@@ -179,7 +179,10 @@ class RemoteSession:
                 return
             kind = header["kind"]
             if kind == "state":
-                self._apply(vp.load(payload))
+                state = vp.load(payload)
+                if header.get("logs") == "changed":  # only the ranks whose log changed
+                    state.logs = {**self.state.logs, **state.logs}
+                self._apply(state)
                 self._final = bool(header.get("final"))
             elif kind in ("captured", "detached"):
                 key = header.get("id") if kind == "captured" else -1  # one detach at a time

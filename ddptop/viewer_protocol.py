@@ -9,7 +9,9 @@ Viewer -> supervisor, one JSON object per line:
 Supervisor -> viewer, a JSON header line, then `size` bytes of payload when size > 0:
     {"v": 1, "kind": "welcome", "run_id": R, "owner": bool, "detached": bool}
     {"kind": "refused", "reason": R}                        then the connection closes
-    {"kind": "state", "size": N, "final": bool}             + the whole RunState, pickled
+    {"kind": "state", "size": N, "final": bool, "logs": L}  + the whole RunState, pickled; with
+                                                            L "changed" its logs hold only the ranks
+                                                            whose log changed since the last one
     {"kind": "captured", "id": I, "size": N, "error": E}    + the Capture, pickled (size 0 on error)
     {"kind": "detached"}
 

@@ -319,8 +319,9 @@ class DdpTopApp(App[int]):
         self.push_screen(ConfirmScreen("A run is live. Stop it and quit ddptop?"), answered)
 
     async def action_quit(self) -> None:
-        # ctrl+q and the palette's Quit: no question, but still a clean stop.
-        self.stop_and_exit()
+        # ctrl+q and the palette's Quit: no question, but still a clean stop of a run this
+        # terminal owns; a detached run (or another terminal's) just loses this viewer.
+        self._signalled()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

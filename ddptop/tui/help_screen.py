@@ -29,6 +29,10 @@ VIEWS = (
                "the advisor's recommendation with its reason."),
     ("Captures", "profiler windows (c: the next 3 steps on every rank): status, the trace "
                  "files per rank, and per rank communication, overlap, steps covered, top op."),
+    ("Detach", "d leaves the run going without this terminal (it runs in a supervisor process); "
+               "`ddptop ls` lists live runs, `ddptop attach RUN_ID` opens this view again with the "
+               "history so far. A run started plainly belongs to its terminal: closing it stops the "
+               "run cleanly; a detached run survives any viewer's hang-up."),
     ("Settings", "every knob of the next run; presets fill in the DDP knobs. Applying stops the "
                  "current run cleanly and starts a new one."),
 )
@@ -66,7 +70,8 @@ class HelpScreen(ModalScreen[None]):
                     grid.add_row(self.app.get_key_display(b), b.description)
         grid.add_row("", "")
         grid.add_row("ctrl+p", "command palette: every action by name")
-        grid.add_row("ctrl+q", "quit without asking (the run is still stopped cleanly)")
+        grid.add_row("ctrl+q", "quit without asking (a run this terminal owns is still stopped "
+                               "cleanly; a detached run goes on)")
         grid.add_row("tab / shift+tab", "move between controls; arrows scroll tables")
         return grid
 
