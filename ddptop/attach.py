@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
+import socket
 import sys
 import time
 from pathlib import Path
@@ -92,6 +95,9 @@ def ls_table(runs: list[LiveRun], now: float) -> str:
 def attach_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="ddptop attach", description="open the TUI on a live run (with its history so far)")
     p.add_argument("run_id", nargs="?", help="run id or a unique prefix (default: the latest live run)")
+    p.add_argument("--web", action="store_true",
+                   help="serve the TUI to a browser on 127.0.0.1 (textual-serve), e.g. through ssh -L")
+    p.add_argument("--port", type=int, default=8000, help="--web: the port (default 8000)")
     return p
 
 
@@ -103,11 +109,46 @@ def main_attach(argv: list[str]) -> int:
             entry = find_run(args.run_id, live)
         except LookupError as exc:
             raise UsageError(str(exc)) from None
-        if not sys.stdout.isatty():
-            raise UsageError("attach opens the TUI and needs a terminal")
+        if args.web:
+            check_port(args.port)
+        # TEXTUAL_DRIVER: drawn by another driver than the terminal's (textual-serve's web driver)
+        elif not sys.stdout.isatty() and not os.environ.get("TEXTUAL_DRIVER"):
+            raise UsageError("attach opens the TUI and needs a terminal (or use --web)")
     except UsageError as exc:
         print(f"ddptop attach: error: {exc}", file=sys.stderr)
         return USAGE_EXIT
+    if args.web:
+        return serve_web(entry, args.port)
     from ddptop.tui.app import build_attach_app, run_app
 
     return run_app(build_attach_app(entry))
+
+
+WEB_HOST = "127.0.0.1"  # never a public interface: reach it through an SSH port forward
+
+
+def check_port(port: int) -> None:
+    if not 0 < port < 65536:
+        raise UsageError(f"--port must be in 1-65535, got {port}")
+    try:
+        import textual_serve  # noqa: F401
+    except ImportError:
+        raise UsageError("--web needs textual-serve (pip install textual-serve)") from None
+    with socket.socket() as probe:
+        try:
+            probe.bind((WEB_HOST, port))
+        except OSError as exc:
+            raise UsageError(f"--port {port}: {WEB_HOST}:{port} is not free ({exc.strerror or exc})") from None
+
+
+def serve_web(entry: LiveRun, port: int) -> int:
+    """Serve `ddptop attach RUN_ID` to browsers: each page load runs one viewer of the
+    run (never its owner: closing a tab leaves the run alone). Until Ctrl-C."""
+    from textual_serve.server import Server
+
+    command = shlex.join([sys.executable, "-m", "ddptop", "attach", entry.run_id])
+    print(f"ddptop: serving run {entry.run_id} at http://{WEB_HOST}:{port}  (Ctrl-C stops serving, "
+          f"not the run)\n  from your machine: ssh -L {port}:{WEB_HOST}:{port} {socket.gethostname()}, "
+          f"then open http://{WEB_HOST}:{port}", flush=True)
+    Server(command, host=WEB_HOST, port=port, title=f"ddptop {entry.run_id}").serve()
+    return 0

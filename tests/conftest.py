@@ -7,6 +7,25 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_live_dir():
+    """Supervisors the tests start register in a live directory of this test session, not
+    in the user's own (`ddptop ls` on the same machine stays clean)."""
+    import os
+    import shutil
+    import tempfile
+
+    before = os.environ.get("DDPTOP_LIVE_DIR")
+    path = tempfile.mkdtemp(prefix="dtl", dir="/tmp")  # short: socket paths are limited
+    os.environ["DDPTOP_LIVE_DIR"] = path
+    yield Path(path)
+    if before is None:
+        os.environ.pop("DDPTOP_LIVE_DIR", None)
+    else:
+        os.environ["DDPTOP_LIVE_DIR"] = before
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture
 def ddptop_cmd() -> list[str]:
     """The CLI as a user runs it (a subprocess, so exit codes and stdout are real)."""

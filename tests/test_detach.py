@@ -7,6 +7,7 @@ run in a pseudo-terminal, as on an SSH session."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import pty
@@ -41,6 +42,20 @@ def live(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="dt", dir="/tmp"))
     monkeypatch.setenv(LIVE_ENV, str(path))
     yield path
+    # A test that failed half-way leaves its detached run going: stop it like a user
+    # would (SIGTERM: the clean stop), then make sure.
+    procs: list[psutil.Process] = []
+    for entry in live_runs(path):
+        try:
+            root = psutil.Process(entry.pid)
+            procs += [root, *root.children(recursive=True)]
+            root.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=20)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -124,8 +139,8 @@ def test_detached_run_survives_viewers_and_stops_from_one(tmp_path: Path, live: 
         app = build_attach_app(entry)
         async with app.run_test(size=(120, 40)) as pilot:
             state = app.workbench.current.state
-            await wait_for(pilot, lambda: all(rs.last_step > 3 for rs in state.ranks.values()),
-                           START_TIMEOUT, "both ranks stepping")
+            await wait_for(pilot, lambda: all(rs.last_step > 3 for rs in state.ranks.values())
+                           and len(state.history) >= 2, START_TIMEOUT, "both ranks stepping")
             await pilot.press("q")
             assert isinstance(app.screen, ChoiceScreen)  # detach or stop: not a plain quit
             await pilot.press("escape")
@@ -363,3 +378,74 @@ def test_snapshots_carry_only_changed_logs_and_a_viewer_that_missed_one_gets_the
     (head, snap), = b.frames
     assert head["logs"] == "full" and set(snap.logs) == set(state.logs)  # b catches up
     assert list(state.logs[1])[-1] == "a new line"  # the supervisor's own state is untouched
+
+
+# --- the browser view ---------------------------------------------------------------------
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.e2e
+def test_attach_web_serves_the_app_page_and_runs_a_viewer_per_browser(tmp_path: Path, live: Path) -> None:
+    import urllib.request
+
+    import aiohttp
+
+    # A detached run of a plain command through torchrun: live, cheap (no torch in the rank).
+    res = ddptop("--nproc", "1", "--detach", "--runs-dir", str(tmp_path), "--", "sleep", "300")
+    assert res.returncode == 0, res.stderr
+    run_id = res.stdout.split()[2]
+    entry = find_run(run_id, live)
+    bad = ddptop("attach", "--web", "--port", "0", run_id)
+    assert bad.returncode == 2 and "--port must be in 1-65535" in bad.stderr
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "ddptop", "attach", "--web", "--port", str(port), run_id],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def page() -> tuple[int, str] | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as resp:
+                    return resp.status, resp.read().decode()
+            except OSError:
+                return None
+
+        status, html = until(page, 30, "the web server")
+        assert status == 200
+        assert f"<div>ddptop {run_id}</div>" in html  # the page of this run
+        assert f'data-session-websocket-url="ws://127.0.0.1:{port}/ws"' in html
+
+        async def browser() -> int:  # what the page's script does: a websocket drives one viewer
+            async with aiohttp.ClientSession() as http, http.ws_connect(
+                    f"http://127.0.0.1:{port}/ws?width=100&height=30") as ws:
+                got = 0
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    e = entry_of(run_id, live)
+                    if e and e.viewers == 1 and got > 0:
+                        return got
+                    try:
+                        msg = await ws.receive(timeout=0.5)
+                        got += len(msg.data or b"") if msg.type == aiohttp.WSMsgType.BINARY else 0
+                    except asyncio.TimeoutError:
+                        pass
+                raise AssertionError("no viewer of the run behind the page")
+
+        assert asyncio.run(browser()) > 0  # the TUI's screen, drawn for the browser
+        until(lambda: (e := entry_of(run_id, live)) and e.viewers == 0, 15, "the page's viewer to go")
+        assert entry_of(run_id, live).status in ("starting", "running")  # the run is not the page's
+    finally:
+        server.send_signal(signal.SIGINT)
+        out, _ = server.communicate(timeout=15)
+    assert f"serving run {run_id} at http://127.0.0.1:{port}" in out.decode()
+
+    pids = tree(entry.pid)
+    os.kill(entry.pid, signal.SIGTERM)  # the supervisor stops its run cleanly on SIGTERM
+    wait_gone(pids, 30)
+    assert json.loads((tmp_path / run_id / "summary.json").read_text())["status"] == "stopped"
