@@ -113,9 +113,13 @@ class RemoteSession:
         return the final state. Cancelling it closes the connection: an owned run then
         stops cleanly, a detached one goes on."""
         try:
-            if self.entry is None:
-                await self._start()
-            await self._connect()
+            try:
+                if self.entry is None:
+                    await self._start()
+                await self._connect()
+            except ViewerError as exc:  # the run never got going: say so where views look
+                self.state.finish("failed", time.time(), error=str(exc))
+                raise
             await self._follow()
             if not self._final:
                 self._lost()

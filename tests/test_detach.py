@@ -449,3 +449,21 @@ def test_attach_web_serves_the_app_page_and_runs_a_viewer_per_browser(tmp_path: 
     os.kill(entry.pid, signal.SIGTERM)  # the supervisor stops its run cleanly on SIGTERM
     wait_gone(pids, 30)
     assert json.loads((tmp_path / run_id / "summary.json").read_text())["status"] == "stopped"
+
+
+def test_ls_ignores_and_cleans_entries_of_dead_supervisors(live: Path) -> None:
+    from ddptop.live import write_entry
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that no longer runs (a supervisor killed with SIGKILL leaves this)
+    sock = live / "x.sock"
+    sock.write_text("")
+    write_entry(live, LiveRun(run_id="r1", pid=gone.pid, socket=str(sock), token="t", run_dir="/d",
+                              runs_dir="/", preset="baseline", world_size=2, detached=True,
+                              started_at=time.time()))
+    write_entry(live, LiveRun(run_id="r2", pid=os.getpid(), socket="", token="t", run_dir="/d",
+                              runs_dir="/", preset="baseline", world_size=2, detached=True,
+                              started_at=time.time()))  # alive, but not a supervisor: a reused pid
+    res = ddptop("ls", "--json")
+    assert res.returncode == 0 and json.loads(res.stdout) == []
+    assert list(live.iterdir()) == []  # both entries and the stale socket removed
