@@ -9,6 +9,9 @@ timed like the reference recipe (synchronize, perf_counter, batches made on the 
   avg       CommTimer.allreduce_hook averaging inside NCCL (ReduceOp.AVG, no division kernel): the trainer's default
   host      as avg, but host clock stamps instead of CUDA events (wrong times; isolates the events' cost)
   pyavg     untimed all-reduce with ReduceOp.AVG (the floor of any Python hook)
+  pooled    as avg, with the events recycled from step to step (the trainer's default)
+  start     a CUDA event at hand-over only (host clock at completion)
+  end       a CUDA event at completion only (host clock at hand-over)
 
   torchrun --standalone --nproc-per-node=2 bench/comm_overhead.py --steps 30 --rounds 2
 Prints one line per (config, variant, round) and a table of medians from rank 0.
@@ -43,6 +46,28 @@ def plain_avg(state, bucket):  # unannotated: DDP checks hook annotations
     return fut.then(lambda f: f.value()[0])
 
 
+def partial_hook(event_at: str, keep: list):
+    """All-reduce with a CUDA event at one end of it only, to tell which one costs."""
+    def stamp(kind: str):
+        if kind != event_at:
+            return time.perf_counter()
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def hook(state, bucket):  # unannotated: DDP checks hook annotations
+        start = stamp("start")
+        fut = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.AVG, async_op=True).get_future()
+
+        def done(f):
+            keep.append((start, stamp("end")))
+            return f.value()[0]
+
+        return fut.then(done)
+
+    return hook
+
+
 def run(variant: str, config: dict, steps: int, warmup: int, local: int, rank: int) -> float:
     torch.manual_seed(0)
     model = DDP(vit_l_32(weights=None).cuda(local), device_ids=[local], **config)
@@ -54,7 +79,10 @@ def run(variant: str, config: dict, steps: int, warmup: int, local: int, rank: i
     elif variant == "timed":
         timer = CommTimer(cuda=True)
         model.register_comm_hook(None, timer.wrap(default_hooks.allreduce_hook))
-    elif variant in ("fused", "avg", "host"):
+    elif variant in ("start", "end"):
+        keep: list = []
+        model.register_comm_hook(None, partial_hook(variant, keep))
+    elif variant in ("fused", "avg", "host", "pooled"):
         timer = CommTimer(cuda=variant != "host", average_in_nccl=variant != "fused")
         model.register_comm_hook(None, timer.allreduce_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -77,7 +105,9 @@ def run(variant: str, config: dict, steps: int, warmup: int, local: int, rank: i
         if timer is not None:  # read the step's comm figures as the trainer does
             entries = timer.take()
             if timer.cuda:
-                summarize(entries, start, lambda a, b: a.elapsed_time(b))
+                summarize(entries, start, start, lambda a, b: a.elapsed_time(b))
+                if variant == "pooled":
+                    timer.recycle(entries)
     del model, opt
     torch.cuda.empty_cache()
     m = times[warmup:]

@@ -69,7 +69,7 @@ PYEOF
 
 commovh() {  # where the comm-timing overhead comes from (DDP builtin vs Python hook vs timed hooks)
   timeout ${COMMOVH_TIMEOUT:-240} torchrun --standalone --nproc_per_node="$N" bench/comm_overhead.py --steps ${COMMOVH_STEPS:-30} \
-    --warmup 8 --rounds ${COMMOVH_ROUNDS:-2} 2>&1 | grep -vi warn | tee "$OUT/comm_overhead.txt" | tail -12
+    --warmup 8 --rounds ${COMMOVH_ROUNDS:-2} ${COMMOVH_VARIANTS:+--variants $COMMOVH_VARIANTS} 2>&1 | grep -vi warn | tee "$OUT/comm_overhead.txt" | tail -12
 }
 
 capovh() {  # steps/s outside a capture window vs the same run without one
@@ -87,8 +87,9 @@ nsysrun() {  # nsys mode with the binary the image has (not on PATH)
 
 overhead() {  # ddptop's trainer under ddptop vs the plain reference recipe, same config, back to back
   S=${SEED:-.ref/seed_repro.py}
-  for i in 1 2; do
-    for cfg in "baseline|" "bf16-overlap|--static --view --hook bf16 --bucket 100" "overlap|--static --view --bucket 100"; do
+  for i in $(seq ${OVH_ROUNDS:-2}); do
+    for cfg in "baseline|" "overlap|--static --view --bucket 100" "bf16-overlap|--static --view --hook bf16 --bucket 100"; do
+      [ -n "${OVH_PRESETS:-}" ] && [[ " $OVH_PRESETS " != *" ${cfg%%|*} "* ]] && continue
       p=${cfg%%|*}; a=${cfg#*|}
       r=$(torchrun --standalone --nproc_per_node="$N" "$S" --steps 40 --warmup 10 $a 2>&1 | grep RESULT | sed 's/RESULT //')
       d=$($PY -m ddptop --headless --json --nproc "$N" --preset "$p" --steps 40 --warmup 10 --set data=device --runs-dir "$RUNS/ovh" 2>&1 | tail -1)
@@ -113,6 +114,27 @@ screens() {  # TUI screenshots from a real GPU run (textual carried as wheels in
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
   NCCL_P2P_DISABLE=${SCREEN_P2P:-1} timeout 240 $PY scripts/screenshots.py --out /tmp/screens --nproc "$N" ${SCREEN_ARGS:-} 2>&1 | tail -5
   ls /tmp/screens; tar czf "$OUT/screens.tgz" -C /tmp screens
+}
+
+sweep() {  # `ddptop sweep` itself, with the article's box (NCCL_P2P_DISABLE=1) and NVLink
+  for P2P in ${SWEEP_P2PS:-1 0}; do
+    [ "$P2P" = 1 ] && P=${SWEEP_SHM:-single,baseline,view,bf16,powersgd,overlap,bf16-overlap} || P=${SWEEP_NVL:-single,baseline,overlap,bf16-overlap}
+    NCCL_P2P_DISABLE=$P2P timeout ${SWEEP_TIMEOUT:-240} $PY -m ddptop sweep --nproc "$N" --presets "$P" --steps ${STEPS} \
+      --warmup ${WARMUP} --runs-dir "$RUNS/sweep$P2P" > "$OUT/sweep_p2p$P2P.md" 2>&1
+    echo "sweep p2p_disable=$P2P rc=$?"; tail -25 "$OUT/sweep_p2p$P2P.md"
+    cp "$RUNS"/sweep$P2P/sweep-*/sweep.json "$OUT/sweep_p2p$P2P.json" 2>/dev/null
+  done
+}
+
+multinode() {  # two ddptop "nodes" of one GPU each, told apart by NCCL_HOSTID, so NCCL goes over NET
+  PORT=29650
+  CUDA_VISIBLE_DEVICES=0 timeout 120 $PY -m ddptop --headless --json --runs-dir "$RUNS/mn0" --nnodes 2 --node-rank 0 \
+    --rdzv-endpoint 127.0.0.1:$PORT --token gpucheck --nproc 1 --steps 30 --set nccl_env.NCCL_HOSTID=nodeA > /tmp/mn0.out 2>&1 &
+  CUDA_VISIBLE_DEVICES=1 timeout 120 $PY -m ddptop --headless --runs-dir "$RUNS/mn1" --nnodes 2 --node-rank 1 \
+    --rdzv-endpoint 127.0.0.1:$PORT --token gpucheck --nproc 1 --steps 30 --set nccl_env.NCCL_HOSTID=nodeB > /tmp/mn1.out 2>&1
+  echo "node1 rc=$?"; wait; tail -1 /tmp/mn0.out > "$OUT/multinode.json"
+  $PY -c "import json,sys; s=json.load(open(sys.argv[1])); print(s['status'], s['world_size'], s.get('nnodes'), s['steps_per_s'], (s.get('nccl') or {}).get('transports'), [(r['rank'], r.get('node'), r['host'], r['steps']) for r in s['ranks']], (s.get('advice') or {}).get('reason'))" "$OUT/multinode.json" || tail -20 /tmp/mn0.out /tmp/mn1.out
+  $PY -m ddptop nccl "$RUNS"/mn0/*/nccl/*.log | head -20
 }
 
 facts

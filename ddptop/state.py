@@ -79,6 +79,10 @@ class RankState:
     step_hist: Histogram = field(default_factory=Histogram)
     comm_hist: Histogram = field(default_factory=Histogram)
     exposed_hist: Histogram = field(default_factory=Histogram)
+    # comm_ms may come on some steps only (GPU times completions every Nth step):
+    # its share and bandwidth are over the steps that carry it
+    timed_step_ms: float = 0.0
+    timed_bytes: float = 0.0
 
     def add(self, rec: dict[str, float], warmup: int, now: float) -> None:
         self.steps += 1
@@ -103,7 +107,10 @@ class RankState:
                 extra[key] = extra.get(key, 0.0) + rec[key]
         if "comm_ms" in rec:
             self.comm_hist.add(rec["comm_ms"])
-            self.exposed_hist.add(rec.get("exposed_comm_ms", 0.0))
+            self.timed_step_ms += step_ms
+            self.timed_bytes += rec.get("comm_bytes", 0.0)
+        if "exposed_comm_ms" in rec:
+            self.exposed_hist.add(rec["exposed_comm_ms"])
 
     # --- derived -----------------------------------------------------------------------
     @property
@@ -116,9 +123,10 @@ class RankState:
 
     def share(self, key: str) -> float | None:
         """Fraction of measured step time spent in `key` (comm_ms, exposed_comm_ms)."""
-        if key not in self.extra_ms or self.measured_ms <= 0:
+        total = self.timed_step_ms if key == "comm_ms" else self.measured_ms
+        if key not in self.extra_ms or total <= 0:
             return None
-        return self.extra_ms[key] / self.measured_ms
+        return self.extra_ms[key] / total
 
     def phases_mean(self) -> dict[str, float]:
         n = max(self.measured, 1)
@@ -418,12 +426,12 @@ class RunState:
             }
             for key, total in rs.extra_ms.items():
                 entry[key + "_mean"] = _round(total / max(rs.measured, 1))
-            if rs.comm_hist.n:
+            if rs.exposed_hist.n:
                 entry["comm_ms_p50"] = _round(rs.comm_hist.percentile(50))
+                entry["comm_timed_steps"] = rs.comm_hist.n
                 entry["exposed_comm_ms_p50"] = _round(rs.exposed_hist.percentile(50))
                 entry["comm_share"] = _round(rs.share("comm_ms"), 4)
-                entry.update(bus_bandwidth(rs.extra_ms.get("comm_bytes", 0.0), rs.extra_ms.get("comm_ms", 0.0),
-                                           self.world_size))
+                entry.update(bus_bandwidth(rs.timed_bytes, rs.extra_ms.get("comm_ms", 0.0), self.world_size))
                 entry["exposed_comm_share"] = _round(rs.share("exposed_comm_ms"), 4)
             ranks.append(entry)
         first = next((rs.hello for rs in self.ranks.values() if rs.hello), None)

@@ -136,3 +136,37 @@ def test_bus_bandwidth_as_nccl_tests_define_it():
     bw = bus_bandwidth(nbytes=1e9, comm_ms=100.0, world=4)  # 10 GB/s algorithm bandwidth
     assert bw["algbw_gbps"] == 10.0 and bw["busbw_gbps"] == 15.0
     assert bus_bandwidth(1e9, 100.0, 1) == {"algbw_gbps": None, "busbw_gbps": None}
+
+
+def test_comm_timed_on_some_steps_counts_share_and_bandwidth_over_those_steps():
+    # GPU runs time all-reduce completion every Nth step only; exposed comm comes every step
+    st = RunState(run_id="r", config={}, world_size=2, warmup=0)
+    for rank in (0, 1):
+        recs = []
+        for step in range(40):
+            rec = {"step": step, "step_ms": 100.0, "exposed_comm_ms": 5.0, "comm_bytes": 1e9}
+            if step % 10 == 0:
+                rec["comm_ms"] = 20.0
+            recs.append(rec)
+        st.apply(Steps(rank, recs), 1.0)
+    s = st.summary()
+    r0 = s["ranks"][0]
+    assert r0["comm_timed_steps"] == 4
+    assert r0["comm_share"] == 0.2  # 20 ms of 100, not 80 ms over 4000 ms
+    assert r0["exposed_comm_share"] == 0.05 and r0["exposed_comm_ms_p50"] == pytest.approx(5.0, rel=0.02)
+    assert r0["algbw_gbps"] == 50.0  # 1 GB in 20 ms, from the timed steps only
+    assert s["comm_share"] == 0.2
+
+
+def test_comm_summary_with_and_without_completion_stamps():
+    from trainer.comm import summarize
+
+    elapsed = lambda a, b: (b - a) * 1000.0  # noqa: E731 - host clock in seconds, as on gloo
+    both = [[0.010, 0.030, 100], [0.050, 0.070, 300]]  # hand-over, completion, bytes
+    out = summarize(both, 0.0, 0.075, elapsed)
+    assert out["comm_ms"] == pytest.approx(40.0) and out["exposed_comm_ms"] == pytest.approx(25.0)
+    assert out["buckets"] == 2 and out["comm_bytes"] == 400
+    starts_only = [[0.010, None, 100], [0.050, None, 300]]
+    out = summarize(starts_only, 0.0, 0.075, elapsed)
+    assert "comm_ms" not in out and out["exposed_comm_ms"] == pytest.approx(25.0)
+    assert summarize([], 0.0, 0.075, elapsed) == {}

@@ -1,6 +1,11 @@
 """Times gradient communication: wraps whichever DDP comm hook is active (plain
 all-reduce included) and notes when each bucket is handed over and when its
-all-reduce completes (CUDA events on GPU, a monotonic clock on gloo)."""
+all-reduce completes (CUDA events on GPU, a monotonic clock on gloo).
+
+Hand-over is stamped every step. On GPU the completion stamp (an event recorded
+in the future's callback, on the stream that waits for NCCL) is what costs
+(bench/comm_overhead.py: 1.5-3% of a ViT-L step), so the trainer asks for it
+only on some steps (`time_completion`); exposed comm needs only the hand-over."""
 
 from __future__ import annotations
 
@@ -21,13 +26,20 @@ class CommTimer:
         # kernel over the whole bucket, which DDP's own C++ path fuses into its copy
         self.average_in_nccl = cuda if average_in_nccl is None else average_in_nccl
         self._current: list[list[Any]] = []  # [start, end, bytes] per bucket this step
+        self._free: list[Any] = []  # CUDA events already read, recorded again instead of made anew
+        self.time_completion = True  # stamp when each all-reduce completes (set per step)
 
     def _stamp(self) -> Any:
         if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
+            event = self._free.pop() if self._free else torch.cuda.Event(enable_timing=True)
             event.record()  # on the stream the hook/callback runs on
             return event
         return time.perf_counter()
+
+    def recycle(self, entries: list[list[Any]]) -> None:
+        """Hand back a step's events once their times have been read."""
+        if self.cuda:
+            self._free.extend(e for start, end, _ in entries for e in (start, end) if e is not None)
 
     def wrap(self, hook: Callable[[Any, Any], torch.futures.Future]) -> Callable[[Any, Any], torch.futures.Future]:
         @functools.wraps(hook)  # DDP checks the hook's annotations
@@ -40,7 +52,7 @@ class CommTimer:
             def done(f: torch.futures.Future) -> Any:
                 # For CUDA futures this runs with the communication's stream current,
                 # so the event marks when the all-reduce finished on the GPU.
-                entry[1] = self._stamp()
+                entry[1] = self._stamp() if self.time_completion else None
                 return f.value()
 
             return fut.then(done)
@@ -62,7 +74,7 @@ class CommTimer:
             fut = dist.all_reduce(buf, async_op=True).get_future()
 
         def done(f: torch.futures.Future) -> Any:
-            entry[1] = self._stamp()
+            entry[1] = self._stamp() if self.time_completion else None
             return f.value()[0]
 
         return fut.then(done)
@@ -72,23 +84,20 @@ class CommTimer:
         return out
 
 
-def summarize(entries: list[list[Any]], step_start: Any, elapsed: Callable[[Any, Any], float]) -> dict[str, float]:
-    """Per step: comm_ms (time any all-reduce was in flight: the union of the
-    buckets' intervals), exposed_comm_ms (from the last bucket's hand-over, i.e.
-    the end of backward compute, to the end of the last all-reduce), buckets, bytes."""
-    spans = []
-    for start, end, _ in entries:
-        if end is None:
-            continue
-        spans.append((elapsed(step_start, start), elapsed(step_start, end)))
-    if not spans:
+def summarize(entries: list[list[Any]], step_start: Any, backward_end: Any,
+              elapsed: Callable[[Any, Any], float]) -> dict[str, float]:
+    """Per step: exposed_comm_ms (from the last bucket's hand-over, i.e. the end of
+    backward compute, until backward() returned: DDP makes it wait for every
+    all-reduce), buckets, bytes, and, when every completion was stamped, comm_ms
+    (time any all-reduce was in flight: the union of the buckets' intervals)."""
+    if not entries:
         return {}
-    busy = union_length(spans)
-    last_ready = max(s for s, _ in spans)
-    last_done = max(e for _, e in spans)
-    return {
-        "comm_ms": busy,
-        "exposed_comm_ms": max(0.0, last_done - last_ready),
-        "buckets": float(len(spans)),
+    last_ready = max(elapsed(step_start, start) for start, _, _ in entries)
+    out = {
+        "exposed_comm_ms": max(0.0, elapsed(step_start, backward_end) - last_ready),
+        "buckets": float(len(entries)),
         "comm_bytes": float(sum(b for _, _, b in entries)),
     }
+    if all(end is not None for _, end, _ in entries):
+        out["comm_ms"] = union_length([(elapsed(step_start, s), elapsed(step_start, e)) for s, e, _ in entries])
+    return out

@@ -79,13 +79,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{config.describe()}",
         flush=True,
     )
-    clock = StepClock(device)
+    clock = StepClock(device, recycle=comm_timer.recycle)
     captures = CaptureRunner(probe, rank, cuda)
     model.train()
     reason = "completed"
     for step in range(config.steps):
         captures.poll(step)
         captures.begin_step(step)
+        # completion stamps cost on GPU: every Nth step, and every step a profiler records
+        comm_timer.time_completion = (not cuda or step % config.comm_timing_every == 0
+                                      or captures.active is not None)
         clock.begin_step(step)
         loss = None
         for micro in range(config.grad_accum):

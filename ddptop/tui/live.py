@@ -70,6 +70,7 @@ class RankWindow:
         self.own: collections.deque[float] = collections.deque()
         self.sums = [0.0] * len(_FIELDS)
         self.n_step = self.n_comm = self.added = 0
+        self.comm_step = 0.0  # step time of the rows that carry comm_ms (timed every Nth step on GPU)
         self.last: dict[str, float] = {}
 
     @staticmethod
@@ -91,6 +92,7 @@ class RankWindow:
                 self.own.popleft()
         if row[_COMM] is not None:
             self.n_comm += sign
+            self.comm_step += sign * (row[_STEP] or 0.0)
 
     def update(self, rs: RankState) -> bool:
         """Catch up with `rs`; False if nothing arrived since the last call."""
@@ -105,6 +107,7 @@ class RankWindow:
             self.own.clear()
             self.sums = [0.0] * len(_FIELDS)
             self.n_step = self.n_comm = self.added = 0
+            self.comm_step = 0.0
             for row in self.rows:
                 self._add(row, 1)
         else:
@@ -142,7 +145,7 @@ class RankWindow:
             own_ms=_median(own),
             samples_per_s=samples / (step_total / 1000.0) if step_total > 0 and samples > 0 else None,
             phases=means, has_comm=has_comm,
-            comm_share=sums[_COMM] / step_total if has_comm and step_total > 0 else None,
+            comm_share=sums[_COMM] / self.comm_step if has_comm and self.comm_step > 0 else None,
             exposed_share=sums[_EXPOSED] / step_total if has_comm and step_total > 0 else None,
             compressing=self.last.get("compressing"),
             step_ms=steps,
