@@ -161,6 +161,16 @@ def compare_with_timer(summary: dict[str, Any], records: dict[int, list[dict[str
         summary["timer_vs_trace_mean"] = round(sum(ratios) / len(ratios), 3)
 
 
+def nsys_files_by_rank(paths: list[Path]) -> dict[int, list[str]]:
+    """nsys outputs (named nsys_rank<RANK>...) grouped by rank."""
+    out: dict[int, list[str]] = {}
+    for path in paths:
+        m = re.match(r"nsys_rank(\d+)", path.name)
+        if m:
+            out.setdefault(int(m.group(1)), []).append(str(path))
+    return out
+
+
 def nsys_outputs(captures_dir: Path) -> list[Path]:
     """What nsys left for the capture windows: reports (.nsys-rep) or raw streams (.qdstrm)."""
     return sorted(p for p in captures_dir.glob("nsys_rank*") if p.suffix in (".nsys-rep", ".qdstrm", ".sqlite"))

@@ -20,7 +20,13 @@ import psutil
 
 from ddptop import protocol
 from ddptop.advisor import advise_run
-from ddptop.capture import Capture, compare_with_timer, summarize_capture
+from ddptop.capture import (
+    Capture,
+    compare_with_timer,
+    nsys_files_by_rank,
+    nsys_outputs,
+    summarize_capture,
+)
 from ddptop.config import RunConfig
 from ddptop.failures import blame
 from ddptop.hardware import HardwareSampler
@@ -345,6 +351,11 @@ class Session:
     async def _nsys_stats(self) -> None:
         if self.capture.nsys:
             self.state.nsys = await nsys_report(self.capture.nsys, self.run_dir / "captures")
+            # nsys writes at range end/exit, after the ranks reported their windows written
+            by_rank = nsys_files_by_rank(nsys_outputs(self.run_dir / "captures"))
+            for cap in self.state.captures.values():
+                if cap.profiler == "nsys" and not cap.files:
+                    cap.files = by_rank
             self.state.add_log(-1, f"[ddptop] nsys: {len(self.state.nsys['files'])} file(s); "
                                    f"{self.state.nsys.get('note', 'stats written')}")
 

@@ -93,7 +93,7 @@ class RankState:
         if self.status == "starting":
             self.status = "running"
         step_ms = rec.get("step_ms")
-        if rec["step"] < warmup or step_ms is None:
+        if rec["step"] < warmup or step_ms is None or rec.get("profiled"):
             return
         self.measured += 1
         self.measured_ms += step_ms

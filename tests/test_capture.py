@@ -53,6 +53,9 @@ def test_headless_capture_window_on_cpu(tmp_path):
         assert per_rank["comm_ms"] > 0
         assert per_rank["timer_steps"] == 3 and per_rank["timer_comm_ms"] > 0  # ddptop's timer, same steps
     assert "capture 1 steps 10-12 (torch): done" in res.stdout
+    steps = [json.loads(line) for line in (tmp_path / summary["run_id"] / "steps.jsonl").read_text().splitlines()]
+    profiled = {(r["rank"], r["step"]) for r in steps if r.get("profiled")}
+    assert profiled == {(rank, s) for rank in (0, 1) for s in (10, 11, 12, 13)}  # window + the step after
 
 
 def test_nsys_report_lists_outputs_and_runs_stats(tmp_path):
@@ -95,3 +98,14 @@ def test_timer_is_compared_with_the_trace_on_the_same_steps():
     assert r1["timer_comm_ms"] == 16.0 and r1["timer_steps"] == 2 and r1["timer_vs_trace"] == 0.8
     assert summary["ranks"]["2"] == {"note": "nsys", "timer_comm_ms": 1.0, "timer_steps": 1}
     assert summary["timer_vs_trace_mean"] == 0.95
+
+
+def test_nsys_outputs_are_grouped_by_rank(tmp_path):
+    from pathlib import Path
+
+    from ddptop.capture import nsys_files_by_rank
+
+    paths = [Path("/c/nsys_rank0.qdstrm"), Path("/c/nsys_rank1.qdstrm"), Path("/c/nsys_rank10.1.nsys-rep"),
+             Path("/c/other.txt")]
+    assert nsys_files_by_rank(paths) == {0: ["/c/nsys_rank0.qdstrm"], 1: ["/c/nsys_rank1.qdstrm"],
+                                         10: ["/c/nsys_rank10.1.nsys-rep"]}

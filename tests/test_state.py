@@ -170,3 +170,13 @@ def test_comm_summary_with_and_without_completion_stamps():
     out = summarize(starts_only, 0.0, 0.075, elapsed)
     assert "comm_ms" not in out and out["exposed_comm_ms"] == pytest.approx(25.0)
     assert summarize([], 0.0, 0.075, elapsed) == {}
+
+
+def test_profiled_steps_are_kept_but_left_out_of_throughput():
+    st = RunState(run_id="r", config={}, world_size=1, warmup=0)
+    recs = [{"step": s, "step_ms": 100.0} for s in range(10)]
+    recs[5] = {"step": 5, "step_ms": 128_000.0, "profiled": 1}  # nsys flushing its window
+    st.apply(Steps(0, recs), 1.0)
+    rs = st.ranks[0]
+    assert rs.steps == 10 and rs.measured == 9 and st.steps_per_s() == pytest.approx(10.0)
+    assert st.step_ms_pct(95) == pytest.approx(100.0, rel=0.02)

@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     captures = CaptureRunner(probe, rank, cuda)
     model.train()
     reason = "completed"
+    after_window = False
     for step in range(config.steps):
         captures.poll(step)
         captures.begin_step(step)
@@ -115,13 +116,17 @@ def main(argv: list[str] | None = None) -> int:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         clock.mark("optimizer")
+        # a window's steps, and the one after it (which may wait for a peer still writing
+        # its trace: nsys held cudaProfilerStop for minutes on H200), are not typical steps
+        profiled = captures.active is not None or after_window
         clock.end_step(
             step,
             {"samples": config.batch_size * config.grad_accum, "loss": loss.detach(),
-             "compressing": ddp_setup.compressing(config, hook_state)},
+             "compressing": ddp_setup.compressing(config, hook_state), **({"profiled": 1} if profiled else {})},
             comm_timer.take(),
         )
-        if captures.end_step(step):
+        after_window = captures.end_step(step)
+        if after_window:
             clock.restart()
         _report(probe, clock.ready())
         if probe.should_stop(step):
