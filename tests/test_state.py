@@ -164,7 +164,7 @@ def test_comm_summary_with_and_without_completion_stamps():
     elapsed = lambda a, b: (b - a) * 1000.0  # noqa: E731 - host clock in seconds, as on gloo
     both = [[0.010, 0.030, 100], [0.050, 0.070, 300]]  # hand-over, completion, bytes
     out = summarize(both, 0.0, 0.075, elapsed)
-    assert out["comm_ms"] == pytest.approx(40.0) and out["exposed_comm_ms"] == pytest.approx(25.0)
+    assert out["comm_ms"] == pytest.approx(40.0) and out["exposed_comm_ms"] == pytest.approx(20.0)
     assert out["buckets"] == 2 and out["comm_bytes"] == 400
     starts_only = [[0.010, None, 100], [0.050, None, 300]]
     out = summarize(starts_only, 0.0, 0.075, elapsed)

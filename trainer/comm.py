@@ -86,18 +86,20 @@ class CommTimer:
 
 def summarize(entries: list[list[Any]], step_start: Any, backward_end: Any,
               elapsed: Callable[[Any, Any], float]) -> dict[str, float]:
-    """Per step: exposed_comm_ms (from the last bucket's hand-over, i.e. the end of
-    backward compute, until backward() returned: DDP makes it wait for every
-    all-reduce), buckets, bytes, and, when every completion was stamped, comm_ms
-    (time any all-reduce was in flight: the union of the buckets' intervals)."""
+    """Per step: buckets, bytes, exposed_comm_ms (comm that backward could not hide: from the
+    last bucket's hand-over, i.e. the end of backward compute, to the end of the last
+    all-reduce) and, when every completion was stamped, comm_ms (time any all-reduce was in
+    flight: the union of the buckets' intervals). Without completion stamps the exposed part
+    ends when backward() returned, which DDP holds until every all-reduce is done (and its
+    result copied back: a bound a little above the true end)."""
     if not entries:
         return {}
-    last_ready = max(elapsed(step_start, start) for start, _, _ in entries)
-    out = {
-        "exposed_comm_ms": max(0.0, elapsed(step_start, backward_end) - last_ready),
-        "buckets": float(len(entries)),
-        "comm_bytes": float(sum(b for _, _, b in entries)),
-    }
-    if all(end is not None for _, end, _ in entries):
-        out["comm_ms"] = union_length([(elapsed(step_start, s), elapsed(step_start, e)) for s, e, _ in entries])
+    spans = [(elapsed(step_start, s), None if e is None else elapsed(step_start, e)) for s, e, _ in entries]
+    last_ready = max(s for s, _ in spans)
+    out = {"buckets": float(len(entries)), "comm_bytes": float(sum(b for _, _, b in entries))}
+    if all(e is not None for _, e in spans):
+        out["comm_ms"] = union_length(spans)  # type: ignore[arg-type]
+        out["exposed_comm_ms"] = max(0.0, max(e for _, e in spans) - last_ready)  # type: ignore[type-var]
+    else:
+        out["exposed_comm_ms"] = max(0.0, elapsed(step_start, backward_end) - last_ready)
     return out
