@@ -149,12 +149,12 @@ class Probe:
         self._flush()
         self._send(protocol.CaptureReport(self.rank, capture_id, status, files or [], error[:2000]))
 
-    def close(self, reason: str = "completed") -> None:
+    def close(self, reason: str = "completed", ddp_timing: dict[str, float] | None = None) -> None:
         if self._sock is None or self._closed.is_set():
             return
         self._closed.set()  # the thread sees it within FLUSH_S; no need to wait for it
         self._flush()
-        self._send(protocol.Bye(rank=self.rank, reason=reason))
+        self._send(protocol.Bye(rank=self.rank, reason=reason, ddp_timing=ddp_timing or {}))
         try:
             self._sock.close()
         except OSError:

@@ -86,6 +86,9 @@ class Bye:
 
     rank: int
     reason: str = "completed"
+    # DDP's own timing from its logger (`_get_ddp_logging_data()`, ms; it samples some
+    # iterations only): a cross-check of ddptop's comm figures
+    ddp_timing: dict[str, float] = field(default_factory=dict)
     kind: str = field(default="bye", init=False)
 
 
@@ -193,7 +196,12 @@ def decode(line: bytes | str) -> Message:
             raise ProtocolError("bad-field", "records")
         return Steps(rank=_int(data, "rank"), records=[_record(r) for r in records])
     if kind == "bye":
-        return Bye(rank=_int(data, "rank"), reason=_str(data, "reason", "completed", 64))
+        timing = data.get("ddp_timing", {})
+        if not isinstance(timing, dict) or len(timing) > 16 or not all(
+                isinstance(k, str) and len(k) < 64 and type(v) in (int, float) and math.isfinite(v)
+                for k, v in timing.items()):
+            raise ProtocolError("bad-field", "ddp_timing")
+        return Bye(rank=_int(data, "rank"), reason=_str(data, "reason", "completed", 64), ddp_timing=timing)
     if kind == "capture":
         status = _str(data, "status")
         files = data.get("files", [])

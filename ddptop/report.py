@@ -110,6 +110,13 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
         lines.append(f"gradient communication: {100 * summary['comm_share']:.1f}% of the step, "
                      f"{100 * (summary.get('exposed_comm_share') or 0):.1f}% exposed (not hidden by backward)"
                      + (f"; all-reduce bus bandwidth {min(busbw):.2f}-{max(busbw):.2f} GB/s" if busbw else ""))
+        ddp = next((r for r in summary["ranks"] if r.get("ddp_timing")), None)
+        if ddp is not None and "backward_comm_ms" in ddp["ddp_timing"]:
+            t = ddp["ddp_timing"]
+            lines.append(f"cross-check, rank {ddp['rank']}: DDP's own logger (sampled, up to iteration "
+                         f"{fmt(t.get('iteration'), '.0f')}) backward comm {fmt(t['backward_comm_ms'], '.1f')} ms, "
+                         f"overlapped with compute {fmt(t.get('overlap_ms'), '.1f')} ms; ddptop comm p50 "
+                         f"{fmt(ddp.get('comm_ms_p50'), '.1f')} ms, exposed {fmt(ddp.get('exposed_comm_ms_p50'), '.1f')} ms")
     if summary.get("straggler"):
         lines.append(summary["straggler"]["text"])
     if summary.get("stalls"):

@@ -83,6 +83,7 @@ class RankState:
     # its share and bandwidth are over the steps that carry it
     timed_step_ms: float = 0.0
     timed_bytes: float = 0.0
+    ddp_timing: dict[str, float] = field(default_factory=dict)  # DDP's own logger, from the goodbye
 
     def add(self, rec: dict[str, float], warmup: int, now: float) -> None:
         self.steps += 1
@@ -256,6 +257,7 @@ class RunState:
         elif isinstance(msg, Bye):
             rs = self._rank(msg.rank)
             rs.status = "done" if msg.reason == "completed" else msg.reason
+            rs.ddp_timing = dict(msg.ddp_timing)
             if msg.reason == "crashed":
                 rs.lost_at = now
 
@@ -433,6 +435,8 @@ class RunState:
                 entry["comm_share"] = _round(rs.share("comm_ms"), 4)
                 entry.update(bus_bandwidth(rs.timed_bytes, rs.extra_ms.get("comm_ms", 0.0), self.world_size))
                 entry["exposed_comm_share"] = _round(rs.share("exposed_comm_ms"), 4)
+            if rs.ddp_timing:
+                entry["ddp_timing"] = {k: _round(v) for k, v in rs.ddp_timing.items()}
             ranks.append(entry)
         first = next((rs.hello for rs in self.ranks.values() if rs.hello), None)
         return {

@@ -27,10 +27,11 @@ def test_comm_time_and_straggler_named(tmp_path):
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     for r in summary["ranks"]:
         assert r["comm_ms_p50"] > 0 and r["comm_share"] > 0 and r["buckets_mean"] >= 1
+        assert r["ddp_timing"]["backward_comm_ms"] > 0  # DDP's own logger, the cross-check
     # rank 0 waits for the slow rank inside the all-reduce; rank 1 is named, with its slow phase
     assert summary["straggler"]["rank"] == 1 and summary["straggler"]["phase"] == "data"
     assert summary["ranks"][0]["exposed_comm_ms_p50"] > 30
-    assert "straggler" in res.stdout
+    assert "straggler" in res.stdout and "cross-check, rank 0: DDP's own logger" in res.stdout
 
 
 async def start_running(session: Session) -> asyncio.Task:

@@ -16,6 +16,7 @@ def test_round_trip_every_kind():
         hello(backend="gloo", torch="2.14", nccl="2.28.9"),
         Steps(rank=0, records=[{"step": 3, "t": 1.5, "step_ms": 12.5, "data_ms": 1.0, "samples": 32}]),
         Bye(rank=1, reason="stopped"),
+        Bye(rank=0, ddp_timing={"backward_comm_ms": 3.2, "iteration": 10}),
         Command("stop", at_step=17),
         Command("capture", at_step=10, args={"count": 3}),
     ]
@@ -43,6 +44,8 @@ def test_frames_carry_the_version():
         (b'{"v":1,"kind":"steps","rank":0,"records":[{"step":1,"step_ms":"fast"}]}', "bad-record"),
         (b'{"v":1,"kind":"steps","rank":0,"records":[{"step":1,"step_ms":true}]}', "bad-record"),
         (b'{"v":1,"kind":"steps","rank":0,"records":[{"step":1,"step_ms":NaN}]}', "bad-record"),
+        (b'{"v":1,"kind":"bye","rank":0,"ddp_timing":{"x":"1"}}', "bad-field"),
+        (b'{"v":1,"kind":"bye","rank":0,"ddp_timing":[1]}', "bad-field"),
         (b'{"v":1,"kind":"command","name":"rm -rf"}', "unknown-command"),
         (b"\xff\xfe", "not-json"),
         (b"{" * 100000, "not-json"),

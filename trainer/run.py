@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             break
     _report(probe, clock.ready(flush=True))
     print(f"[trainer] rank {rank} {reason} after step {step}", flush=True)
-    probe.close(reason)
+    probe.close(reason, ddp_setup.ddp_timing(model) if config.ddp else None)
     if config.ddp:
         # tear down together: a rank whose peer has already closed its gloo pairs can abort
         # (SIGABRT) inside destroy_process_group, failing a run that completed
