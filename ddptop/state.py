@@ -337,11 +337,15 @@ class RunState:
 
     def step_ms_pct(self, q: float) -> float | None:
         """Whole-run percentile over all ranks' measured steps."""
+        return self.step_ms_pcts(q)[0]
+
+    def step_ms_pcts(self, *qs: float) -> tuple[float | None, ...]:
+        """Several whole-run percentiles, the ranks' histograms merged once."""
         merged = Histogram()
         for rs in self.ranks.values():
             merged.counts.update(rs.step_hist.counts)
             merged.n += rs.step_hist.n
-        return merged.percentile(q)
+        return tuple(merged.percentile(q) for q in qs)
 
     def mean_share(self, key: str) -> float | None:
         shares = [rs.share(key) for rs in self.ranks.values()]
@@ -439,6 +443,7 @@ class RunState:
                 entry["ddp_timing"] = {k: _round(v) for k, v in rs.ddp_timing.items()}
             ranks.append(entry)
         first = next((rs.hello for rs in self.ranks.values() if rs.hello), None)
+        p50, p95 = self.step_ms_pcts(50, 95)
         return {
             "run_id": self.run_id,
             "preset": self.config.get("preset"),
@@ -456,8 +461,8 @@ class RunState:
             "warmup": self.warmup,
             "steps_per_s": _round(self.steps_per_s()),
             "samples_per_s": _round(self.samples_per_s()),
-            "step_ms_p50": _round(self.step_ms_pct(50)),
-            "step_ms_p95": _round(self.step_ms_pct(95)),
+            "step_ms_p50": _round(p50),
+            "step_ms_p95": _round(p95),
             "slowest_rank": self.slowest_rank(),
             "straggler": _straggler_dict(self.straggler()),
             "stalls": self.stalls,

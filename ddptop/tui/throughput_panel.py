@@ -64,7 +64,7 @@ class ThroughputPanel(Horizontal):
             text.append(f"{PHASE_SHORT[p]} ", style=PHASE_COLORS[p])
             text.append(f"{totals[p] / whole:.0%}  ")
         state = snap.state
-        p50, p95 = state.step_ms_pct(50), state.step_ms_pct(95)
+        p50, p95 = state.step_ms_pcts(50, 95)
         if p50 is not None:
             text.append("\nwhole run ", style="dim")
             text.append(f"p50 {fmt(p50)} ms  p95 {fmt(p95)} ms")
