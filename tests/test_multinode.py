@@ -306,6 +306,22 @@ def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
 RUN = ["--nproc", "2", "--set", "workers=0", "--set", "batch_size=8"]
 
 
+def start_two_nodes(tmp_path: Path) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """Node 0 (headless, --json) and node 1 of a long two-node run on this machine."""
+    port = free_port_pair()
+    common = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--token", TOKEN,
+              "--steps", "100000", *RUN]
+    return (start_node(["--node-rank", "0", "--json", *common], tmp_path / "n0"),
+            start_node(["--node-rank", "1", *common], tmp_path / "n1"))
+
+
+def assert_gone(procs: list[psutil.Process], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while alive(procs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert alive(procs) == [], [p.cmdline() for p in alive(procs)]
+
+
 @pytest.mark.e2e
 def test_two_nodes_on_one_machine_report_four_ranks_to_node0(tmp_path):
     port = free_port_pair()
@@ -350,11 +366,7 @@ def test_two_nodes_on_one_machine_report_four_ranks_to_node0(tmp_path):
 
 @pytest.mark.e2e
 def test_sigint_on_node0_stops_every_rank_on_both_nodes(tmp_path):
-    port = free_port_pair()
-    common = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--token", TOKEN,
-              "--steps", "100000", *RUN]
-    node0 = start_node(["--node-rank", "0", "--json", *common], tmp_path / "n0")
-    node1 = start_node(["--node-rank", "1", *common], tmp_path / "n1")
+    node0, node1 = start_two_nodes(tmp_path)
     procs: list[psutil.Process] = []
     try:
         read_until(node0, lambda line: " running " in line and "step" in line, timeout=120)
@@ -376,19 +388,12 @@ def test_sigint_on_node0_stops_every_rank_on_both_nodes(tmp_path):
     assert summary["status"] == "stopped" and summary["world_size"] == 4
     assert [r["status"] for r in summary["ranks"]] == ["stopped"] * 4
     assert len({r["last_step"] for r in summary["ranks"]}) == 1  # one agreed step on every node
-    deadline = time.monotonic() + 10
-    while alive(procs) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert alive(procs) == [], [p.cmdline() for p in alive(procs)]
+    assert_gone(procs)
 
 
 @pytest.mark.e2e
 def test_sigterm_on_another_node_stops_its_local_tree(tmp_path):
-    port = free_port_pair()
-    common = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--token", TOKEN,
-              "--steps", "100000", *RUN]
-    node0 = start_node(["--node-rank", "0", "--json", *common], tmp_path / "n0")
-    node1 = start_node(["--node-rank", "1", *common], tmp_path / "n1")
+    node0, node1 = start_two_nodes(tmp_path)
     procs: list[psutil.Process] = []
     try:
         read_until(node0, lambda line: " running " in line and "step" in line, timeout=120)
@@ -403,7 +408,4 @@ def test_sigterm_on_another_node_stops_its_local_tree(tmp_path):
     assert node1.returncode == 130 and "stopped by a signal" in out1, out1[-3000:]
     assert node0.returncode == 1, out0[-3000:]  # node 0 lost half its world: a failed run
     assert json.loads(out0.strip().splitlines()[-1])["status"] == "failed"
-    deadline = time.monotonic() + 10
-    while alive(procs) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert alive(procs) == [], [p.cmdline() for p in alive(procs)]
+    assert_gone(procs)
