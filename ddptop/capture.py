@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,16 @@ def compare_with_timer(summary: dict[str, Any], records: dict[int, list[dict[str
     ratios = [r["timer_vs_trace"] for r in summary.get("ranks", {}).values() if "timer_vs_trace" in r]
     if ratios:
         summary["timer_vs_trace_mean"] = round(sum(ratios) / len(ratios), 3)
+
+
+def nsys_window_at(captures: Iterable[Capture], last_step: int) -> Capture | None:
+    """The nsys capture whose window starts or ends where the ranks stand (`last_step` is the
+    last step they reported; a window's last step is reported only after cudaProfilerStop
+    returns): a stall there is nsys starting, or writing what it recorded."""
+    for cap in captures:
+        if cap.profiler == "nsys" and cap.start <= last_step + 1 < cap.start + cap.count:
+            return cap
+    return None
 
 
 def nsys_files_by_rank(paths: list[Path]) -> dict[int, list[str]]:

@@ -120,7 +120,8 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
     if summary.get("straggler"):
         lines.append(summary["straggler"]["text"])
     if summary.get("stalls"):
-        lines.append(f"stalls: {summary['stalls']} (stacks in stacks/)")
+        cause = (summary.get("stall") or {}).get("cause")
+        lines.append(f"stalls: {summary['stalls']} (stacks in stacks/)" + (f"; last one: {cause}" if cause else ""))
     if summary.get("advice"):
         lines.append(f"advice: {summary['advice'].get('reason', '')}")
     for cap in summary.get("captures") or []:

@@ -25,6 +25,7 @@ from ddptop.capture import (
     compare_with_timer,
     nsys_files_by_rank,
     nsys_outputs,
+    nsys_window_at,
     summarize_capture,
 )
 from ddptop.config import RunConfig
@@ -273,8 +274,13 @@ class Session:
                 self.update_advice()
             stall = self.state.check_stall(now, self._rank_process_status())
             if stall is not None:
+                cap = nsys_window_at(self.state.captures.values(), max(stall.last_steps.values(), default=-1))
+                if cap is not None:
+                    # cudaProfilerStart/Stop block each rank while nsys works (2 min on H200)
+                    stall.cause = f"nsys is recording or writing capture {cap.capture_id} at steps {cap.steps}"
                 self.state.add_log(-1, f"[ddptop] stalled: no step for {now - stall.since:.0f}s "
-                                       f"(bound {stall.bound_s:.0f}s); suspects {stall.suspects}")
+                                       f"(bound {stall.bound_s:.0f}s); suspects {stall.suspects}"
+                                       + (f"; {stall.cause}" if stall.cause else ""))
                 await self._collect_stacks(stall)
 
     def _node_facts(self) -> dict[str, object]:

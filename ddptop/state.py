@@ -182,13 +182,15 @@ class Stall:
     process_status: dict[int, str] = field(default_factory=dict)
     stacks: dict[int, str] = field(default_factory=dict)  # rank -> file with its Python stacks
     cleared_at: float | None = None
+    cause: str = ""  # a known reason, e.g. nsys writing a capture window
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "since": self.since, "bound_s": self.bound_s, "last_steps": self.last_steps,
             "suspects": self.suspects, "process_status": self.process_status,
-            "stacks": self.stacks, "cleared_at": self.cleared_at,
+            "stacks": self.stacks, "cleared_at": self.cleared_at, "cause": self.cause,
         }
+
 
 
 def _own_phases(recs: list[dict[str, float]]) -> dict[str, float]:

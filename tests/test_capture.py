@@ -109,3 +109,14 @@ def test_nsys_outputs_are_grouped_by_rank(tmp_path):
              Path("/c/other.txt")]
     assert nsys_files_by_rank(paths) == {0: ["/c/nsys_rank0.qdstrm"], 1: ["/c/nsys_rank1.qdstrm"],
                                          10: ["/c/nsys_rank10.1.nsys-rep"]}
+
+
+def test_a_stall_at_an_nsys_window_is_put_down_to_nsys():
+    from ddptop.capture import Capture, nsys_window_at
+
+    caps = [Capture(1, 12, 2, "torch", "/c/1"), Capture(2, 30, 2, "nsys", "/c/2")]
+    assert nsys_window_at(caps, 29).capture_id == 2  # cudaProfilerStart before step 30
+    assert nsys_window_at(caps, 30).capture_id == 2  # inside the window
+    # stopped after step 31 (its record waits for cudaProfilerStop): nsys is writing; once
+    # step 31 is reported the ranks are past the window
+    assert nsys_window_at(caps, 31) is None and nsys_window_at(caps, 12) is None  # torch windows too

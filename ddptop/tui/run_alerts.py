@@ -37,6 +37,7 @@ def alert_lines(snap: Snapshot) -> list[Text]:
             (f" STALLED {snap.now - stall.since:.0f}s ", STALL_STYLE),
             (f" no rank finished a step (bound {stall.bound_s:.0f}s); suspects: ", "bold"),
             (suspects, STRAGGLER_STYLE),
+            (f"  ({stall.cause})" if stall.cause else "", "italic"),
         ))
         lines.append(Text.assemble(("  last steps ", "dim"), steps,
                                    ("  " + _stacks_text(stall.stacks), "")))
