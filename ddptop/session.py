@@ -404,4 +404,12 @@ class Session:
             error = "torchrun exited 0 but not every rank reported completion"
         else:
             error = f"torchrun exited with code {rc}"
+        if all(rs.status == "done" for rs in ranks):
+            # Every rank said goodbye after its last step: the training completed, and a
+            # process died in teardown (gloo has aborted at interpreter exit, "terminate
+            # called without an active exception"). Say both, and keep the run's result.
+            rank = f"rank {failed}: " if failed is not None else ""
+            self.state.finish("completed", now, error=f"every rank completed; then at exit {rank}{error}")
+            self.state.add_log(-1, f"[ddptop] run completed, but {rank}{error} after its last step")
+            return
         self.state.finish("failed", now, error=error, failed_rank=failed)

@@ -120,6 +120,22 @@ def test_rank_failure_is_reported_and_exit_1(tmp_path):
     assert len(steps) >= 8  # what arrived before the crash is kept
 
 
+def test_a_crash_at_exit_after_every_step_keeps_the_run_completed_and_says_so(tmp_path):
+    # gloo has aborted in teardown ("terminate called without an active exception") after a
+    # rank's last step: the training is done, the crash is still reported
+    res = run_ddptop(
+        ["--nproc", "2", "--steps", "6", "--warmup", "1", "--set", "fail_rank=1", "--set", "fail_step=6",
+         "--set", "workers=0", "--json"],
+        tmp_path,
+    )
+    assert res.returncode == 0, res.stdout[-2000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "completed" and summary["failed_rank"] is None
+    assert summary["error"].startswith("every rank completed; then at exit rank 1: ")
+    assert "SIGABRT" in summary["error"]
+    assert [r["steps"] for r in summary["ranks"]] == [6, 6]
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_signal_stops_every_rank_cleanly(tmp_path, sig):
     cmd = [sys.executable, "-m", "ddptop", "--headless", "--runs-dir", str(tmp_path), "--nproc", "2",

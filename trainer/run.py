@@ -140,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         # (SIGABRT) inside destroy_process_group, failing a run that completed
         dist.barrier()
         dist.destroy_process_group()
+    if rank == config.fail_rank and config.fail_step == config.steps:
+        os.abort()  # fault injection: a crash in teardown, after the last step and the goodbye
     return 0
 
 
