@@ -210,3 +210,45 @@ def test_stall_straggler_and_powersgd_warm_up_are_shown(tmp_path: Path) -> None:
             assert "STALLED" not in screen_text(app)
 
     asyncio.run(main())
+
+
+def test_lines_view_builds_only_the_lines_in_view_and_catches_up_on_scroll():
+    from rich.text import Text
+    from textual.app import App
+
+    from ddptop.tui.lines_view import LinesView
+
+    class One(App[None]):
+        CSS = "LinesView { height: 10; }"
+
+        def compose(self):
+            yield LinesView(cursor=True)
+
+    async def go() -> None:
+        async with One().run_test(size=(40, 20)) as pilot:
+            view = pilot.app.query_one(LinesView)
+            built: list[int] = []
+
+            def build(gen: int):
+                def line(i: int) -> Text:
+                    built.append(i)
+                    return Text(f"row {i} v{gen}")
+                return line
+
+            view.set_lines(view.lines_in_view(64, build(1)))  # first time: every line
+            await pilot.pause()
+            assert len(built) == 64
+            built.clear()
+            view.set_lines(view.lines_in_view(64, build(2)))
+            assert built == list(range(10))  # only the rows in view
+            assert view.lines[9].plain == "row 9 v2" and view.lines[10].plain == "row 10 v1"
+            view.scroll_to(y=30, animate=False)
+            await pilot.pause()
+            built.clear()
+            view.set_lines(view.lines_in_view(64, build(3)))
+            assert built == list(range(30, 40)) and view.lines[30].plain == "row 30 v3"
+            built.clear()
+            view.set_lines(view.lines_in_view(65, build(4)))  # a new row: all again
+            assert len(built) == 65
+
+    asyncio.run(go())

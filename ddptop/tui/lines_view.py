@@ -5,6 +5,8 @@ instead of DataTable, which re-renders every cell of the table on any update."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -51,6 +53,16 @@ class LinesView(ScrollView, can_focus=True):
     @property
     def lines(self) -> list[Text]:
         return self._lines
+
+    def lines_in_view(self, count: int, build: Callable[[int], Text]) -> list[Text]:
+        """`count` lines for set_lines(), built with `build(index)` only where they are in
+        view: with as many lines as now, the rest keep their current text and are built
+        when they have scrolled into view, at the next update (64 rank rows cost ~6 ms)."""
+        if len(self._lines) != count:
+            return [build(i) for i in range(count)]
+        top = int(self.scroll_y)
+        shown = range(top, top + max(self.size.height, 1))
+        return [build(i) if i in shown else self._lines[i] for i in range(count)]
 
     def set_lines(self, lines: list[Text]) -> None:
         """Show `lines`; repaints only the lines whose text changed."""

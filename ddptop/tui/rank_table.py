@@ -131,14 +131,15 @@ class RankTable(Vertical):
             self.border_subtitle = legend(snap.phase_names) + Text("▲ slowest", style=SLOW_STYLE)
         slow = snap.slowest if state.world_size > 1 else None
         flags = rank_flags(snap)
-        if groups is None:
-            lines = [self._row(r, snap, r == slow, bar_w, flags.get(r)) for r in sorted(state.ranks)]
-        else:
-            lines = []
-            for head, ranks in groups:
-                lines.append(head)
-                lines.extend(self._row(r, snap, r == slow, bar_w, flags.get(r)) for r in ranks)
-        self.body.set_lines(lines)
+        # a row is a rank, or a node's header line (Text) on a multi-node run
+        items: list[int | Text] = list(sorted(state.ranks)) if groups is None else [
+            item for head, ranks in groups for item in (head, *ranks)]
+
+        def line(i: int) -> Text:
+            item = items[i]
+            return item if isinstance(item, Text) else self._row(item, snap, item == slow, bar_w, flags.get(item))
+
+        self.body.set_lines(self.body.lines_in_view(len(items), line))
 
     @staticmethod
     def _row(r: int, snap: Snapshot, is_slow: bool, bar_w: int, flag: str | None = None) -> Text:

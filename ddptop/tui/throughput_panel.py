@@ -72,7 +72,7 @@ class ThroughputPanel(Horizontal):
         return text
 
     def _step_lines(self, snap: Snapshot) -> list[Text]:
-        box = self.query_one("#step-times")
+        box = self.query_one("#step-times", LinesView)
         width = max(box.content_region.width - 16, 8)
         series = {r: f.step_ms[-width:] for r, f in sorted(snap.ranks.items())}
         values = [v for vs in series.values() for v in vs]
@@ -80,14 +80,18 @@ class ThroughputPanel(Horizontal):
             return [Text("no steps yet", style="dim")]
         lo, hi = min(values), max(values)
         slow = snap.slowest
-        out = []
-        for r, vs in series.items():
-            line = Text(no_wrap=True)
-            line.append(f"r{r:<3}", style=SLOW_STYLE if r == slow else "dim")
-            line.append(spark(vs, width, lo, hi).ljust(width), style=SLOW_STYLE if r == slow else "")
-            line.append(f" {fmt(vs[-1] if vs else None, '.1f', '-'):>6} ms")
-            out.append(line)
-        return out
+        ranks = list(series)
+
+        def line(i: int) -> Text:
+            r = ranks[i]
+            vs = series[r]
+            text = Text(no_wrap=True)
+            text.append(f"r{r:<3}", style=SLOW_STYLE if r == slow else "dim")
+            text.append(spark(vs, width, lo, hi).ljust(width), style=SLOW_STYLE if r == slow else "")
+            text.append(f" {fmt(vs[-1] if vs else None, '.1f', '-'):>6} ms")
+            return text
+
+        return box.lines_in_view(len(ranks), line)
 
 
 def _update(widget: Static, text: Text) -> None:
