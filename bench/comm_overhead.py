@@ -9,7 +9,6 @@ timed like the reference recipe (synchronize, perf_counter, batches made on the 
   avg       CommTimer.allreduce_hook averaging inside NCCL (ReduceOp.AVG, no division kernel): the trainer's default
   host      as avg, but host clock stamps instead of CUDA events (wrong times; isolates the events' cost)
   pyavg     untimed all-reduce with ReduceOp.AVG (the floor of any Python hook)
-  pooled    as avg, with the events recycled from step to step (the trainer's default)
   start     a CUDA event at hand-over only (host clock at completion)
   end       a CUDA event at completion only (host clock at hand-over)
 
@@ -82,7 +81,7 @@ def run(variant: str, config: dict, steps: int, warmup: int, local: int, rank: i
     elif variant in ("start", "end"):
         keep: list = []
         model.register_comm_hook(None, partial_hook(variant, keep))
-    elif variant in ("fused", "avg", "host", "pooled"):
+    elif variant in ("fused", "avg", "host"):
         timer = CommTimer(cuda=variant != "host", average_in_nccl=variant != "fused")
         model.register_comm_hook(None, timer.allreduce_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -106,8 +105,6 @@ def run(variant: str, config: dict, steps: int, warmup: int, local: int, rank: i
             entries = timer.take()
             if timer.cuda:
                 summarize(entries, start, start, lambda a, b: a.elapsed_time(b))
-                if variant == "pooled":
-                    timer.recycle(entries)
     del model, opt
     torch.cuda.empty_cache()
     m = times[warmup:]

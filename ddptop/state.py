@@ -192,7 +192,6 @@ class Stall:
         }
 
 
-
 def _own_phases(recs: list[dict[str, float]]) -> dict[str, float]:
     """Median per phase of a rank's own work; backward minus its exposed comm wait."""
     out = {}

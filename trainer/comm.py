@@ -26,20 +26,14 @@ class CommTimer:
         # kernel over the whole bucket, which DDP's own C++ path fuses into its copy
         self.average_in_nccl = cuda if average_in_nccl is None else average_in_nccl
         self._current: list[list[Any]] = []  # [start, end, bytes] per bucket this step
-        self._free: list[Any] = []  # CUDA events already read, recorded again instead of made anew
         self.time_completion = True  # stamp when each all-reduce completes (set per step)
 
     def _stamp(self) -> Any:
         if self.cuda:
-            event = self._free.pop() if self._free else torch.cuda.Event(enable_timing=True)
+            event = torch.cuda.Event(enable_timing=True)
             event.record()  # on the stream the hook/callback runs on
             return event
         return time.perf_counter()
-
-    def recycle(self, entries: list[list[Any]]) -> None:
-        """Hand back a step's events once their times have been read."""
-        if self.cuda:
-            self._free.extend(e for start, end, _ in entries for e in (start, end) if e is not None)
 
     def wrap(self, hook: Callable[[Any, Any], torch.futures.Future]) -> Callable[[Any, Any], torch.futures.Future]:
         @functools.wraps(hook)  # DDP checks the hook's annotations

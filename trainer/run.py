@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{config.describe()}",
         flush=True,
     )
-    clock = StepClock(device, recycle=comm_timer.recycle)
+    clock = StepClock(device)
     captures = CaptureRunner(probe, rank, cuda)
     model.train()
     reason = "completed"

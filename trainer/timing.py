@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,9 +20,8 @@ class StepClock:
     repeat, e.g. with gradient accumulation), then end_step(). Finished records
     come out of ready() in step order."""
 
-    def __init__(self, device: torch.device, recycle: Callable[[list[list[Any]]], None] | None = None) -> None:
+    def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
-        self._recycle = recycle  # takes a step's comm entries back once they are read
         self._pending: collections.deque[tuple[int, list[tuple[str, Any]], dict[str, Any]]] = (
             collections.deque()
         )
@@ -91,8 +89,6 @@ class StepClock:
         if comm:
             backward_end = next(stamp for phase, stamp in reversed(marks) if phase == "backward")
             rec.update(summarize(comm, marks[0][1], backward_end, self._elapsed))
-            if self._recycle is not None:
-                self._recycle(comm)
         for key, value in extra.items():
             rec[key] = value.item() if isinstance(value, torch.Tensor) else value
         return rec
