@@ -32,6 +32,11 @@ DDP_KNOBS = (
 )
 
 
+# What applies to a user's own script: how many ranks, what is left out of throughput,
+# how communication is timed, the ranks' NCCL environment.
+SCRIPT_FIELDS = ("nproc", "warmup", "backend", "comm_timing", "comm_timing_every", "nccl_env")
+
+
 class ConfigError(ValueError):
     """A config value a user gave is wrong; the message is one line, fit for a CLI error."""
 
@@ -92,6 +97,11 @@ class RunConfig:
     def world_size(self) -> int:
         """Ranks one node launches; a multi-node run has NodeOptions.nnodes times this."""
         return self.nproc if self.ddp else 1
+
+    def script_dict(self) -> dict[str, Any]:
+        """The knobs that mean something for a user's own script (the rest, model, batch
+        size, steps..., belong to ddptop's trainer)."""
+        return {k: v for k, v in self.to_dict().items() if k in SCRIPT_FIELDS}
 
     def describe(self) -> str:
         """Short human summary of the DDP knobs, for tables."""

@@ -154,7 +154,7 @@ class Hub:
         except protocol.ProtocolError as exc:
             self._sink.hub_dropped(exc.reason)
             return
-        if not isinstance(msg, (protocol.Steps, protocol.Bye, protocol.CaptureReport)):
+        if not isinstance(msg, (protocol.Steps, protocol.Bye, protocol.Info, protocol.CaptureReport)):
             self._sink.hub_dropped(f"unexpected-{msg.kind}")
         elif msg.rank != rank:
             self._sink.hub_dropped("rank-mismatch")

@@ -23,6 +23,7 @@ from ddptop.config import RunConfig
 from ddptop.options import NodeOptions
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # holds ddptop/ and trainer/
+BOOT_DIR = Path(__file__).resolve().parent / "rank" / "boot"  # the ranks' sitecustomize
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,10 @@ def build_plan(
     env.setdefault("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", str(run_dir / "stacks" / "nccl_pipe_rank_"))
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, minus its warning
     env.update(config.nccl_env)
+    # the boot dir first: its sitecustomize attaches ddptop's instrument to every rank (and
+    # runs the one it shadows); the package root so that ranks import this very ddptop
     path = env.get("PYTHONPATH", "")
-    env["PYTHONPATH"] = str(PACKAGE_ROOT) + (os.pathsep + path if path else "")
+    env["PYTHONPATH"] = os.pathsep.join([str(BOOT_DIR), str(PACKAGE_ROOT), *([path] if path else [])])
     return LaunchPlan(argv=argv, env=env, log_path=run_dir / "torchrun.log")
 
 

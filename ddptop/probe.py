@@ -1,11 +1,14 @@
 """Rank-side client: connects to the ddptop hub named in the environment, sends a
 hello and batched step records, and receives commands (stop, capture).
 
-Usable from any training script in three lines:
+Every rank ddptop launches is measured without it (ddptop.rank); a script may still add
+its own numbers, or end its loop itself when ddptop asks, in three lines:
 
     from ddptop.probe import Probe
     probe = Probe.connect()                 # does nothing when not run under ddptop
-    ...  if probe.tick(samples=len(x)): break   # once per step; True = ddptop asks to stop
+    ...  if probe.tick(samples=len(x), loss=loss): break   # once per step; True = ddptop asks to stop
+
+Under the instrument, tick()/record() add to the step it measured (never a second step).
 
 Imports only the standard library and `ddptop.protocol`; torch is read from
 `sys.modules` when the script already imported it, never imported here.
@@ -66,7 +69,7 @@ class Probe:
     """One rank's link to the hub. All methods are cheap and never raise into
     the training loop: if the hub goes away, the probe goes quiet."""
 
-    def __init__(self, sock: socket.socket | None, rank: int = 0) -> None:
+    def __init__(self, sock: socket.socket | None, rank: int = 0, owned: bool = False) -> None:
         self._sock = sock
         self.rank = rank
         self._pending: collections.deque[dict[str, Any]] = collections.deque()
@@ -81,6 +84,7 @@ class Probe:
         if sock is not None:
             self._thread = threading.Thread(target=self._run, name="ddptop-probe", daemon=True)
             self._thread.start()
+        if sock is not None and not owned:  # the instrument says goodbye for the probe it owns
             self._chain_excepthook()
             # a script that never calls close() still says goodbye; "exited" is not a claim
             # that training completed, "crashed" follows an uncaught exception
@@ -92,6 +96,18 @@ class Probe:
 
     @classmethod
     def connect(cls, *, device: str = "", backend: str = "", model: str = "") -> Probe:
+        """The probe for a training script: the instrument's when ddptop measures this rank
+        (one connection, one count of steps), else a connection of its own; a disabled probe
+        when not run under ddptop."""
+        from ddptop.rank.attach import current
+
+        instrument = current()
+        if instrument is not None:
+            return AttachedProbe(instrument, device=device, backend=backend, model=model)  # type: ignore[return-value]
+        return cls.open(device=device, backend=backend, model=model)
+
+    @classmethod
+    def open(cls, *, device: str = "", backend: str = "", model: str = "", owned: bool = False) -> Probe:
         """Connect to the hub named by DDPTOP_ADDR; a disabled probe when absent."""
         addr = os.environ.get(protocol.ENV_ADDR)
         rank = int(os.environ.get("RANK", "0"))
@@ -119,7 +135,7 @@ class Probe:
             sock.sendall(protocol.encode(hello))
         except OSError:
             return cls(None, rank)
-        return cls(sock, rank)
+        return cls(sock, rank, owned=owned)
 
     # --- called from the training loop -------------------------------------------------
     def record(self, step: int, **values: float) -> None:
@@ -142,6 +158,10 @@ class Probe:
     def should_stop(self, step: int) -> bool:
         """True once `step` (just finished) is at or past the agreed stop step."""
         return self.stop_at is not None and step >= self.stop_at
+
+    def info(self, facts: dict[str, Any], notes: list[str]) -> None:
+        """Facts learnt since the hello (backend, model, batch size) and notes for the user."""
+        self._send(protocol.Info(self.rank, dict(facts), list(notes)))
 
     def report_capture(self, capture_id: int, status: str, files: list[str] | None = None,
                        error: str = "") -> None:
@@ -228,3 +248,59 @@ class Probe:
                 sock.sendall(protocol.encode(msg))
             except OSError:
                 self._pending.clear()
+
+
+class AttachedProbe:
+    """What Probe.connect() gives a script that ddptop's instrument already measures: its
+    values join the instrument's steps; tick() says when ddptop asks the run to stop."""
+
+    def __init__(self, instrument: Any, device: str = "", backend: str = "", model: str = "") -> None:
+        self._inst = instrument
+        self.rank = instrument.rank
+        self._step = 0
+        facts = {k: v for k, v in (("device", device), ("backend", backend), ("model", model)) if v}
+        if facts:
+            instrument.send_facts(facts)
+
+    @property
+    def enabled(self) -> bool:
+        return True
+
+    @property
+    def stop_at(self) -> int | None:
+        return self._inst.probe.stop_at
+
+    @property
+    def commands(self) -> collections.deque[protocol.Command]:
+        return self._inst.probe.commands
+
+    def tick(self, samples: int = 0, **values: Any) -> bool:
+        extra = dict(values, **({"samples": samples} if samples else {}))
+        if not self._inst.user_values(extra):
+            # no optimizer step seen (a loop without torch.optim): the tick is the step
+            return self._inst.probe.tick(samples=samples, **_plain(values))
+        return self._inst.should_stop()
+
+    def record(self, step: int, **values: Any) -> None:
+        if not self._inst.user_values(values):
+            self._inst.probe.record(step, **_plain(values))
+
+    def should_stop(self, step: int) -> bool:
+        return self._inst.should_stop() or self._inst.probe.should_stop(step)
+
+    def report_capture(self, capture_id: int, status: str, files: list[str] | None = None, error: str = "") -> None:
+        self._inst.probe.report_capture(capture_id, status, files, error)
+
+    def close(self, reason: str = "completed", ddp_timing: dict[str, float] | None = None) -> None:
+        """The instrument says goodbye when the process ends."""
+
+
+def _plain(values: dict[str, Any]) -> dict[str, float]:
+    """Numbers for the wire: a tensor's value is read (the script asked for it)."""
+    out = {}
+    for key, value in values.items():
+        try:
+            out[key] = float(value.item() if hasattr(value, "item") else value)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    return out

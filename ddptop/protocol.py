@@ -21,6 +21,8 @@ ENV_TOKEN = "DDPTOP_TOKEN"
 ENV_RUN_ID = "DDPTOP_RUN_ID"
 ENV_CONFIG = "DDPTOP_CONFIG"  # path of the run's config.json (our trainer reads it)
 ENV_NODE = "DDPTOP_NODE"  # the ddptop node (--node-rank) that launched the rank
+ENV_BOOT = "DDPTOP_BOOT"  # set by ddptop for the ranks: the rank-side layer attaches ("0": it stays out)
+ENV_RANK_PID = "DDPTOP_RANK_PID"  # set by an attached rank: its children (workers, subprocesses) stay out
 
 # Numeric fields a step record may carry; anything else is ignored.
 STEP_FIELDS = (
@@ -93,6 +95,18 @@ class Bye:
 
 
 @dataclass(frozen=True)
+class Info:
+    """Facts a rank learns after its hello (backend once the process group exists, the
+    DDP module's class and size, the batch size read off the first forward) and notes on
+    what cannot be measured. Later facts of the same name replace earlier ones."""
+
+    rank: int
+    facts: dict[str, str | int | float | bool] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    kind: str = field(default="info", init=False)
+
+
+@dataclass(frozen=True)
 class Command:
     """Hub to ranks. `stop`: leave the loop after finishing step `at_step` (all ranks
     stop at the same boundary, so no rank waits in an all-reduce for a gone peer)."""
@@ -115,7 +129,7 @@ class CaptureReport:
     kind: str = field(default="capture", init=False)
 
 
-Message = Hello | Steps | Bye | Command | CaptureReport
+Message = Hello | Steps | Bye | Info | Command | CaptureReport
 CAPTURE_STATUSES = ("recording", "written", "failed")
 COMMANDS = ("stop", "capture")
 
@@ -162,6 +176,28 @@ def _record(raw: Any) -> dict[str, float]:
     return rec
 
 
+def _facts(raw: Any) -> dict[str, str | int | float | bool]:
+    if not isinstance(raw, dict) or len(raw) > 32:
+        raise ProtocolError("bad-field", "facts")
+    for key, value in raw.items():
+        ok = type(value) in (bool, int, float, str)
+        if type(value) is int:
+            ok = abs(value) < 1 << 63
+        elif type(value) is float:
+            ok = math.isfinite(value)
+        elif type(value) is str:
+            ok = len(value) <= 512
+        if not (isinstance(key, str) and 0 < len(key) <= 64 and ok):
+            raise ProtocolError("bad-field", "facts")
+    return raw
+
+
+def _notes(raw: Any) -> list[str]:
+    if not isinstance(raw, list) or len(raw) > 16 or not all(isinstance(n, str) and len(n) <= 512 for n in raw):
+        raise ProtocolError("bad-field", "notes")
+    return raw
+
+
 def decode(line: bytes | str) -> Message:
     """Parse one frame. Raises ProtocolError (never anything else) on bad input."""
     if len(line) > MAX_FRAME:
@@ -202,6 +238,8 @@ def decode(line: bytes | str) -> Message:
                 for k, v in timing.items()):
             raise ProtocolError("bad-field", "ddp_timing")
         return Bye(rank=_int(data, "rank"), reason=_str(data, "reason", "completed", 64), ddp_timing=timing)
+    if kind == "info":
+        return Info(rank=_int(data, "rank"), facts=_facts(data.get("facts", {})), notes=_notes(data.get("notes", [])))
     if kind == "capture":
         status = _str(data, "status")
         files = data.get("files", [])

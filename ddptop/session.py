@@ -78,10 +78,11 @@ class Session:
         self.token = self.node.token if self.node.multi else secrets.token_hex(16)
         self.state = RunState(
             run_id=self.run_id,
-            config=config.to_dict(),
+            config=config.script_dict() if user_cmd else config.to_dict(),
             world_size=config.world_size * self.node.nnodes,
             warmup=config.warmup,
             nnodes=self.node.nnodes,
+            command=list(user_cmd) if user_cmd else None,
         )
         self.hub = Hub(self.token, self)
         self.launcher: Launcher | None = None

@@ -13,7 +13,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddptop.protocol import PHASES, Bye, Hello, Steps
+import dataclasses
+
+from ddptop.protocol import PHASES, Bye, Hello, Info, Steps
 
 RECENT = 256  # records kept per rank for live views
 LOG_LINES = 2000  # log lines kept per rank for live views (all of them are on disk)
@@ -21,6 +23,9 @@ HISTORY = 900  # throughput samples (one per tick)
 _BINS_PER_E = 100.0  # histogram bins per factor e: ~1% wide
 
 TERMINAL = ("completed", "failed", "stopped")
+MAX_FACTS = 64  # facts kept per rank (a rank cannot grow our memory without bound)
+MAX_NOTES = 50
+HELLO_FACTS = ("backend", "model", "device")  # facts that complete the rank's hello
 _PHASE_KEYS = tuple((p, p + "_ms") for p in PHASES)
 _EXTRA_KEYS = ("comm_ms", "exposed_comm_ms", "comm_bytes", "buckets", "compressing")
 
@@ -84,6 +89,8 @@ class RankState:
     timed_step_ms: float = 0.0
     timed_bytes: float = 0.0
     ddp_timing: dict[str, float] = field(default_factory=dict)  # DDP's own logger, from the goodbye
+    # what the rank's instrument learnt: backend, model, params, batch_size, DDP settings...
+    info: dict[str, Any] = field(default_factory=dict)
 
     def add(self, rec: dict[str, float], warmup: int, now: float) -> None:
         self.steps += 1
@@ -236,13 +243,14 @@ class RunState:
     stalls: int = 0  # how many times the run stalled
     captures: dict[int, Any] = field(default_factory=dict)  # id -> ddptop.capture.Capture
     nsys: dict[str, Any] | None = None  # what nsys wrote and its stats, after an nsys run
+    command: list[str] | None = None  # the user's own script (None: ddptop's trainer)
 
     def __post_init__(self) -> None:
         for rank in range(self.world_size):
             self.ranks.setdefault(rank, RankState(rank))
 
     # --- events ------------------------------------------------------------------------
-    def apply(self, msg: Hello | Steps | Bye, now: float) -> None:
+    def apply(self, msg: Hello | Steps | Bye | Info, now: float) -> None:
         if isinstance(msg, Hello):
             rs = self._rank(msg.rank)
             rs.hello = msg
@@ -255,12 +263,27 @@ class RunState:
                 rs.add(rec, self.warmup, now)
             if self.status == "starting":
                 self.status = "running"
+        elif isinstance(msg, Info):
+            self._info(self._rank(msg.rank), msg)
         elif isinstance(msg, Bye):
             rs = self._rank(msg.rank)
             rs.status = "done" if msg.reason == "completed" else msg.reason
             rs.ddp_timing = dict(msg.ddp_timing)
             if msg.reason == "crashed":
                 rs.lost_at = now
+
+    def _info(self, rs: RankState, msg: Info) -> None:
+        for key, value in msg.facts.items():
+            if key in rs.info or len(rs.info) < MAX_FACTS:
+                rs.info[key] = value
+        hello_facts = {k: str(msg.facts[k]) for k in HELLO_FACTS if k in msg.facts}
+        if rs.hello is not None and hello_facts:
+            rs.hello = dataclasses.replace(rs.hello, **hello_facts)
+        for note in msg.notes:
+            text = f"rank {rs.rank}: {note}"
+            if len(self.notes) < MAX_NOTES and not any(n.endswith(note) for n in self.notes):
+                self.notes.append(text)
+            self.add_log(rs.rank, f"[ddptop] {note}")
 
     def node_of(self, rank: int) -> int | None:
         """The ddptop node `rank` runs on (None until its hello arrives)."""
@@ -442,13 +465,20 @@ class RunState:
                 entry["exposed_comm_share"] = _round(rs.share("exposed_comm_ms"), 4)
             if rs.ddp_timing:
                 entry["ddp_timing"] = {k: _round(v) for k, v in rs.ddp_timing.items()}
+            if rs.info:
+                entry["info"] = dict(rs.info)
             ranks.append(entry)
         first = next((rs.hello for rs in self.ranks.values() if rs.hello), None)
+        info = next((rs.info for rs in self.ranks.values() if rs.info), {})
         p50, p95 = self.step_ms_pcts(50, 95)
         return {
             "run_id": self.run_id,
             "preset": self.config.get("preset"),
             "config": self.config,
+            "command": self.command,
+            "params": info.get("params"),
+            "batch_size": info.get("batch_size"),
+            "notes": list(self.notes),
             "world_size": self.world_size,
             "nnodes": self.nnodes,
             "backend": first.backend if first else None,

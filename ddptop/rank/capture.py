@@ -1,5 +1,5 @@
 """Capture windows on a rank: start and stop a profiler at agreed step
-boundaries. torch.profiler writes one Chrome/Perfetto trace per rank; under
+boundaries (the instrument calls it when a step closes, inside the optimizer's hook). torch.profiler writes one Chrome/Perfetto trace per rank; under
 nsys (ddptop launched the rank inside `nsys profile --capture-range=cudaProfilerApi`)
 the window is cudaProfilerStart/Stop. ddptop summarises the files afterwards."""
 
@@ -10,8 +10,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from ddptop.probe import Probe
 from ddptop.protocol import Command
@@ -31,8 +29,8 @@ class Window:
 
 
 class CaptureRunner:
-    def __init__(self, probe: Probe, rank: int, cuda: bool) -> None:
-        self.probe, self.rank, self.cuda = probe, rank, cuda
+    def __init__(self, torch: Any, probe: Probe, rank: int, cuda: bool) -> None:
+        self.torch, self.probe, self.rank, self.cuda = torch, probe, rank, cuda
         self.scheduled: list[Window] = []
         self.active: Window | None = None
         self._prof: Any = None
@@ -60,7 +58,7 @@ class CaptureRunner:
                     self._start(w)
                     break
         if self.active is not None and self._prof is not None:
-            self._step_range = torch.profiler.record_function(f"ddptop_step_{step}")
+            self._step_range = self.torch.profiler.record_function(f"ddptop_step_{step}")
             self._step_range.__enter__()
 
     def end_step(self, step: int) -> bool:
@@ -74,6 +72,7 @@ class CaptureRunner:
         return False
 
     def _start(self, w: Window) -> None:
+        torch = self.torch
         self.active = w
         try:
             w.out_dir.mkdir(parents=True, exist_ok=True)
@@ -92,6 +91,7 @@ class CaptureRunner:
             self.probe.report_capture(w.capture_id, "failed", error=f"{type(exc).__name__}: {exc}")
 
     def _stop(self) -> None:
+        torch = self.torch
         w, self.active = self.active, None
         assert w is not None
         try:

@@ -1,0 +1,101 @@
+"""Attaching the instrument: wait for the script's `import torch`, then hook in.
+
+Called from the ranks' sitecustomize before any user code. Never imports torch itself: a
+one-shot import hook notices torch's import and attaches once torch has finished loading.
+A process attaches only if torchrun made it a rank (RANK set) and it is not the child of an
+attached rank (DataLoader workers, the script's own subprocesses): those inherit
+DDPTOP_RANK_PID from it.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import os
+import sys
+from typing import Any
+
+from ddptop import protocol
+
+_instrument: Any = None
+
+
+def current() -> Any:
+    """The attached Instrument of this process, or None."""
+    return _instrument
+
+
+def should_attach(environ: dict[str, str] | os._Environ[str], pid: int) -> bool:
+    if not environ.get(protocol.ENV_ADDR) or environ.get(protocol.ENV_BOOT, "1") == "0":
+        return False
+    if "RANK" not in environ:
+        return False  # torchrun's own agent, or a process started outside torchrun
+    owner = environ.get(protocol.ENV_RANK_PID)
+    return owner is None or owner == str(pid)
+
+
+def watch() -> None:
+    if not should_attach(os.environ, os.getpid()):
+        return
+    if "torch" in sys.modules:
+        attach(sys.modules["torch"])
+        return
+    sys.meta_path.insert(0, _TorchWatcher())
+
+
+class _TorchWatcher(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:  # noqa: ARG002
+        if fullname != "torch":
+            return None
+        sys.meta_path.remove(self)  # one shot; the real finders do the finding
+        spec = importlib.util.find_spec("torch")
+        loader = getattr(spec, "loader", None)
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            original(module)
+            loader.exec_module = original
+            attach(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def attach(torch: Any) -> None:
+    """Connect to the hub and install the instrument's hooks; any failure leaves the
+    script running unmeasured, with one line on stderr."""
+    global _instrument
+    if _instrument is not None:
+        return
+    try:
+        from ddptop.probe import Probe
+        from ddptop.rank.instrument import Instrument, stacks_on_sigusr1
+
+        os.environ[protocol.ENV_RANK_PID] = str(os.getpid())
+        rank = int(os.environ.get("RANK", "0"))
+        probe = Probe.open(owned=True)
+        if not probe.enabled:
+            return
+        stacks_on_sigusr1(rank)
+        instrument = Instrument(torch, probe, rank, _settings())
+        instrument.install()
+        _instrument = instrument
+    except Exception as exc:  # noqa: BLE001
+        print(f"ddptop: not measuring this rank: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+def _settings() -> dict[str, Any]:
+    """The instrument's knobs from the run's config.json (comm_timing, comm_timing_every)."""
+    import json
+
+    path = os.environ.get(protocol.ENV_CONFIG)
+    if not path:
+        return {}
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

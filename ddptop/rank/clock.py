@@ -1,0 +1,43 @@
+"""Stamps for the step tracker: the host's monotonic clock on CPU, CUDA events on a GPU
+(recorded on the device's current stream, read back once they have run, so timing never
+makes the host wait for the GPU)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+class HostClock:
+    def stamp(self) -> float:
+        return time.perf_counter()
+
+    def elapsed(self, a: float, b: float) -> float:
+        return (b - a) * 1000.0
+
+    def done(self, stamp: Any) -> bool:  # noqa: ARG002
+        return True
+
+    def sync(self) -> None:
+        pass
+
+
+class CudaClock:
+    def __init__(self, torch: Any, device: Any) -> None:
+        self._cuda = torch.cuda
+        self._event = torch.cuda.Event
+        self.device = device
+
+    def stamp(self) -> Any:
+        event = self._event(enable_timing=True)
+        event.record(self._cuda.current_stream(self.device))
+        return event
+
+    def elapsed(self, a: Any, b: Any) -> float:
+        return a.elapsed_time(b)
+
+    def done(self, stamp: Any) -> bool:
+        return stamp.query()
+
+    def sync(self) -> None:
+        self._cuda.synchronize(self.device)

@@ -1,0 +1,531 @@
+"""The rank-side instrument: measures any training script through torch's own hooks.
+
+Attached once torch is imported (ddptop.rank.attach); from then on:
+- optimizer steps (torch.optim's global step hooks, GradScaler.step) end steps;
+- forwards are timed by hooks on every DistributedDataParallel module (its __init__ is
+  wrapped), or, without DDP, on the top modules seen in the first step (global module
+  hooks for that step only);
+- backward: a hook on the forward's output marks its start; autograd callbacks mark the
+  end of its compute and, chained after DDP's own, its return (all-reduces done);
+- communication: CommTimer on each DDP module (ddptop.rank.comm);
+- the run's stop and capture commands act at step boundaries, inside the optimizer hook.
+Nothing here may raise into the user's code except the agreed stop (SystemExit).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ddptop.probe import Probe
+from ddptop.rank.capture import CaptureRunner
+from ddptop.rank.clock import CudaClock, HostClock
+from ddptop.rank.comm import CommTimer
+from ddptop.rank.steps import StepTracker
+
+NOT_DDP = {  # the wrapper classes whose communication ddptop does not time, and what they are
+    "FullyShardedDataParallel": "FSDP", "FSDPModule": "FSDP (fully_shard)", "DeepSpeedEngine": "DeepSpeed",
+}
+
+
+class Instrument:
+    def __init__(self, torch: Any, probe: Probe, rank: int, settings: dict[str, Any]) -> None:
+        self.torch = torch
+        self.probe = probe
+        self.rank = rank
+        self.comm_timing = bool(settings.get("comm_timing", True))
+        self.timing_every = max(1, int(settings.get("comm_timing_every", 10)))
+        self.clock: Any = None
+        self.tracker = StepTracker(_LazyClock(self))
+        self.captures: CaptureRunner | None = None
+        self.ddps: list[Any] = []
+        self.timers: dict[int, CommTimer] = {}  # id(ddp) -> its timer
+        self._top: dict[int, Any] = {}  # id -> module seen as outermost in the first step (no DDP)
+        self._depth = 0
+        self._global_hooks: list[Any] = []
+        self._in_backward = False
+        self._after_window = False
+        self._stopping = False
+        self.api_used = False  # the script calls Probe.tick()/record() itself
+        self.facts_sent: dict[str, Any] = {}
+        self.notes_sent: set[str] = set()
+        self.batch_known = False
+        self.crashed = False
+
+    # --- installation -------------------------------------------------------------------
+    def install(self) -> None:
+        torch = self.torch
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        register_optimizer_step_pre_hook(self._guard(self._opt_pre))
+        register_optimizer_step_post_hook(self._guard(self._opt_post))
+        self._wrap_grad_scaler()
+        self._wrap_ddp(torch.nn.parallel.DistributedDataParallel)
+        self._install_global_hooks()
+        facts: dict[str, Any] = {"torch": str(torch.__version__)}
+        self.send_facts(facts)
+        self._chain_excepthook()
+        atexit.register(self._at_exit)
+
+    def _guard(self, fn: Any) -> Any:
+        """A hook that never raises into the user's code (except the agreed stop)."""
+
+        @functools.wraps(fn)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except SystemExit:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                self.note(f"ddptop instrument error in {fn.__name__}: {type(exc).__name__}: {exc}")
+                return None
+
+        return guarded
+
+    def _wrap_grad_scaler(self) -> None:
+        amp = getattr(self.torch, "amp", None)
+        scaler = getattr(amp, "GradScaler", None)
+        if scaler is None or getattr(scaler.step, "_ddptop", False):
+            return
+        original = scaler.step
+        inst = self
+
+        @functools.wraps(original)
+        def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            # a step that GradScaler skips (inf/NaN gradients) is still the script's step
+            inst._opt_pre_safe(optimizer)
+            try:
+                return original(self, optimizer, *args, **kwargs)
+            finally:
+                inst._opt_post_safe(optimizer)
+
+        step._ddptop = True  # type: ignore[attr-defined]
+        scaler.step = step
+
+    def _wrap_ddp(self, ddp_class: Any) -> None:
+        if getattr(ddp_class.__init__, "_ddptop", False):
+            return
+        init, register, builtin = ddp_class.__init__, ddp_class.register_comm_hook, ddp_class._register_builtin_comm_hook
+        inst = self
+
+        @functools.wraps(init)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            init(self, *args, **kwargs)
+            inst._guard(inst._on_ddp)(self)
+
+        @functools.wraps(register)
+        def register_comm_hook(self: Any, state: Any, hook: Any) -> Any:
+            timer = inst.timers.get(id(self))
+            if timer is None:  # comm timing off, or not our DDP
+                return register(self, state, hook)
+            first = timer.user is None and not getattr(self, "_ddptop_hooked", False)
+            timer.user = (state, hook)
+            inst.send_facts({"comm_hook": timer.hook_name()})
+            if first:
+                self._ddptop_hooked = True
+                return register(self, None, timer.hook)
+            return None  # ours is registered already: it now runs the script's hook
+
+        @functools.wraps(builtin)
+        def register_builtin(self: Any, comm_hook_type: Any) -> Any:
+            inst.timers.pop(id(self), None)
+            inst.note("DDP's built-in C++ comm hook is registered: per-bucket communication is not timed")
+            return builtin(self, comm_hook_type)
+
+        __init__._ddptop = True  # type: ignore[attr-defined]
+        ddp_class.__init__ = __init__
+        ddp_class.register_comm_hook = register_comm_hook
+        ddp_class._register_builtin_comm_hook = register_builtin
+        self._register = register
+
+    def _install_global_hooks(self) -> None:
+        from torch.nn.modules import module as nn_module
+
+        compiling = getattr(getattr(self.torch, "compiler", None), "is_compiling", lambda: False)
+
+        def pre(module: Any, args: Any) -> None:
+            if compiling():
+                return
+            self._depth += 1
+            if self._depth == 1:
+                self._top.setdefault(id(module), module)
+                self._fwd_pre(module, args, {})
+
+        def post(module: Any, args: Any, output: Any) -> None:
+            if compiling():
+                return
+            self._depth -= 1
+            if self._depth == 0:
+                self._fwd_post(module, args, output)
+
+        self._global_hooks = [nn_module.register_module_forward_pre_hook(self._guard(pre)),
+                              nn_module.register_module_forward_hook(self._guard(post), always_call=True)]
+
+    def _drop_global_hooks(self) -> None:
+        for handle in self._global_hooks:
+            handle.remove()
+        self._global_hooks = []
+        self._depth = 0
+
+    def _hook_module(self, module: Any) -> None:
+        module.register_forward_pre_hook(self._guard(self._fwd_pre), with_kwargs=True)
+        module.register_forward_hook(self._guard(self._fwd_post), always_call=True)
+
+    # --- DDP ----------------------------------------------------------------------------
+    def _on_ddp(self, ddp: Any) -> None:
+        self._drop_global_hooks()
+        self.ddps.append(ddp)
+        self._choose_clock(ddp.module)
+        self._hook_module(ddp)
+        dist = self.torch.distributed
+        facts = self._model_facts(ddp.module)
+        facts.update({
+            "ddp": True, "backend": str(dist.get_backend(ddp.process_group)), "world_size": dist.get_world_size(),
+            "static_graph": bool(getattr(ddp, "static_graph", False)),
+            "gradient_as_bucket_view": bool(getattr(ddp, "gradient_as_bucket_view", False)),
+            "find_unused_parameters": bool(getattr(ddp, "find_unused_parameters", False)),
+        })
+        cap = getattr(ddp, "bucket_bytes_cap", None)
+        if isinstance(cap, int):
+            facts["bucket_cap_mb"] = round(cap / 2**20, 3)
+        if self.comm_timing:
+            cuda = self.clock is not None and isinstance(self.clock, CudaClock)
+            timer = CommTimer(dist, self.tracker.clock.stamp, self.tracker.add_comm, average_in_nccl=cuda)
+            timer.timed = self._timed(self.tracker.step)
+            self.timers[id(ddp)] = timer
+            # registered at the first forward, so that a hook the script registers after
+            # DDP() is wrapped instead of refused (DDP takes one registration)
+            facts["comm_timing"] = "per-bucket hook" + ("" if not cuda else f", completions every {self.timing_every} steps")
+        else:
+            facts["comm_timing"] = "off"
+        self.send_facts(facts)
+
+    def _register_timer(self, ddp: Any) -> None:
+        timer = self.timers.get(id(ddp))
+        if timer is None or getattr(ddp, "_ddptop_hooked", False):
+            return
+        ddp._ddptop_hooked = True
+        self._register(ddp, None, timer.hook)
+        self.send_facts({"comm_hook": timer.hook_name()})
+
+    def _model_facts(self, module: Any) -> dict[str, Any]:
+        inner = getattr(module, "_orig_mod", None)  # torch.compile's OptimizedModule
+        name = type(inner if inner is not None else module).__name__ + (" (compiled)" if inner is not None else "")
+        params = sum(p.numel() for p in module.parameters())
+        return {"model": name, "params": params, "device": self._device_name(module)}
+
+    def _device_name(self, module: Any) -> str:
+        param = next(module.parameters(), None)
+        if param is None or param.device.type != "cuda":
+            return "cpu" if param is None else str(param.device)
+        idx = param.device.index if param.device.index is not None else self.torch.cuda.current_device()
+        return f"{self.torch.cuda.get_device_name(idx)} (cuda:{idx})"
+
+    def _choose_clock(self, module: Any) -> None:
+        if self.clock is not None:
+            return
+        param = next(module.parameters(), None)
+        if param is not None and param.device.type == "cuda":
+            self.clock = CudaClock(self.torch, param.device)
+        else:
+            self.clock = HostClock()
+        self.captures = CaptureRunner(self.torch, self.probe, self.rank, isinstance(self.clock, CudaClock))
+
+    # --- forward / backward --------------------------------------------------------------
+    def _fwd_pre(self, module: Any, args: Any, kwargs: Any = None) -> None:
+        if self.clock is None:
+            self._choose_clock(module)
+        if self.timers:
+            self._register_timer(module)
+        samples = 0.0
+        if self.torch.is_grad_enabled():
+            batch = _batch_size(self.torch, args, kwargs)
+            if batch:
+                samples = float(batch)
+                if not self.batch_known:
+                    self.batch_known = True
+                    self.send_facts({"batch_size": batch})
+        self.tracker.mark("fwd", samples)
+
+    def _fwd_post(self, module: Any, args: Any, *rest: Any) -> None:  # noqa: ARG002
+        output = rest[-1] if rest else None
+        self.tracker.mark("fwd_end")
+        if not self.torch.is_grad_enabled():
+            return
+        tensor = _loss_like(self.torch, output)
+        if tensor is not None:
+            tensor.register_hook(self._guard(self._bwd_start))
+
+    def _bwd_start(self, grad: Any) -> None:  # noqa: ARG002
+        if self._in_backward:
+            return None
+        self._in_backward = True
+        self.tracker.mark("bwd")
+        engine = self.torch.autograd.Variable._execution_engine
+
+        def compute_end() -> None:
+            self.tracker.mark("bwd_end")
+            # queued now, so it runs after DDP's finalize (queued during backward): backward
+            # has returned, every all-reduce is done and its result copied back
+            engine.queue_callback(self._guard(returned))
+
+        def returned() -> None:
+            self._in_backward = False
+            self.tracker.mark("bwd_ret")
+
+        engine.queue_callback(self._guard(compute_end))
+        return None
+
+    # --- optimizer steps = step boundaries -----------------------------------------------
+    def _opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:  # noqa: ARG002
+        self._opt_pre_safe(optimizer)
+
+    def _opt_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:  # noqa: ARG002
+        self._opt_post_safe(optimizer)
+
+    def _opt_pre_safe(self, optimizer: Any) -> None:
+        try:
+            closed = self.tracker.opt_begin(id(optimizer))
+        except Exception as exc:  # noqa: BLE001
+            self.note(f"ddptop instrument error at an optimizer step: {type(exc).__name__}: {exc}")
+            return
+        if closed is not None:
+            self._closed(closed)
+
+    def _opt_post_safe(self, optimizer: Any) -> None:
+        try:
+            closed = self.tracker.opt_end(id(optimizer))
+        except Exception as exc:  # noqa: BLE001
+            self.note(f"ddptop instrument error at an optimizer step: {type(exc).__name__}: {exc}")
+            return
+        if closed is not None:
+            self._closed(closed)
+
+    def _closed(self, step: int) -> None:
+        """Step `step` ended: report, stop if agreed, open/close capture windows."""
+        try:
+            self._after_close(step)
+        except Exception as exc:  # noqa: BLE001
+            self.note(f"ddptop instrument error after step {step}: {type(exc).__name__}: {exc}")
+        stop_at = self.probe.stop_at
+        if stop_at is not None and step >= stop_at and not self.api_used and not self._stopping:
+            self._stopping = True
+            print(f"ddptop: rank {self.rank} stops after step {step}, as every rank agreed", file=sys.stderr,
+                  flush=True)
+            raise SystemExit(0)
+
+    def _after_close(self, step: int) -> None:
+        tracker = self.tracker
+        closed = tracker.pending[-1][3] if tracker.pending else {}
+        compressing = [t.compressing() for t in self.timers.values()]
+        if any(c is not None for c in compressing):
+            closed["compressing"] = max(c for c in compressing if c is not None)
+        if step == 0 and not self.ddps:
+            self._first_step_without_ddp()
+        self._report(tracker.ready(keep_last=self.api_used))
+        caps = self.captures
+        after = False
+        if caps is not None:
+            if caps.end_step(step):
+                after = True
+                tracker.restart()
+            caps.poll(step + 1)
+            caps.begin_step(step + 1)
+            if caps.active is not None or after:
+                # a window's steps, and the one after it (which may wait for a peer still
+                # writing its trace), are not typical steps
+                tracker.extra["profiled"] = 1
+        timed = self._timed(step + 1)
+        for timer in self.timers.values():
+            timer.timed = timed
+
+    def _timed(self, step: int) -> bool:
+        cuda = isinstance(self.clock, CudaClock)
+        active = self.captures is not None and self.captures.active is not None
+        return not cuda or step % self.timing_every == 0 or active
+
+    def _first_step_without_ddp(self) -> None:
+        """No DDP module: keep timing the outermost modules of the first step, drop the
+        global hooks (they would cost every submodule call)."""
+        self._drop_global_hooks()
+        tops = list(self._top.values())
+        self._top = {}
+        for module in tops:
+            self._hook_module(module)
+        facts: dict[str, Any] = {"ddp": False}
+        kinds = {NOT_DDP[type(m).__name__] for m in tops if type(m).__name__ in NOT_DDP}
+        if tops:
+            facts.update(self._model_facts(tops[0]))
+        dist = self.torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            facts["backend"] = str(dist.get_backend())
+            facts["world_size"] = dist.get_world_size()
+            what = " and ".join(sorted(kinds)) if kinds else "no DistributedDataParallel module"
+            self.note(f"{what}: gradient communication is not measured (ddptop times DDP's all-reduce); "
+                      "steps and phases are")
+        else:
+            facts["backend"] = "none"
+        self.send_facts(facts)
+
+    def _report(self, records: list[dict[str, Any]]) -> None:
+        for rec in records:
+            for key, value in list(rec.items()):
+                if hasattr(value, "item"):  # a tensor the script handed to tick(): read now, it has run
+                    try:
+                        rec[key] = float(value.item())
+                    except Exception:  # noqa: BLE001
+                        del rec[key]
+            self.probe.record(int(rec.pop("step")), **rec)
+
+    # --- the script's own probe calls ----------------------------------------------------
+    def user_values(self, values: dict[str, Any]) -> bool:
+        """Values from Probe.tick()/record() join the newest closed step. False when the
+        instrument has seen no optimizer step to join them to."""
+        self.api_used = True
+        tracker = self.tracker
+        if not tracker.seen_opt:
+            return False
+        target = tracker.last_closed
+        if target is None and tracker.step == 0:
+            target = tracker.extra  # the first step closes only when the next one begins
+        if target is not None:
+            target.update({k: v for k, v in values.items() if v is not None})
+        return True
+
+    def should_stop(self) -> bool:
+        stop_at = self.probe.stop_at
+        return stop_at is not None and self.tracker.step - 1 >= stop_at
+
+    # --- facts and notes ----------------------------------------------------------------
+    def send_facts(self, facts: dict[str, Any]) -> None:
+        fresh = {k: v for k, v in facts.items() if self.facts_sent.get(k) != v}
+        if fresh:
+            self.facts_sent.update(fresh)
+            self.probe.info(fresh, [])
+
+    def note(self, text: str) -> None:
+        if text not in self.notes_sent and len(self.notes_sent) < 16:
+            self.notes_sent.add(text)
+            self.probe.info({}, [text[:500]])
+            print(f"ddptop: rank {self.rank}: {text}", file=sys.stderr, flush=True)
+
+    # --- the end ------------------------------------------------------------------------
+    def _chain_excepthook(self) -> None:
+        previous = sys.excepthook
+
+        def hook(*exc_info: Any) -> None:
+            if not issubclass(exc_info[0], SystemExit):
+                self.crashed = True
+                self.probe.close("crashed")  # at once: its peers fail next
+            previous(*exc_info)
+
+        sys.excepthook = hook
+
+    def _at_exit(self) -> None:
+        if self.probe._sock is None:
+            return
+        try:
+            self.tracker.finish()
+            self._report(self.tracker.ready(flush=True))
+        except Exception as exc:  # noqa: BLE001 - a dying CUDA context, say
+            self.note(f"ddptop: the last steps could not be read: {type(exc).__name__}: {exc}")
+        reason = "crashed" if self.crashed else ("stopped" if self._stopping else "completed")
+        self.probe.close(reason, _ddp_timing(self.ddps[0]) if self.ddps else None)
+
+
+class _LazyClock:
+    """The tracker's clock until the model's device is known (the first DDP or forward)."""
+
+    def __init__(self, inst: Instrument) -> None:
+        self._inst = inst
+
+    def _clock(self) -> Any:
+        if self._inst.clock is None:
+            self._inst.clock = HostClock()
+        return self._inst.clock
+
+    def stamp(self) -> Any:
+        return self._clock().stamp()
+
+    def elapsed(self, a: Any, b: Any) -> float:
+        if isinstance(a, float) != isinstance(b, float):
+            return 0.0  # stamped before and after the clock was chosen
+        return self._clock().elapsed(a, b)
+
+    def done(self, stamp: Any) -> bool:
+        return isinstance(stamp, float) or self._clock().done(stamp)
+
+    def sync(self) -> None:
+        self._clock().sync()
+
+
+def _batch_size(torch: Any, args: Any, kwargs: Any) -> int | None:
+    """The first dimension of the first tensor the forward was given."""
+    tensor = _first_tensor(torch, (args, kwargs or {}), depth=0, want_grad=False)
+    return int(tensor.shape[0]) if tensor is not None and tensor.dim() >= 1 else None
+
+
+def _loss_like(torch: Any, output: Any) -> Any:
+    """The tensor in a forward's output whose gradient arrives first in backward: a scalar
+    that requires grad (a loss computed inside the model), else the first that does."""
+    scalar = _first_tensor(torch, output, depth=0, want_grad=True, scalar=True)
+    return scalar if scalar is not None else _first_tensor(torch, output, depth=0, want_grad=True)
+
+
+def _first_tensor(torch: Any, value: Any, depth: int, want_grad: bool, scalar: bool = False) -> Any:
+    if isinstance(value, torch.Tensor):
+        if want_grad and not value.requires_grad:
+            return None
+        if scalar and value.dim() != 0:
+            return None
+        return value
+    if depth > 3:
+        return None
+    if isinstance(value, dict):
+        items: Any = value.values()
+    elif isinstance(value, (list, tuple)):
+        items = value
+    elif hasattr(value, "to_tuple"):  # Hugging Face ModelOutput
+        items = value.to_tuple()
+    else:
+        return None
+    for item in list(items)[:16]:
+        found = _first_tensor(torch, item, depth + 1, want_grad, scalar)
+        if found is not None:
+            return found
+    return None
+
+
+def _ddp_timing(ddp: Any) -> dict[str, float]:
+    """DDP's own timing from its logger, in ms: it times a sample of iterations (the first
+    ten, then one in a hundred), so it cross-checks ddptop's per-step figures, no more."""
+    try:
+        data = ddp._get_ddp_logging_data()
+    except Exception:  # noqa: BLE001 - a private API; its absence only loses the cross-check
+        return {}
+    keys = {"avg_backward_comm_time": "backward_comm_ms", "avg_backward_compute_comm_overlap_time": "overlap_ms",
+            "avg_backward_compute_time": "backward_compute_ms", "avg_forward_compute_time": "forward_compute_ms"}
+    out = {name: data[key] / 1e6 for key, name in keys.items() if isinstance(data.get(key), int | float)}
+    if out and isinstance(data.get("iteration"), int):
+        out["iteration"] = float(data["iteration"])
+    return out
+
+
+def stacks_on_sigusr1(rank: int) -> None:
+    """ddptop sends SIGUSR1 when the run stalls: every thread's stack goes to the run's stacks/."""
+    import faulthandler
+    import signal
+
+    from ddptop import protocol
+
+    config_path = os.environ.get(protocol.ENV_CONFIG)
+    if not config_path:
+        return
+    stacks = Path(config_path).parent / "stacks"
+    if stacks.is_dir():
+        out = open(stacks / f"rank{rank}.txt", "w")  # noqa: SIM115 - kept open for faulthandler
+        faulthandler.register(signal.SIGUSR1, file=out, all_threads=True, chain=False)

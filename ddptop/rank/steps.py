@@ -1,0 +1,193 @@
+"""Training steps and their phases from the events torch's hooks see, whatever loop made them.
+
+Pure: no torch, no I/O. A `Clock` makes opaque stamps (host times on CPU, CUDA events on a
+GPU) and measures between them; this module only orders them. One step is one cycle of the
+script's optimizers (every optimizer that steps once per iteration steps once in it), so
+gradient accumulation, several optimizers, GradScaler and Lightning's closures all count
+one step per iteration.
+
+Events, in the order a plain loop makes them:
+    fwd      outermost forward begins            fwd_end  it returned
+    bwd      backward reached the model's output  bwd_end  backward's compute ended
+    bwd_ret  backward returned (after DDP waited for its all-reduces)
+    opt      an optimizer step begins             opt_end  it ended
+The time between two events belongs to a phase decided by the event that opens it and the
+one that closes it (`phase_of`), so the phases of a step always add up to its time.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Hashable
+from typing import Any, Protocol
+
+PHASE_KEYS = {"data": "data_ms", "forward": "forward_ms", "backward": "backward_ms", "optimizer": "optimizer_ms"}
+
+
+class Clock(Protocol):
+    def stamp(self) -> Any: ...
+    def elapsed(self, a: Any, b: Any) -> float: ...  # ms from a to b
+    def done(self, stamp: Any) -> bool: ...  # the stamp's time is known (a CUDA event has run)
+    def sync(self) -> None: ...
+
+
+def phase_of(kind: str, following: str) -> str:
+    """The phase of the time between event `kind` and the next event `following`."""
+    if kind == "start":
+        return "data"
+    if kind in ("fwd", "fwd_end"):
+        return "forward"  # the model's forward, then the loss computed from its output
+    if kind == "bwd" or following == "bwd" or (kind == "bwd_end" and following == "bwd_ret"):
+        return "backward"  # compute, then the wait for DDP's last all-reduce
+    # between backward and the next forward (the next micro-batch) or in/around optimizer steps
+    return "data" if following == "fwd" else "optimizer"
+
+
+class StepTracker:
+    """Feed it events; closed steps wait in `pending` until their stamps are readable."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.step = 0  # index of the step being recorded
+        self.marks: list[tuple[str, Any, float]] = []  # (event, stamp, samples) of this step
+        self.comm: list[tuple[int, list[Any]]] = []  # (marks so far, [hand-over, completion, bytes])
+        self.extra: dict[str, Any] = {}  # values for this step's record (profiled, loss...)
+        self.pending: collections.deque[tuple[int, list[tuple[str, Any, float]], list[list[Any]],
+                                              dict[str, Any]]] = collections.deque()
+        self._stepped: set[Hashable] = set()  # optimizers that stepped in this step
+        self._cycle: set[Hashable] | None = None  # the optimizers of one step, once seen
+        self._last_end: int | None = None  # index in marks of the last opt_end
+        self._opt_depth = 0  # GradScaler.step -> optimizer.step: only the outer one counts
+        self.seen_opt = False
+
+    # --- events -------------------------------------------------------------------------
+    def mark(self, kind: str, samples: float = 0.0) -> None:
+        stamp = self.clock.stamp()
+        if not self.marks:
+            self.marks.append(("start", stamp, 0.0))
+        self.marks.append((kind, stamp, samples))
+
+    def add_comm(self, entry: list[Any]) -> None:
+        self.comm.append((len(self.marks), entry))
+
+    def opt_begin(self, key: Hashable) -> int | None:
+        """An optimizer step begins. Returns the index of a step this closed: the script's
+        optimizers went round once more, so the last step ended at the last opt_end."""
+        self._opt_depth += 1
+        self.seen_opt = True
+        if self._opt_depth > 1:
+            return None
+        closed = None
+        if key in self._stepped and self._last_end is not None:
+            closed = self._close(self._last_end)
+        self._stepped.add(key)
+        self.mark("opt")
+        return closed
+
+    def opt_end(self, key: Hashable) -> int | None:  # noqa: ARG002 - symmetric with opt_begin
+        """An optimizer step ended; returns the step index when this ends a step."""
+        if self._opt_depth == 0:
+            return None
+        self._opt_depth -= 1
+        if self._opt_depth:
+            return None
+        self.mark("opt_end")
+        self._last_end = len(self.marks) - 1
+        if self._cycle is not None and self._stepped >= self._cycle:
+            return self._close(self._last_end)
+        return None
+
+    def finish(self) -> int | None:
+        """The process ends: a step whose optimizers stepped is complete."""
+        if self._last_end is not None and self._opt_depth == 0:
+            return self._close(self._last_end)
+        return None
+
+    def restart(self) -> None:
+        """The step being recorded starts now (time before it, e.g. a trace being written,
+        belongs to no step)."""
+        self.marks = [("start", self.clock.stamp(), 0.0)]
+        self.comm = [(1, entry) for _, entry in self.comm]
+
+    def _close(self, end: int) -> int:
+        marks, rest = self.marks[: end + 1], self.marks[end + 1:]
+        comm = [entry for at, entry in self.comm if at <= end + 1]
+        later = [(at - end, entry) for at, entry in self.comm if at > end + 1]
+        step = self.step
+        self.pending.append((step, marks, comm, self.extra))
+        self._cycle = set(self._stepped) if self._cycle is None else self._cycle
+        self._stepped = set()
+        self._last_end = None
+        self.marks = [("start", marks[-1][1], 0.0), *rest]
+        self.comm = later
+        self.extra = {}
+        self.step += 1
+        return step
+
+    # --- records ------------------------------------------------------------------------
+    def ready(self, keep_last: bool = False, flush: bool = False) -> list[dict[str, Any]]:
+        """Records of closed steps whose stamps can be read, in step order. `keep_last`
+        holds back the latest one (a script's own tick() may still add to it)."""
+        if flush:
+            self.clock.sync()
+        out = []
+        while self.pending and not (keep_last and not flush and len(self.pending) == 1):
+            step, marks, comm, extra = self.pending[0]
+            if not flush and not self.clock.done(marks[-1][1]):
+                break
+            self.pending.popleft()
+            out.append(record(step, marks, comm, extra, self.clock.elapsed))
+        return out
+
+    @property
+    def last_closed(self) -> dict[str, Any] | None:
+        """The extra values of the newest step still pending (for a script's own values)."""
+        return self.pending[-1][3] if self.pending else None
+
+
+def record(step: int, marks: list[tuple[str, Any, float]], comm: list[list[Any]], extra: dict[str, Any],
+           elapsed: Callable[[Any, Any], float]) -> dict[str, Any]:
+    rec: dict[str, Any] = dict.fromkeys(PHASE_KEYS.values(), 0.0)
+    for (kind, a, _), (following, b, _) in zip(marks, marks[1:]):
+        rec[PHASE_KEYS[phase_of(kind, following)]] += elapsed(a, b)
+    rec["step_ms"] = elapsed(marks[0][1], marks[-1][1])
+    samples = sum(s for _, _, s in marks)
+    if samples:
+        rec["samples"] = samples
+    if comm:
+        rec.update(summarize_comm(comm, marks, elapsed))
+    for key, value in extra.items():
+        if value is not None:
+            rec[key] = value
+    rec["step"] = step
+    return rec
+
+
+def summarize_comm(entries: list[list[Any]], marks: list[tuple[str, Any, float]],
+                   elapsed: Callable[[Any, Any], float]) -> dict[str, float]:
+    """Buckets, bytes, exposed_comm_ms (communication backward could not hide) and, when
+    every bucket's hand-over and completion were stamped, comm_ms (time any all-reduce was
+    in flight). Exposed: from the last hand-over to the last completion when stamped; else
+    from the end of backward's compute to backward's return, which DDP holds until every
+    all-reduce is done (and copied back: a bound a little above the true end)."""
+    start = marks[0][1]
+    out = {"buckets": float(len(entries)), "comm_bytes": float(sum(e[2] for e in entries))}
+    if all(e[0] is not None and e[1] is not None for e in entries):
+        spans = [(elapsed(start, e[0]), elapsed(start, e[1])) for e in entries]
+        out["comm_ms"] = union_length(spans)
+        out["exposed_comm_ms"] = max(0.0, max(b for _, b in spans) - max(a for a, _ in spans))
+        return out
+    ends = [stamp for kind, stamp, _ in marks if kind == "bwd_end"]
+    rets = [stamp for kind, stamp, _ in marks if kind == "bwd_ret"]
+    if ends and rets:
+        out["exposed_comm_ms"] = max(0.0, elapsed(ends[-1], rets[-1]))
+    return out
+
+
+def union_length(spans: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
