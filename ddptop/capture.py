@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-COMM = re.compile(r"nccl|all_?reduce|all_?gather|reduce_?scatter|gloo|broadcast|c10d::", re.I)
+COMM = re.compile(r"nccl|all_?reduce|all_?gather|reduce_?scatter|gloo|c10d::", re.I)  # CPU ops (gloo)
+# GPU kernels: NCCL's own names; with one rank NCCL's all-reduce kernel is `...onerank...Reduce...`
+# (no "nccl" in it), but the profiler tags every collective kernel with its 'Collective name'
+COMM_KERNEL = re.compile(r"nccl", re.I)
 STEP = re.compile(r"^ddptop_step_(\d+)$")
 NSYS_FALLBACKS = ("/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys",
                   "/opt/nvidia/nsight-systems/bin/nsys", "/usr/local/cuda/bin/nsys")
@@ -104,8 +107,8 @@ def summarize_trace(trace: dict[str, Any], top: int = 10) -> dict[str, Any]:
     kernels = [e for e in events if e.get("cat") == "kernel"]
     ops = kernels or [e for e in events if e.get("cat") == "cpu_op"]
     span = lambda e: (float(e["ts"]), float(e["ts"]) + float(e["dur"]))  # noqa: E731
-    comm = [span(e) for e in ops if COMM.search(str(e.get("name", "")))]
-    compute = [span(e) for e in kernels if not COMM.search(str(e.get("name", "")))]
+    comm = [span(e) for e in ops if is_comm(e)]
+    compute = [span(e) for e in kernels if not is_comm(e)]
     by_name: dict[str, float] = defaultdict(float)
     for e in ops:
         by_name[str(e.get("name", "?"))] += e["dur"] / 1000.0
@@ -121,7 +124,21 @@ def summarize_trace(trace: dict[str, Any], top: int = 10) -> dict[str, Any]:
     }
 
 
+def is_comm(event: dict[str, Any]) -> bool:
+    """A communication kernel (or, in a CPU-only trace, a collective op)."""
+    name = str(event.get("name", ""))
+    if event.get("cat") == "kernel":
+        args = event.get("args")
+        return bool(COMM_KERNEL.search(name)) or (isinstance(args, dict) and "Collective name" in args)
+    return bool(COMM.search(name))
+
+
 def read_trace(path: str) -> dict[str, Any]:
+    if path.endswith(".gz"):
+        import gzip
+
+        with gzip.open(path, "rt") as f:
+            return json.load(f)
     return json.loads(Path(path).read_text())
 
 
@@ -129,7 +146,7 @@ def summarize_capture(files: dict[int, list[str]]) -> dict[str, Any]:
     """Per-rank summaries of a capture's trace files; unreadable files are named."""
     ranks: dict[str, Any] = {}
     for rank, paths in sorted(files.items()):
-        traces = [p for p in paths if p.endswith(".json")]
+        traces = [p for p in paths if p.endswith((".json", ".json.gz"))]
         if not traces:
             ranks[str(rank)] = {"files": paths, "note": "no trace to summarise (nsys writes its own report)"}
             continue

@@ -260,7 +260,7 @@ class AttachedProbe:
         self._step = 0
         facts = {k: v for k, v in (("device", device), ("backend", backend), ("model", model)) if v}
         if facts:
-            instrument.send_facts(facts)
+            instrument.send_facts(facts, from_script=True)
 
     @property
     def enabled(self) -> bool:
@@ -291,8 +291,10 @@ class AttachedProbe:
     def report_capture(self, capture_id: int, status: str, files: list[str] | None = None, error: str = "") -> None:
         self._inst.probe.report_capture(capture_id, status, files, error)
 
-    def close(self, reason: str = "completed", ddp_timing: dict[str, float] | None = None) -> None:
-        """The instrument says goodbye when the process ends."""
+    def close(self, reason: str = "completed", ddp_timing: dict[str, float] | None = None) -> None:  # noqa: ARG002
+        """Training is over: the instrument sends the last steps and says goodbye now (else
+        it does at exit)."""
+        self._inst.finish(reason)
 
 
 def _plain(values: dict[str, Any]) -> dict[str, float]:

@@ -50,7 +50,7 @@ def status_line(state: RunState, now: float) -> str:
         parts.append(f"ranks {connected}/{state.world_size} connected")
     else:
         parts += [
-            f"step {max(state.current_step + 1, 0)}/{steps}",
+            f"step {max(state.current_step + 1, 0)}" + (f"/{steps}" if steps else ""),
             f"{fmt(state.live_steps_per_s(), '.2f')} steps/s",
             f"p50 {fmt(_live_p50(state))} ms",
         ]
@@ -92,12 +92,23 @@ def ranks_table(summary: dict[str, Any]) -> str:
     )
 
 
+def what_ran(summary: dict[str, Any]) -> str:
+    """`preset bf16` for ddptop's trainer; the command and the model it built for a script."""
+    command = summary.get("command")
+    if not command:
+        return f"preset {summary['preset']}"
+    text = " ".join(command)
+    return "script " + (text if len(text) <= 60 else text[:57] + "...")
+
+
 def final_report(summary: dict[str, Any], run_dir: str) -> str:
+    params = summary.get("params")
     head = (
         f"run {summary['run_id']}: {summary['status']}"
         f"{' (' + summary['error'] + ')' if summary.get('error') else ''}  "
-        f"preset {summary['preset']}  world {summary['world_size']}  backend {summary['backend']}  "
-        f"model {summary['model']}"
+        f"{what_ran(summary)}  world {summary['world_size']}  backend {summary['backend']}  "
+        f"model {summary['model']}" + (f" ({params / 1e6:.1f}M params)" if params else "")
+        + (f"  batch {summary['batch_size']}/rank" if summary.get("batch_size") else "")
     )
     rates = (
         f"{fmt(summary['steps_per_s'], '.2f')} steps/s  {fmt(summary['samples_per_s'], '.1f')} samples/s  "
@@ -119,6 +130,8 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
                          f"{fmt(ddp.get('comm_ms_p50'), '.1f')} ms, exposed {fmt(ddp.get('exposed_comm_ms_p50'), '.1f')} ms")
     if summary.get("straggler"):
         lines.append(summary["straggler"]["text"])
+    for note in summary.get("notes") or []:
+        lines.append(f"note: {note}")
     if summary.get("stalls"):
         cause = (summary.get("stall") or {}).get("cause")
         lines.append(f"stalls: {summary['stalls']} (stacks in stacks/)" + (f"; last one: {cause}" if cause else ""))

@@ -8,12 +8,11 @@ histograms (about 1% resolution), sums in counters.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
-
-import dataclasses
 
 from ddptop.protocol import PHASES, Bye, Hello, Info, Steps
 

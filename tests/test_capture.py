@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +121,17 @@ def test_a_stall_at_an_nsys_window_is_put_down_to_nsys():
     # stopped after step 31 (its record waits for cudaProfilerStop): nsys is writing; once
     # step 31 is reported the ranks are past the window
     assert nsys_window_at(caps, 31) is None and nsys_window_at(caps, 12) is None  # torch windows too
+
+
+def test_one_rank_nccl_kernel_counts_as_communication_and_gz_traces_read():
+    """H100, DDP on one GPU: NCCL's all-reduce kernel is `...onerank...` (no "nccl" in its
+    name) but carries 'Collective name'; a GEMM with "Broadcast" in its name is compute."""
+    from ddptop.capture import is_comm, read_trace, summarize_trace
+
+    path = Path(__file__).parent / "fixtures" / "traces" / "h100_ddp1_vit_l_32_steps20-22_rank0.trace.json.gz"
+    s = summarize_trace(read_trace(str(path)))
+    assert s["steps"] == [20, 21, 22]
+    assert s["comm_ms"] == pytest.approx(3.045, abs=0.01)
+    gemm = {"cat": "kernel", "name": "sm90_xmma_gemm_GemmWithEpilogueBroadcast_bf16", "args": {}}
+    assert not is_comm(gemm)
+    assert is_comm({"cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "args": {}})

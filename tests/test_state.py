@@ -158,20 +158,6 @@ def test_comm_timed_on_some_steps_counts_share_and_bandwidth_over_those_steps():
     assert s["comm_share"] == 0.2
 
 
-def test_comm_summary_with_and_without_completion_stamps():
-    from trainer.comm import summarize
-
-    elapsed = lambda a, b: (b - a) * 1000.0  # noqa: E731 - host clock in seconds, as on gloo
-    both = [[0.010, 0.030, 100], [0.050, 0.070, 300]]  # hand-over, completion, bytes
-    out = summarize(both, 0.0, 0.075, elapsed)
-    assert out["comm_ms"] == pytest.approx(40.0) and out["exposed_comm_ms"] == pytest.approx(20.0)
-    assert out["buckets"] == 2 and out["comm_bytes"] == 400
-    starts_only = [[0.010, None, 100], [0.050, None, 300]]
-    out = summarize(starts_only, 0.0, 0.075, elapsed)
-    assert "comm_ms" not in out and out["exposed_comm_ms"] == pytest.approx(25.0)
-    assert summarize([], 0.0, 0.075, elapsed) == {}
-
-
 def test_profiled_steps_are_kept_but_left_out_of_throughput():
     st = RunState(run_id="r", config={}, world_size=1, warmup=0)
     recs = [{"step": s, "step_ms": 100.0} for s in range(10)]

@@ -11,15 +11,13 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddptop.config import RunConfig
-from trainer.comm import CommTimer
 
 
-def wrap_ddp(
-    model: nn.Module, config: RunConfig, device: torch.device, timer: CommTimer | None = None
-) -> tuple[nn.Module, Any]:
-    """The model wrapped as the config says, and the comm hook's state (PowerSGD's, or None)."""
+def wrap_ddp(model: nn.Module, config: RunConfig, device: torch.device) -> nn.Module:
+    """The model wrapped as the config says, its comm hook registered as any script would
+    (ddptop's instrument times it, or adds its own timed all-reduce when there is none)."""
     if not config.ddp:
-        return model, None
+        return model
     ddp = DDP(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,
@@ -27,14 +25,9 @@ def wrap_ddp(
         gradient_as_bucket_view=config.gradient_as_bucket_view,
         bucket_cap_mb=config.bucket_cap_mb,
     )
-    state, hook = comm_hook(config)
-    if timer is None and config.comm_hook == "none":
-        return ddp, None  # DDP's built-in C++ all-reduce: nothing to time, nothing added
-    if timer is not None:
-        # plain all-reduce: our own timed hook (one callback, averaging inside NCCL)
-        hook = timer.allreduce_hook if config.comm_hook == "none" else timer.wrap(hook)
-    ddp.register_comm_hook(state, hook)
-    return ddp, state
+    if config.comm_hook != "none":
+        ddp.register_comm_hook(*comm_hook(config))
+    return ddp
 
 
 def comm_hook(config: RunConfig) -> tuple[Any, Any]:
@@ -54,30 +47,6 @@ def comm_hook(config: RunConfig) -> tuple[Any, Any]:
         )
         return state, powerSGD_hook.powerSGD_hook
     return None, default_hooks.allreduce_hook
-
-
-def ddp_timing(model: nn.Module) -> dict[str, float]:
-    """DDP's own timing from its logger, in ms: it times a sample of iterations (the first
-    ten, then one in a hundred), so it cross-checks ddptop's per-step figures, no more."""
-    try:
-        data = model._get_ddp_logging_data()  # type: ignore[operator]
-    except Exception:  # noqa: BLE001 - a private API; its absence only loses the cross-check
-        return {}
-    keys = {"avg_backward_comm_time": "backward_comm_ms", "avg_backward_compute_comm_overlap_time": "overlap_ms",
-            "avg_backward_compute_time": "backward_compute_ms", "avg_forward_compute_time": "forward_compute_ms"}
-    out = {name: data[key] / 1e6 for key, name in keys.items() if isinstance(data.get(key), int | float)}
-    if out and isinstance(data.get("iteration"), int):
-        out["iteration"] = float(data["iteration"])
-    return out
-
-
-def compressing(config: RunConfig, hook_state: Any) -> float:
-    """1.0 when this step's gradients travel compressed (PowerSGD only after its warm-up)."""
-    if config.comm_hook in ("fp16", "bf16"):
-        return 1.0
-    if config.comm_hook == "powersgd" and hook_state is not None:
-        return float(hook_state.iter >= hook_state.start_powerSGD_iter)
-    return 0.0
 
 
 def autocast(config: RunConfig, device: torch.device) -> contextlib.AbstractContextManager[Any]:

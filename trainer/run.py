@@ -1,13 +1,14 @@
-"""The timed training loop one rank runs."""
+"""The article's training loop, as a plain DDP script: ddptop's rank-side instrument
+(ddptop.rank) measures it exactly as it measures a user's own script. What it adds of its
+own: the run's settings applied where it builds DDP, fault injection, and its loss and
+samples through the optional probe API."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import faulthandler
 import json
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -21,9 +22,6 @@ from ddptop import protocol
 from ddptop.config import RunConfig
 from ddptop.probe import Probe
 from trainer import data, ddp_setup, models
-from trainer.capture import CaptureRunner
-from trainer.comm import CommTimer
-from trainer.timing import StepClock
 
 
 def load_config(argv: list[str] | None) -> RunConfig:
@@ -42,7 +40,6 @@ def load_config(argv: list[str] | None) -> RunConfig:
 def main(argv: list[str] | None = None) -> int:
     config = load_config(argv)
     rank = int(os.environ.get("RANK", "0"))
-    _dump_stacks_on_sigusr1(rank)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     cuda = torch.cuda.is_available() and config.backend != "gloo"
     if cuda:
@@ -59,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     world = dist.get_world_size() if config.ddp else 1
     torch.manual_seed(config.seed)
     model = models.build_model(spec).to(device)
-    comm_timer = CommTimer(cuda)
-    model, hook_state = ddp_setup.wrap_ddp(model, config, device, comm_timer if config.comm_timing else None)
+    model = ddp_setup.wrap_ddp(model, config, device)
     criterion = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
     scaler = torch.amp.GradScaler("cuda") if cuda and config.autocast == "fp16" else None
@@ -79,18 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{config.describe()}",
         flush=True,
     )
-    clock = StepClock(device)
-    captures = CaptureRunner(probe, rank, cuda)
     model.train()
     reason = "completed"
-    after_window = False
+    step = -1
+    own_clock = OwnClock(cuda, config.warmup)
     for step in range(config.steps):
-        captures.poll(step)
-        captures.begin_step(step)
-        # completion stamps cost on GPU: every Nth step, and every step a profiler records
-        comm_timer.time_completion = (not cuda or step % config.comm_timing_every == 0
-                                      or captures.active is not None)
-        clock.begin_step(step)
+        own_clock.at(step)
         loss = None
         for micro in range(config.grad_accum):
             images, labels = next(batches)
@@ -98,7 +88,6 @@ def main(argv: list[str] | None = None) -> int:
             labels = labels.to(device, non_blocking=True)
             if rank == config.delay_rank and config.delay_ms > 0:
                 time.sleep(config.delay_ms / 1000.0)
-            clock.mark("data", "forward")
             if step == config.fail_step and rank == config.fail_rank:
                 raise RuntimeError(f"ddptop: injected failure on rank {rank} at step {step}")
             last = micro == config.grad_accum - 1
@@ -106,35 +95,19 @@ def main(argv: list[str] | None = None) -> int:
             with sync:
                 with ddp_setup.autocast(config, device):
                     loss = criterion(model(images), labels) / config.grad_accum
-                clock.mark("forward", "backward")
                 (scaler.scale(loss) if scaler else loss).backward()
-            clock.mark("backward", "data" if not last else "optimizer")
         if scaler:
             scaler.step(optimizer)
             scaler.update()
         else:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        clock.mark("optimizer")
-        # a window's steps, and the one after it (which may wait for a peer still writing
-        # its trace: nsys held cudaProfilerStop for minutes on H200), are not typical steps
-        profiled = captures.active is not None or after_window
-        clock.end_step(
-            step,
-            {"samples": config.batch_size * config.grad_accum, "loss": loss.detach(),
-             "compressing": ddp_setup.compressing(config, hook_state), **({"profiled": 1} if profiled else {})},
-            comm_timer.take(),
-        )
-        after_window = captures.end_step(step)
-        if after_window:
-            clock.restart()
-        _report(probe, clock.ready())
-        if probe.should_stop(step):
+        # the loss stays a tensor: the instrument reads it once the step's events have run
+        if probe.tick(samples=config.batch_size * config.grad_accum, loss=loss.detach()):
             reason = "stopped"
             break
-    _report(probe, clock.ready(flush=True))
-    print(f"[trainer] rank {rank} {reason} after step {step}", flush=True)
-    probe.close(reason, ddp_setup.ddp_timing(model) if config.ddp else None)
+    print(f"[trainer] rank {rank} {reason} after step {step}; {own_clock.result(step)}", flush=True)
+    probe.close(reason)  # every step reported and goodbye said before teardown
     if config.ddp:
         # tear down together: a rank whose peer has already closed its gloo pairs can abort
         # (SIGABRT) inside destroy_process_group, failing a run that completed
@@ -145,20 +118,28 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _dump_stacks_on_sigusr1(rank: int) -> None:
-    """ddptop sends SIGUSR1 when the run stalls: write every thread's stack."""
-    config_path = os.environ.get(protocol.ENV_CONFIG)
-    if not config_path:
-        return
-    stacks = Path(config_path).parent / "stacks"
-    if stacks.is_dir():
-        out = open(stacks / f"rank{rank}.txt", "w")  # kept open for faulthandler
-        faulthandler.register(signal.SIGUSR1, file=out, all_threads=True, chain=False)
+class OwnClock:
+    """The trainer's own throughput, as a careful script measures itself (synchronize at the
+    end of warmup and at the end, nothing in between): what bench/overhead_pairs.py compares
+    between a plain torchrun run and the same run under ddptop."""
 
+    def __init__(self, cuda: bool, warmup: int) -> None:
+        self.cuda, self.warmup, self.t0 = cuda, warmup, None
 
-def _report(probe: Probe, records: list[dict[str, float]]) -> None:
-    for rec in records:
-        probe.record(int(rec.pop("step")), **rec)
+    def _now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def at(self, step: int) -> None:
+        if step == self.warmup:
+            self.t0 = self._now()
+
+    def result(self, last: int) -> str:
+        if self.t0 is None or last < self.warmup:
+            return "own clock: no steps after warmup"
+        n = last - self.warmup + 1
+        return f"own clock: {n / (self._now() - self.t0):.3f} steps/s over {n} steps after warmup"
 
 
 if __name__ == "__main__":

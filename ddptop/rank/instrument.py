@@ -52,6 +52,7 @@ class Instrument:
         self._stopping = False
         self.api_used = False  # the script calls Probe.tick()/record() itself
         self.facts_sent: dict[str, Any] = {}
+        self.script_facts: dict[str, Any] = {}
         self.notes_sent: set[str] = set()
         self.batch_known = False
         self.crashed = False
@@ -59,12 +60,16 @@ class Instrument:
     # --- installation -------------------------------------------------------------------
     def install(self) -> None:
         torch = self.torch
-        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
 
         register_optimizer_step_pre_hook(self._guard(self._opt_pre))
         register_optimizer_step_post_hook(self._guard(self._opt_post))
         self._wrap_grad_scaler()
         self._wrap_ddp(torch.nn.parallel.DistributedDataParallel)
+        self._wrap_destroy(torch.distributed)
         self._install_global_hooks()
         facts: dict[str, Any] = {"torch": str(torch.__version__)}
         self.send_facts(facts)
@@ -141,6 +146,21 @@ class Instrument:
         ddp_class.register_comm_hook = register_comm_hook
         ddp_class._register_builtin_comm_hook = register_builtin
         self._register = register
+
+    def _wrap_destroy(self, dist: Any) -> None:
+        """Steps are sent before the process group goes: a rank that then dies in teardown
+        (gloo has aborted there) has reported all of them."""
+        original = getattr(dist, "destroy_process_group", None)
+        if original is None or getattr(original, "_ddptop", False):
+            return
+
+        @functools.wraps(original)
+        def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+            self._guard(self.flush)()
+            return original(*args, **kwargs)
+
+        destroy_process_group._ddptop = True  # type: ignore[attr-defined]
+        dist.destroy_process_group = destroy_process_group
 
     def _install_global_hooks(self) -> None:
         from torch.nn.modules import module as nn_module
@@ -401,8 +421,13 @@ class Instrument:
         return stop_at is not None and self.tracker.step - 1 >= stop_at
 
     # --- facts and notes ----------------------------------------------------------------
-    def send_facts(self, facts: dict[str, Any]) -> None:
-        fresh = {k: v for k, v in facts.items() if self.facts_sent.get(k) != v}
+    def send_facts(self, facts: dict[str, Any], from_script: bool = False) -> None:
+        """Send facts not sent yet; what the script said itself (Probe.connect(model=...))
+        is not replaced by what the instrument reads."""
+        if from_script:
+            self.script_facts.update(facts)
+        fresh = {k: v for k, v in facts.items()
+                 if self.facts_sent.get(k) != v and (from_script or k not in self.script_facts)}
         if fresh:
             self.facts_sent.update(fresh)
             self.probe.info(fresh, [])
@@ -425,16 +450,29 @@ class Instrument:
 
         sys.excepthook = hook
 
-    def _at_exit(self) -> None:
+    def flush(self) -> None:
+        """Every step so far to the hub now (training is over: the process group goes, or
+        the process ends)."""
         if self.probe._sock is None:
             return
         try:
             self.tracker.finish()
             self._report(self.tracker.ready(flush=True))
         except Exception as exc:  # noqa: BLE001 - a dying CUDA context, say
-            self.note(f"ddptop: the last steps could not be read: {type(exc).__name__}: {exc}")
-        reason = "crashed" if self.crashed else ("stopped" if self._stopping else "completed")
+            self.note(f"the last steps could not be read: {type(exc).__name__}: {exc}")
+        self.probe._flush()
+
+    def finish(self, reason: str | None = None) -> None:
+        """Last steps, then goodbye (at exit, or when the script closes its probe)."""
+        if self.probe._sock is None:
+            return
+        self.flush()
+        if reason is None:
+            reason = "crashed" if self.crashed else ("stopped" if self._stopping else "completed")
         self.probe.close(reason, _ddp_timing(self.ddps[0]) if self.ddps else None)
+
+    def _at_exit(self) -> None:
+        self.finish()
 
 
 class _LazyClock:

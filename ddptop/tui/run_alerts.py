@@ -43,6 +43,8 @@ def alert_lines(snap: Snapshot) -> list[Text]:
                                    ("  " + _stacks_text(stall.stacks), "")))
     if snap.straggler is not None:
         lines.append(Text("▲ " + snap.straggler.describe(), style=STRAGGLER_STYLE))
+    for note in snap.state.notes[:2]:  # what the instrument cannot measure on this run
+        lines.append(Text("ⓘ " + note, style="italic #c79100"))
     return lines
 
 

@@ -12,9 +12,12 @@ from ddptop.tui.render import SLOW_STYLE, fmt_duration, status_text
 
 
 def _hello_field(state: RunState, name: str) -> str:
+    """What the ranks said of themselves: their hello, or a fact their instrument sent later."""
     for rs in state.ranks.values():
         if rs.hello is not None and getattr(rs.hello, name, ""):
             return str(getattr(rs.hello, name))
+        if rs.info.get(name):
+            return str(rs.info[name])
     return ""
 
 
@@ -44,11 +47,16 @@ class RunHeader(Static):
         cfg = state.config
         backend = _hello_field(state, "backend") or str(cfg.get("backend", "?"))
         model = _hello_field(state, "model") or str(cfg.get("model", "?"))
+        if state.command:  # the user's own script: what ran is the command, not a preset
+            command = " ".join(state.command)
+            what = ("  script ", "dim"), (command if len(command) <= 70 else command[:67] + "…", "bold")
+        else:
+            what = ("  preset ", "dim"), (str(cfg.get("preset", "?")), "bold")
         line1 = Text.assemble(
             ("● ", status_text(state.status).style), status_text(state.status),
             f" {fmt_duration(state.elapsed(now))}  ",
             ("run ", "dim"), (state.run_id, "bold"),
-            ("  preset ", "dim"), (str(cfg.get("preset", "?")), "bold"),
+            *what,
         )
         steps = cfg.get("steps", 0)
         line2 = Text.assemble(
@@ -56,8 +64,8 @@ class RunHeader(Static):
             (f" on {state.nnodes} nodes" if state.nnodes > 1 else "", "dim"),
             ("  backend ", "dim"), backend,
             ("  model ", "dim"), model,
-            ("  step ", "dim"), f"{max(state.current_step + 1, 0)}/{steps}",
-            ("  hook ", "dim"), hook_text(cfg),
+            ("  step ", "dim"), f"{max(state.current_step + 1, 0)}" + (f"/{steps}" if steps else ""),
+            ("  hook ", "dim"), (_hello_field(state, "comm_hook") or "?") if state.command else hook_text(cfg),
         )
         connected = sum(1 for rs in state.ranks.values() if rs.hello is not None)
         line3 = Text()

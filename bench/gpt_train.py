@@ -1,0 +1,331 @@
+"""Train a GPT-style decoder-only transformer on random tokens, and time it.
+
+A self-contained training script in the spirit of nanoGPT's train.py (written from scratch):
+token + position embeddings, pre-LayerNorm blocks with causal self-attention through
+F.scaled_dot_product_attention and a GELU MLP, a weight-tied lm_head, AdamW, a hand-set
+cosine learning-rate schedule with linear warmup, gradient clipping, gradient accumulation,
+bf16 autocast on CUDA and optional torch.compile.
+
+    python bench/gpt_train.py                                  # one process
+    torchrun --standalone --nproc-per-node 8 bench/gpt_train.py --compile --out r.json
+
+Under torchrun (RANK set) it trains with DistributedDataParallel, also with one rank. The
+timing syncs the device only at the end of the warmup and at the end of the run, so nothing
+inside the timed loop waits on the GPU (unless --log-interval asks for loss printing).
+"""
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import socket
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+# ---------------------------------------------------------------------------- model
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        assert n_embd % n_head == 0
+        self.n_head = n_head
+        self.qkv = nn.Linear(n_embd, 3 * n_embd)
+        self.proj = nn.Linear(n_embd, n_embd)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        # (B, T, C) -> (B, n_head, T, head_dim)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, n_embd):
+        super().__init__()
+        self.fc = nn.Linear(n_embd, 4 * n_embd)
+        self.proj = nn.Linear(4 * n_embd, n_embd)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = CausalSelfAttention(n_embd, n_head)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.mlp = MLP(n_embd)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd):
+        super().__init__()
+        self.block_size = block_size
+        self.wte = nn.Embedding(vocab_size, n_embd)
+        self.wpe = nn.Embedding(block_size, n_embd)
+        self.blocks = nn.ModuleList([Block(n_embd, n_head) for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(n_embd)
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # weight tying
+
+        self.apply(self._init_weights)
+        # GPT-2's scaled init of the residual projections
+        for name, p in self.named_parameters():
+            if name.endswith("proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self):
+        # the position embedding is not counted, as GPT-2 papers do; lm_head is tied to wte
+        return sum(p.numel() for p in self.parameters()) - self.wpe.weight.numel()
+
+    def forward(self, idx, targets=None):
+        B, T = idx.shape
+        assert T <= self.block_size, f"sequence of {T} > block size {self.block_size}"
+        pos = torch.arange(T, dtype=torch.long, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return logits, loss
+
+    def configure_optimizer(self, lr, weight_decay, betas, device_type):
+        params = [p for p in self.parameters() if p.requires_grad]
+        decay = [p for p in params if p.dim() >= 2]  # matmuls and embeddings
+        no_decay = [p for p in params if p.dim() < 2]  # biases and LayerNorm gains
+        groups = [
+            {"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+        extra = {"fused": True} if device_type == "cuda" else {}
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, **extra)
+
+
+# ---------------------------------------------------------------------------- training
+
+
+def parse_args():
+    cuda = torch.cuda.is_available()
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=50, help="optimizer steps")
+    p.add_argument("--warmup", type=int, default=10,
+                   help="steps before the timed window starts")
+    p.add_argument("--batch-size", type=int, default=8, help="micro-batch size per rank")
+    p.add_argument("--block", type=int, default=1024 if cuda else 64, help="context length")
+    p.add_argument("--n-layer", type=int, default=12 if cuda else 2)
+    p.add_argument("--n-head", type=int, default=12 if cuda else 2)
+    p.add_argument("--n-embd", type=int, default=768 if cuda else 64)
+    p.add_argument("--vocab", type=int, default=50304 if cuda else 512)
+    p.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
+    p.add_argument("--lr", type=float, default=6e-4, help="peak learning rate")
+    p.add_argument("--min-lr", type=float, default=6e-5)
+    p.add_argument("--lr-warmup", type=int, default=None,
+                   help="linear LR warmup steps (default: 10%% of --steps)")
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--grad-clip", type=float, default=1.0, help="0 disables clipping")
+    p.add_argument("--autocast", choices=["auto", "bf16", "none"], default="auto",
+                   help="auto: bf16 on CUDA, none on CPU")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--ddp", action=argparse.BooleanOptionalAction, default=None,
+                   help="train with DDP (default: when launched by torchrun, i.e. RANK is set)")
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--log-interval", type=int, default=0,
+                   help="print the loss every N steps (syncs the device; 0: never)")
+    p.add_argument("--out", default=None, help="write the timing as JSON here (rank 0)")
+    args = p.parse_args()
+    if args.steps <= args.warmup:
+        p.error(f"--steps ({args.steps}) must be larger than --warmup ({args.warmup})")
+    if args.lr_warmup is None:
+        args.lr_warmup = max(1, args.steps // 10)
+    return args
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def setup_distributed(args):
+    """Returns (ddp, rank, local_rank, world_size, device)."""
+    ddp = args.ddp if args.ddp is not None else "RANK" in os.environ
+    if ddp and "RANK" not in os.environ:
+        # --ddp without a launcher: a world of one
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    if ddp:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend=backend)
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    else:
+        # independent processes (e.g. --no-ddp under torchrun): only RANK 0 reports
+        rank, world_size = int(os.environ.get("RANK", "0")), 1
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    return ddp, rank, local_rank, world_size, device
+
+
+def get_lr(step, args):
+    if step < args.lr_warmup:
+        return args.lr * (step + 1) / args.lr_warmup
+    progress = (step - args.lr_warmup) / max(1, args.steps - args.lr_warmup)
+    coeff = 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+    return args.min_lr + coeff * (args.lr - args.min_lr)
+
+
+def main():
+    args = parse_args()
+    ddp, rank, local_rank, world_size, device = setup_distributed(args)
+    master = rank == 0
+    device_type = device.type
+
+    torch.manual_seed(args.seed)  # same init everywhere (DDP broadcasts rank 0's anyway)
+    if device_type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    use_bf16 = args.autocast == "bf16" or (args.autocast == "auto" and device_type == "cuda")
+    autocast = (torch.autocast(device_type, dtype=torch.bfloat16) if use_bf16
+                else contextlib.nullcontext())
+
+    model = GPT(args.vocab, args.block, args.n_layer, args.n_head, args.n_embd).to(device)
+    if master:
+        print(f"gpt_train: {model.num_params() / 1e6:.2f}M parameters, world {world_size}, "
+              f"device {device_type}, ddp {ddp}, compile {args.compile}, "
+              f"bf16 {use_bf16}, batch {args.batch_size}x{args.accum}x{args.block}", flush=True)
+    optimizer = model.configure_optimizer(args.lr, args.weight_decay, (0.9, 0.95), device_type)
+    if args.compile:
+        model = torch.compile(model)
+    if ddp:
+        model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
+
+    # random tokens, drawn on the device, a different stream per rank
+    data_gen = torch.Generator(device=device).manual_seed(args.seed + 1000 * rank)
+
+    def get_batch():
+        tok = torch.randint(0, args.vocab, (args.batch_size, args.block + 1), device=device,
+                            generator=data_gen)
+        return tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
+
+    def sync():
+        if device_type == "cuda":
+            torch.cuda.synchronize(device)
+
+    timed = args.steps - args.warmup
+    if device_type == "cuda":
+        marks = [torch.cuda.Event(enable_timing=True) for _ in range(timed + 1)]
+    else:
+        marks = [0.0] * (timed + 1)
+
+    def mark(i):
+        if device_type == "cuda":
+            marks[i].record()
+        else:
+            marks[i] = time.perf_counter()
+
+    model.train()
+    t0 = None
+    loss = None
+    for step in range(args.steps):
+        if step == args.warmup:
+            sync()
+            t0 = time.perf_counter()
+        if step >= args.warmup:
+            mark(step - args.warmup)
+
+        lr = get_lr(step, args)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+
+        for micro in range(args.accum):
+            if ddp:
+                # all-reduce the gradients only on the last micro-step
+                model.require_backward_grad_sync = micro == args.accum - 1
+            x, y = get_batch()
+            with autocast:
+                _, loss = model(x, y)
+                loss = loss / args.accum
+            loss.backward()
+        if args.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+        if args.log_interval and master and (step + 1) % args.log_interval == 0:
+            print(f"step {step + 1}: loss {loss.item() * args.accum:.4f} lr {lr:.2e}",
+                  flush=True)
+
+    mark(timed)
+    sync()
+    elapsed = time.perf_counter() - t0
+
+    if device_type == "cuda":
+        step_ms = [marks[i].elapsed_time(marks[i + 1]) for i in range(timed)]
+    else:
+        step_ms = [1000.0 * (marks[i + 1] - marks[i]) for i in range(timed)]
+    steps_per_s = timed / elapsed
+    result = {
+        "steps_per_s": steps_per_s,
+        "steps": timed,
+        "step_ms_median": statistics.median(step_ms),
+        "warmup": args.warmup,
+        "total_steps": args.steps,
+        "tokens_per_s": steps_per_s * args.batch_size * args.accum * args.block * world_size,
+        "world_size": world_size,
+        "device": device_type,
+        "compile": args.compile,
+        "final_loss": loss.item() * args.accum,
+    }
+    if master:
+        print(f"gpt_train: final loss {result['final_loss']:.4f}, "
+              f"step median {result['step_ms_median']:.2f} ms, "
+              f"{result['tokens_per_s']:.0f} tokens/s", flush=True)
+        print(f"gpt_train: steps/s {steps_per_s:.3f} over the last {timed} steps", flush=True)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(result, f, indent=2)
+                f.write("\n")
+
+    if ddp:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""The step tracker on scripted event sequences: the loops users write, a fake clock."""
+
+import pytest
+
+from ddptop.rank.steps import StepTracker, phase_of, summarize_comm
+
+
+class FakeClock:
+    """Time advances only when a test says so; stamps are plain floats in ms."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def stamp(self):
+        return self.now
+
+    def elapsed(self, a, b):
+        return b - a
+
+    def done(self, stamp):
+        return True
+
+    def sync(self):
+        pass
+
+
+def run(tracker, clock, events):
+    """events: (ms to advance, event[, key or samples]). Returns steps closed."""
+    closed = []
+    for item in events:
+        dt, kind, *arg = item
+        clock.now += dt
+        if kind == "opt":
+            c = tracker.opt_begin(arg[0] if arg else "sgd")
+        elif kind == "opt_end":
+            c = tracker.opt_end(arg[0] if arg else "sgd")
+        else:
+            tracker.mark(kind, *arg)
+            c = None
+        if c is not None:
+            closed.append(c)
+    return closed
+
+
+def plain_step(data=2, fwd=3, loss=1, bwd=4, comm_wait=1, opt=1, samples=32.0):
+    return [(data, "fwd", samples), (fwd, "fwd_end"), (loss, "bwd"), (bwd, "bwd_end"),
+            (comm_wait, "bwd_ret"), (0.5, "opt"), (opt, "opt_end")]
+
+
+def test_plain_loop_phases_add_up_and_steps_close_once_the_cycle_is_known():
+    clock, t = FakeClock(), None
+    t = StepTracker(clock)
+    closed = run(t, clock, plain_step() * 3)
+    # the first step closes when the optimizer comes round again; later ones at once
+    assert closed == [0, 1, 2]
+    recs = t.ready(flush=True)
+    assert [r["step"] for r in recs] == [0, 1, 2]
+    later = recs[1]
+    assert later["step_ms"] == pytest.approx(12.5)
+    assert later["data_ms"] == pytest.approx(2.0)
+    assert later["forward_ms"] == pytest.approx(4.0)  # model + loss
+    assert later["backward_ms"] == pytest.approx(5.0)  # compute + the wait for the all-reduce
+    assert later["optimizer_ms"] == pytest.approx(1.5)
+    assert sum(later[k] for k in ("data_ms", "forward_ms", "backward_ms", "optimizer_ms")) == later["step_ms"]
+    assert later["samples"] == 32.0
+    assert recs[0]["data_ms"] == 0.0  # the first step starts at its first event
+
+
+def test_gradient_accumulation_is_one_step_and_the_next_micro_batch_is_data():
+    clock = FakeClock()
+    t = StepTracker(clock)
+    micro = [(2, "fwd", 8.0), (3, "fwd_end"), (1, "bwd"), (4, "bwd_end"), (0, "bwd_ret")]
+    step = micro * 4 + [(0.5, "opt"), (1, "opt_end")]
+    assert run(t, clock, step * 3) == [0, 1, 2]
+    rec = t.ready()[1]
+    assert rec["samples"] == 32.0
+    assert rec["data_ms"] == pytest.approx(8.0)  # 4 fetches of 2 ms
+    assert rec["forward_ms"] == pytest.approx(16.0) and rec["backward_ms"] == pytest.approx(16.0)
+
+
+def test_two_optimizers_after_one_backward_are_one_step():
+    clock = FakeClock()
+    t = StepTracker(clock)
+    step = [(2, "fwd"), (3, "fwd_end"), (1, "bwd"), (4, "bwd_end"), (0, "bwd_ret"),
+            (0.5, "opt", "a"), (1, "opt_end", "a"), (0.2, "opt", "b"), (1, "opt_end", "b")]
+    assert run(t, clock, step * 4) == [0, 1, 2, 3]
+    rec = t.ready(flush=True)[2]
+    assert rec["optimizer_ms"] == pytest.approx(2.7)
+
+
+def test_gan_style_two_forwards_two_optimizers_one_step_each_iteration():
+    clock = FakeClock()
+    t = StepTracker(clock)
+    d = [(1, "fwd"), (1, "fwd_end"), (1, "bwd"), (1, "bwd_end"), (0, "bwd_ret"), (0, "opt", "d"), (1, "opt_end", "d")]
+    g = [(1, "fwd"), (1, "fwd_end"), (1, "bwd"), (1, "bwd_end"), (0, "bwd_ret"), (0, "opt", "g"), (1, "opt_end", "g")]
+    assert run(t, clock, (d + g) * 5) == [0, 1, 2, 3, 4]
+
+
+def test_lightning_closure_runs_forward_and_backward_inside_the_optimizer_step():
+    clock = FakeClock()
+    t = StepTracker(clock)
+    step = [(2, "opt"), (0.5, "fwd"), (3, "fwd_end"), (1, "bwd"), (4, "bwd_end"), (1, "bwd_ret"), (1, "opt_end")]
+    run(t, clock, step * 3)
+    rec = t.ready(flush=True)[1]
+    assert rec["data_ms"] == pytest.approx(2.5)  # the loop's own work before the closure
+    assert rec["forward_ms"] == pytest.approx(4.0)
+    assert rec["backward_ms"] == pytest.approx(5.0)
+    assert rec["optimizer_ms"] == pytest.approx(1.0)
+
+
+def test_grad_scaler_step_around_optimizer_step_counts_once_even_when_skipped():
+    clock = FakeClock()
+    t = StepTracker(clock)
+    nested = [(2, "fwd"), (1, "fwd_end"), (1, "opt", "scaler"), (0, "opt", "sgd"), (1, "opt_end", "sgd"),
+              (0, "opt_end", "scaler")]
+    skipped = [(2, "fwd"), (1, "fwd_end"), (1, "opt", "scaler"), (0, "opt_end", "scaler")]
+    assert run(t, clock, nested + skipped + nested + nested) == [0, 1, 2, 3]
+
+
+def test_phase_rules():
+    assert phase_of("start", "fwd") == "data"
+    assert phase_of("bwd_ret", "fwd") == "data"
+    assert phase_of("bwd_end", "bwd_ret") == "backward"
+    assert phase_of("bwd_end", "opt") == "optimizer"
+    assert phase_of("opt", "fwd") == "data"
+    assert phase_of("fwd_end", "opt") == "forward"
+
+
+def test_keep_last_holds_the_newest_step_for_the_scripts_own_values():
+    clock = FakeClock()
+    t = StepTracker(clock)
+    run(t, clock, plain_step() * 3)
+    assert [r["step"] for r in t.ready(keep_last=True)] == [0, 1]
+    t.last_closed["loss"] = 0.5
+    assert t.ready(keep_last=True) == []
+    assert t.ready(keep_last=True, flush=True)[0]["loss"] == 0.5
+
+
+def test_finish_closes_a_step_whose_optimizer_stepped():
+    clock = FakeClock()
+    t = StepTracker(clock)
+    run(t, clock, plain_step())
+    assert t.finish() == 0
+    assert t.finish() is None
+
+
+def test_comm_summary_with_and_without_completion_stamps():
+    elapsed = lambda a, b: b - a  # noqa: E731
+    marks = [("start", 0.0, 0), ("fwd", 1.0, 0), ("bwd", 5.0, 0), ("bwd_end", 60.0, 0), ("bwd_ret", 75.0, 0)]
+    both = [[10.0, 30.0, 100], [50.0, 70.0, 300]]  # hand-over, completion, bytes
+    out = summarize_comm(both, marks, elapsed)
+    assert out["comm_ms"] == pytest.approx(40.0) and out["exposed_comm_ms"] == pytest.approx(20.0)
+    assert out["buckets"] == 2 and out["comm_bytes"] == 400
+    untimed = [[None, None, 100], [None, None, 300]]
+    out = summarize_comm(untimed, marks, elapsed)
+    assert "comm_ms" not in out and out["exposed_comm_ms"] == pytest.approx(15.0)
+
+
+def test_comm_entries_go_with_the_step_they_were_handed_over_in():
+    clock = FakeClock()
+    t = StepTracker(clock)
+    for i in range(3):
+        for item in plain_step():
+            clock.now += item[0]
+            if item[1] == "opt":
+                t.opt_begin("sgd")
+            elif item[1] == "opt_end":
+                t.opt_end("sgd")
+            else:
+                t.mark(item[1], *item[2:])
+            if item[1] == "bwd":
+                t.add_comm([clock.now, clock.now + 2, 10 * (i + 1)])
+    recs = t.ready(flush=True)
+    assert [r["comm_bytes"] for r in recs] == [10.0, 20.0, 30.0]

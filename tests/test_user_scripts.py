@@ -1,0 +1,119 @@
+"""Users' own scripts, unchanged, under `ddptop --nproc 2 --headless --json -- python SCRIPT`:
+2 gloo ranks on the CPU, measured by the rank-side instrument alone (none of these scripts
+mentions ddptop)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.e2e
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+PHASES = ("data", "forward", "backward", "optimizer")
+
+# script, its arguments, whether it runs DDP (so has gradient communication)
+CASES = {
+    "plain": ("plain_ddp.py", ["--slow-rank", "1", "--slow-ms", "25"], True),
+    "accum": ("accum_ddp.py", ["--accum", "3", "--slow-rank", "1", "--slow-ms", "25"], True),
+    "lightning": ("lightning_ddp.py", [], True),
+    "two_optimizers": ("two_optimizers.py", [], True),
+    "single": ("single_process.py", [], False),
+}
+STEPS = 14
+
+
+def ddptop(args, runs_dir, script, script_args):
+    return [sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(runs_dir), "--nproc", "2",
+            "--warmup", "2", *args, "--", sys.executable, str(SCRIPTS / script), *script_args]
+
+
+def summary_of(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def rank_logs(runs_dir: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in runs_dir.glob("*/logs/*/attempt_0/*/*.log"))
+
+
+def assert_nothing_left(summary: dict, script: str) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        left = [p for p in psutil.process_iter(["cmdline"])
+                if script in " ".join(p.info["cmdline"] or []) and p.pid != os.getpid()]
+        if not left:
+            break
+        time.sleep(0.2)
+    assert not left, [p.info["cmdline"] for p in left]
+    for r in summary["ranks"]:
+        assert r["pid"] and not psutil.pid_exists(r["pid"]) or psutil.Process(r["pid"]).status() == "zombie"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_script_is_measured_unchanged(tmp_path, case):
+    script, args, ddp = CASES[case]
+    res = subprocess.run(ddptop(["--capture", "6:2"], tmp_path, script, ["--steps", str(STEPS), *args]),
+                         capture_output=True, text=True, timeout=300)
+    logs = rank_logs(tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:] + logs[-3000:]
+    s = summary_of(res.stdout)
+    assert s["status"] == "completed" and s["world_size"] == 2
+    assert s["command"][-len(args) - 3] == str(SCRIPTS / script)
+    # nothing of ddptop's own trainer in a user script's summary
+    assert "model" not in s["config"] and "batch_size" not in s["config"] and "steps" not in s["config"]
+    assert s["backend"] == ("gloo" if ddp else "none") and s["model"] and s["params"] > 0
+    for r in s["ranks"]:
+        assert r["status"] == "done", r
+        assert r["steps"] == STEPS, (r["steps"], logs[-2000:])  # one per optimizer step (cycle)
+        phases = r["phases_ms"]
+        assert all(phases[p] > 0 for p in PHASES), phases
+        step_mean = 1000.0 / r["steps_per_s"]
+        assert sum(phases.values()) == pytest.approx(step_mean, rel=0.10), (phases, step_mean)
+        if ddp:
+            assert r["comm_ms_p50"] > 0 and r["exposed_comm_ms_p50"] > 0, r
+            assert r["info"]["ddp"] is True and r["info"]["bucket_cap_mb"] > 0
+        else:
+            assert "comm_ms_p50" not in r
+    if "--slow-rank" in args:
+        assert s["straggler"] and s["straggler"]["rank"] == 1 and s["straggler"]["phase"] == "data", s["straggler"]
+    cap = s["captures"][0]
+    assert cap["status"] == "done", cap
+    assert sorted(int(r) for r in cap["files"]) == [0, 1]
+    for files in cap["files"].values():
+        trace = json.loads(Path(files[0]).read_text())
+        assert trace["traceEvents"], files
+    assert f"optimizer steps: {STEPS * (2 if case == 'two_optimizers' else 1)}" in logs or case == "lightning"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_sigint_stops_every_rank_at_one_step(tmp_path, case):
+    script, args, _ = CASES[case]
+    args = [a for a in args if a not in ("--slow-rank", "1", "--slow-ms", "25")]
+    proc = subprocess.Popen(ddptop([], tmp_path, script, ["--steps", "100000", *args]),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            steps = [p for p in tmp_path.glob("*/steps.jsonl") if p.stat().st_size > 2000]
+            if steps:
+                break
+            time.sleep(0.3)
+        assert steps, "the run never got going"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    s = summary_of(out)
+    assert s["status"] == "stopped"
+    last = {r["rank"]: r["last_step"] for r in s["ranks"]}
+    assert last[0] == last[1] and last[0] > 0, last
+    assert all(r["status"] == "stopped" for r in s["ranks"]), [r["status"] for r in s["ranks"]]
+    assert_nothing_left(s, str(SCRIPTS / script))
