@@ -67,11 +67,6 @@ PYEOF
   done
 }
 
-commovh() {  # where the comm-timing overhead comes from (DDP builtin vs Python hook vs timed hooks)
-  timeout ${COMMOVH_TIMEOUT:-240} torchrun --standalone --nproc_per_node="$N" bench/comm_overhead.py --steps ${COMMOVH_STEPS:-30} \
-    --warmup 8 --rounds ${COMMOVH_ROUNDS:-2} ${COMMOVH_VARIANTS:+--variants $COMMOVH_VARIANTS} 2>&1 | grep -vi warn | tee "$OUT/comm_overhead.txt" | tail -12
-}
-
 capovh() {  # steps/s outside a capture window vs the same run without one
   timeout ${CAPOVH_TIMEOUT:-300} $PY bench/capture_overhead.py --nproc "$N" --steps ${CAPOVH_STEPS:-70} --warmup 10 \
     --capture 35:3 --rounds ${CAPOVH_ROUNDS:-2} --runs-dir "$RUNS/capovh" 2>&1 | tee "$OUT/capture_overhead.txt"
@@ -135,6 +130,43 @@ multinode() {  # two ddptop "nodes" of one GPU each, told apart by NCCL_HOSTID, 
   echo "node1 rc=$?"; wait; tail -1 /tmp/mn0.out > "$OUT/multinode.json"
   $PY -c "import json,sys; s=json.load(open(sys.argv[1])); print(s['status'], s['world_size'], s.get('nnodes'), s['steps_per_s'], (s.get('nccl') or {}).get('transports'), [(r['rank'], r.get('node'), r['host'], r['steps']) for r in s['ranks']], (s.get('advice') or {}).get('reason'))" "$OUT/multinode.json" || tail -20 /tmp/mn0.out /tmp/mn1.out
   $PY -m ddptop nccl "$RUNS"/mn0/*/nccl/*.log | head -20
+}
+
+userscripts() {  # users' own scripts, unchanged, under ddptop: phases, comm, a profiler window vs ddptop's timer
+  for spec in ${USER_SCRIPTS:-"tests/scripts/plain_ddp.py --batch-size 256" "tests/scripts/accum_ddp.py" \
+      "tests/scripts/lightning_ddp.py" "tests/scripts/two_optimizers.py" "tests/scripts/single_process.py" \
+      "bench/gpt_train.py --compile" "bench/gpt_train.py"}; do
+    timeout ${USER_TIMEOUT:-240} $PY -m ddptop --headless --json --interval 60 --nproc "$N" --warmup 10 --capture 25:3 --profiler torch \
+      --runs-dir "$RUNS/user" -- $PY $spec --steps ${USER_STEPS:-40} > /tmp/user.out 2>&1
+    rc=$?; tail -1 /tmp/user.out > /tmp/user.json
+    $PY - "$rc" "$spec" /tmp/user.json "$OUT/userscripts.jsonl" <<'PYEOF' || { echo "== $2 rc=$rc"; tail -30 /tmp/user.out; }
+import json, sys
+rc, spec, path, out = sys.argv[1:]
+d = json.load(open(path)); d["spec"], d["rc"] = spec, int(rc)
+open(out, "a").write(json.dumps(d) + "\n")
+cap = (d.get("captures") or [{}])[0]; s = cap.get("summary") or {}
+print(f"== {spec}: rc={rc} {d['status']} backend {d['backend']} model {d['model']} params {d['params']} batch {d['batch_size']} "
+      f"{d['steps_per_s']} steps/s notes {d.get('notes')}")
+for r in d["ranks"]:
+    t = (s.get("ranks") or {}).get(str(r["rank"]), {})
+    print(f"  rank {r['rank']} {r['status']} steps {r['steps']} step p50 {r['step_ms_p50']} phases {r['phases_ms']} "
+          f"comm p50 {r.get('comm_ms_p50')} exposed p50 {r.get('exposed_comm_ms_p50')} timed {r.get('comm_timed_steps')} | "
+          f"capture {cap.get('status')}: timer {t.get('timer_comm_ms')} ms vs trace {t.get('comm_ms')} ms = {t.get('timer_vs_trace')}")
+PYEOF
+  done
+}
+
+frtiming() {  # TORCH_NCCL_ENABLE_TIMING + flight recorder vs ddptop's comm hook: accuracy and cost (one job)
+  timeout ${FR_TIMEOUT:-300} torchrun --standalone --nproc_per_node="$N" bench/fr_timing.py --model vit_l_32 \
+    --steps ${FR_STEPS:-100} --warmup 10 --rounds ${FR_ROUNDS:-3} --prof-steps 10 ${FR_ARGS:-} 2>&1 | grep -v -i warn \
+    | tee -a "$OUT/fr_timing.txt" | tail -25
+}
+
+ovhpairs() {  # the same script plain under torchrun vs under ddptop, alternating (bench/overhead_pairs.py)
+  for w in ${OVH_WORKLOADS:-vit gpt seed}; do
+    timeout ${OVHP_TIMEOUT:-560} $PY bench/overhead_pairs.py --workload $w --nproc "$N" --pairs ${OVH_PAIRS:-3} --steps ${OVH_STEPS:-100} \
+      --warmup 10 ${OVH_ARGS:-} --json-out "$OUT/ovh_$w.json" 2>&1 | tee -a "$OUT/overhead_pairs.txt" | tail -12
+  done
 }
 
 facts

@@ -405,7 +405,8 @@ class Session:
             error = "torchrun exited 0 but not every rank reported completion"
         else:
             error = f"torchrun exited with code {rc}"
-        if all(rs.status == "done" for rs in ranks):
+        killed = cause is None or cause.exitcode is None or cause.exitcode < 0
+        if all(rs.status == "done" for rs in ranks) and killed:
             # Every rank said goodbye after its last step: the training completed, and a
             # process died in teardown (gloo has aborted at interpreter exit, "terminate
             # called without an active exception"). Say both, and keep the run's result.

@@ -117,3 +117,12 @@ def test_sigint_stops_every_rank_at_one_step(tmp_path, case):
     assert last[0] == last[1] and last[0] > 0, last
     assert all(r["status"] == "stopped" for r in s["ranks"]), [r["status"] for r in s["ranks"]]
     assert_nothing_left(s, str(SCRIPTS / script))
+
+
+def test_a_script_that_exits_with_an_error_before_any_step_is_a_failed_run(tmp_path):
+    res = subprocess.run(ddptop([], tmp_path, "plain_ddp.py", ["--no-such-flag"]), capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 1, res.stdout[-2000:]
+    s = summary_of(res.stdout)
+    assert s["status"] == "failed" and "exit code 2" in s["error"], s["error"]
+    assert all(r["steps"] == 0 and r["status"] == "failed" for r in s["ranks"]), [r["status"] for r in s["ranks"]]

@@ -56,6 +56,7 @@ class Instrument:
         self.notes_sent: set[str] = set()
         self.batch_known = False
         self.crashed = False
+        self.exit_status: Any = None  # what the script passed to sys.exit()
 
     # --- installation -------------------------------------------------------------------
     def install(self) -> None:
@@ -74,6 +75,7 @@ class Instrument:
         facts: dict[str, Any] = {"torch": str(torch.__version__)}
         self.send_facts(facts)
         self._chain_excepthook()
+        self._watch_exit_code()
         atexit.register(self._at_exit)
 
     def _guard(self, fn: Any) -> Any:
@@ -391,10 +393,16 @@ class Instrument:
             facts["backend"] = "none"
         self.send_facts(facts)
 
-    def _report(self, records: list[dict[str, Any]]) -> None:
+    def _report(self, records: list[dict[str, Any]], flush: bool = False) -> None:
         for rec in records:
             for key, value in list(rec.items()):
-                if hasattr(value, "item"):  # a tensor the script handed to tick(): read now, it has run
+                if isinstance(value, _Copy):
+                    read = value.read(wait=flush)
+                    if read is None:
+                        del rec[key]
+                    else:
+                        rec[key] = read
+                elif hasattr(value, "item"):  # a CPU tensor: reading it costs nothing
                     try:
                         rec[key] = float(value.item())
                     except Exception:  # noqa: BLE001
@@ -413,7 +421,7 @@ class Instrument:
         if target is None and tracker.step == 0:
             target = tracker.extra  # the first step closes only when the next one begins
         if target is not None:
-            target.update({k: v for k, v in values.items() if v is not None})
+            target.update({k: _Copy.of(self.torch, v) for k, v in values.items() if v is not None})
         return True
 
     def should_stop(self) -> bool:
@@ -457,7 +465,7 @@ class Instrument:
             return
         try:
             self.tracker.finish()
-            self._report(self.tracker.ready(flush=True))
+            self._report(self.tracker.ready(flush=True), flush=True)
         except Exception as exc:  # noqa: BLE001 - a dying CUDA context, say
             self.note(f"the last steps could not be read: {type(exc).__name__}: {exc}")
         self.probe._flush()
@@ -471,8 +479,49 @@ class Instrument:
             reason = "crashed" if self.crashed else ("stopped" if self._stopping else "completed")
         self.probe.close(reason, _ddp_timing(self.ddps[0]) if self.ddps else None)
 
+    def _watch_exit_code(self) -> None:
+        """sys.exit(2) (argparse, a script giving up) is not a completed rank."""
+        original = sys.exit
+
+        def exit(status: Any = None) -> Any:
+            self.exit_status = status
+            return original(status)
+
+        sys.exit = exit
+
     def _at_exit(self) -> None:
-        self.finish()
+        status = self.exit_status
+        failed = status not in (None, 0) and not self._stopping and not self.crashed
+        self.finish("failed" if failed else None)
+
+
+class _Copy:
+    """A GPU scalar the script handed over (its loss): copied to pinned host memory without
+    waiting, read once the copy has run. `.item()` would wait for everything queued on the
+    stream, every step: measured at 6-7% of a ViT-L/32 step on an H100."""
+
+    def __init__(self, torch: Any, tensor: Any) -> None:
+        self.host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        with torch.cuda.device(tensor.device):
+            self.host.copy_(tensor.detach(), non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record(torch.cuda.current_stream(tensor.device))
+
+    @classmethod
+    def of(cls, torch: Any, value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.is_cuda and value.numel() == 1:
+            try:
+                return cls(torch, value)
+            except Exception:  # noqa: BLE001 - no pinned memory: leave the value out
+                return None
+        return value
+
+    def read(self, wait: bool = False) -> float | None:
+        if wait:
+            self.event.synchronize()
+        elif not self.event.query():
+            return None
+        return float(self.host.item())
 
 
 class _LazyClock:
