@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import re
 import secrets
 import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import psutil
@@ -55,6 +57,19 @@ def new_run_id(preset: str) -> str:
 def _pid_of(nccl_log_name: str) -> int:
     parts = nccl_log_name.split(".")
     return int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else -1
+
+
+_EXCEPTION = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b.*)$")
+
+
+def last_exception(lines: Iterable[str]) -> str:
+    """The last `SomeError: message` line a rank printed (its uncaught exception), or ""."""
+    found = ""
+    for line in lines:
+        m = _EXCEPTION.match(line.strip())
+        if m:
+            found = m.group(1)
+    return found[:300]
 
 
 class Session:
@@ -400,7 +415,9 @@ class Session:
         if cause and cause.message:
             error = cause.message
         elif cause and cause.exitcode is not None:
-            error = f"exit code {cause.exitcode}"
+            # a script without torchrun's @record leaves no error file: its own last words
+            last = last_exception(self.state.logs.get(failed, ())) if failed is not None else ""
+            error = f"{last} (exit code {cause.exitcode})" if last else f"exit code {cause.exitcode}"
         elif rc == 0:
             error = "torchrun exited 0 but not every rank reported completion"
         else:

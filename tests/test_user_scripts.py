@@ -126,3 +126,31 @@ def test_a_script_that_exits_with_an_error_before_any_step_is_a_failed_run(tmp_p
     s = summary_of(res.stdout)
     assert s["status"] == "failed" and "exit code 2" in s["error"], s["error"]
     assert all(r["steps"] == 0 and r["status"] == "failed" for r in s["ranks"]), [r["status"] for r in s["ranks"]]
+
+
+CRASHING = """
+import os, torch, torch.distributed as dist, torch.nn as nn
+dist.init_process_group("gloo")
+model = nn.parallel.DistributedDataParallel(nn.Linear(32, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(1000):
+    if step == 6 and dist.get_rank() == 1:
+        raise RuntimeError("boom in the user's own loop")
+    model(torch.randn(8, 32)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_a_crash_in_the_users_loop_names_the_rank_and_its_error(tmp_path):
+    script = tmp_path / "crashing.py"
+    script.write_text(CRASHING)
+    argv = ddptop([], tmp_path / "runs", "crashing.py", [])
+    argv[argv.index(str(SCRIPTS / "crashing.py"))] = str(script)
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 1, res.stdout[-2000:]
+    s = summary_of(res.stdout)
+    assert s["status"] == "failed" and s["failed_rank"] == 1, (s["failed_rank"], s["error"])
+    assert "boom in the user's own loop" in s["error"]
+    assert s["ranks"][1]["status"] == "failed" and s["ranks"][0]["steps"] >= 6
+    assert_nothing_left(s, str(script))
