@@ -56,8 +56,10 @@ def run_parser() -> argparse.ArgumentParser:
     m.add_argument("--node-rank", type=int, default=0, help="this node, 0..nnodes-1; node 0 has the live view")
     m.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="node 0's address as the other nodes reach it")
     m.add_argument("--hub-port", type=int, help="node 0's hub port (default: the rendezvous port + 1)")
-    m.add_argument("--token", help=f"the run's shared secret (default: ${protocol.ENV_TOKEN}; "
-                   "node 0 makes one when unset)")
+    m.add_argument("--token-file", type=Path, help=f"a file (mode 600) holding the run's shared secret "
+                   f"(default: ${protocol.ENV_TOKEN}; node 0 makes one when neither is set)")
+    m.add_argument("--token", help="the secret itself: visible to every local user in `ps`; prefer "
+                   f"${protocol.ENV_TOKEN} or --token-file")
     return p
 
 
@@ -71,7 +73,8 @@ def node_options(args: argparse.Namespace, environ: dict[str, str] | None = None
         raise UsageError(f"--node-rank must be in 0..{n - 1} for --nnodes {n}, got {r}")
     if n == 1:
         given = [flag for flag, value in (("--rdzv-endpoint", args.rdzv_endpoint), ("--hub-port", args.hub_port),
-                                          ("--token", args.token)) if value is not None]
+                                          ("--token", args.token), ("--token-file", args.token_file))
+                 if value is not None]
         if given:
             raise UsageError(f"{given[0]} is for multi-node runs (--nnodes 2 or more)")
         return NodeOptions()
@@ -85,13 +88,31 @@ def node_options(args: argparse.Namespace, environ: dict[str, str] | None = None
     if not 0 < hub_port < 65536 or hub_port == port:
         raise UsageError(f"--hub-port must be in 1-65535 and not the rendezvous port, got {hub_port}")
     token = args.token if args.token is not None else env.get(protocol.ENV_TOKEN, "")
+    if args.token_file is not None:
+        token = read_token_file(args.token_file)
     if not token:
         if r > 0:
             raise UsageError(f"--node-rank {r} needs the run's --token (node 0 prints it with the join command)")
         token = secrets.token_hex(16)
     if len(token) > 200 or not token.isprintable() or any(c.isspace() for c in token):
         raise UsageError("--token must be 1-200 printable characters without spaces")
+    if args.token is not None:
+        print(f"ddptop: warning: --token is in this process's command line, which every local user can "
+              f"read (ps); use {protocol.ENV_TOKEN}=... or --token-file", file=sys.stderr)
     return NodeOptions(nnodes=n, node_rank=r, rdzv_host=host, rdzv_port=port, hub_port=hub_port, token=token)
+
+
+def read_token_file(path: Path) -> str:
+    """The token from a file only its owner can read (else UsageError)."""
+    try:
+        st = path.stat()
+        text = path.read_text().strip()
+    except OSError as exc:
+        raise UsageError(f"--token-file {path}: {exc.strerror or exc}") from None
+    if st.st_mode & 0o077:
+        raise UsageError(f"--token-file {path} can be read by other users (mode {st.st_mode & 0o777:o}): "
+                         f"chmod 600 {path}")
+    return text
 
 
 def check_node(node: NodeOptions, config: RunConfig, args: argparse.Namespace) -> None:

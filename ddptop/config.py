@@ -37,6 +37,17 @@ DDP_KNOBS = (
 SCRIPT_FIELDS = ("nproc", "warmup", "backend", "comm_timing", "comm_timing_every", "nccl_env")
 
 
+# What `nccl_env` may set in the ranks' environment: communication and device settings, never
+# what makes a process load code or write where it is told (LD_PRELOAD, PYTHONPATH, NCCL's plugins,
+# CUDA_INJECTION64_PATH, debug files): a setting is also what a viewer of the run can change.
+ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "GLOO_", "CUDA_")
+ENV_DENIED = ("PLUGIN", "INJECTION", "PRELOAD", "LIBRARY", "PATH", "FILE", "DIR")
+
+
+def env_allowed(name: str) -> bool:
+    return name.startswith(ENV_PREFIXES) and not any(word in name for word in ENV_DENIED)
+
+
 class ConfigError(ValueError):
     """A config value a user gave is wrong; the message is one line, fit for a CLI error."""
 
@@ -245,6 +256,9 @@ def validate(config: RunConfig) -> RunConfig:
     for key in c.nccl_env:
         if not key or not key.replace("_", "").isalnum():
             raise ConfigError(f"nccl_env: {key!r} is not a valid environment variable name")
+        if not env_allowed(key):
+            raise ConfigError(f"nccl_env: {key} is not allowed: only {', '.join(p + '*' for p in ENV_PREFIXES)}, "
+                              f"and none that names a {'/'.join(w.lower() for w in ENV_DENIED)}")
     if not c.ddp and c.nproc != 1:
         return c.with_changes(nproc=1)
     return c

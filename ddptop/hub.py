@@ -15,7 +15,8 @@ from typing import Protocol
 
 from ddptop import protocol
 
-HELLO_TIMEOUT_S = 30.0
+HELLO_TIMEOUT_S = 10.0  # a connection that has not said hello by then is closed
+MAX_UNAUTHENTICATED = 64  # beyond this, the oldest connection still waiting for its hello goes
 READ_CHUNK = 1 << 16
 
 
@@ -27,9 +28,15 @@ class HubSink(Protocol):
 
 
 class Hub:
-    def __init__(self, token: str, sink: HubSink) -> None:
+    """`world_size`: the ranks torchrun was asked for; a hello outside it is refused."""
+
+    def __init__(self, token: str, sink: HubSink, world_size: int | None = None) -> None:
         self._token = token
         self._sink = sink
+        self.world_size = world_size
+        # connections still waiting for their hello, oldest first: a flood of idle
+        # connections evicts its own, never a rank that says hello at once
+        self._waiting: dict[asyncio.StreamWriter, None] = {}
         self._server: asyncio.AbstractServer | None = None
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -38,17 +45,40 @@ class Hub:
 
     async def start_unix(self, path: str) -> str:
         """Listen on `path`; its directory must already be private (0700)."""
+        self._quiet_accept_errors()
         self._server = await asyncio.start_unix_server(self._serve, path=path)
         os.chmod(path, 0o600)
         self.address = f"unix:{path}"
         return self.address
 
     async def start_tcp(self, host: str, port: int = 0) -> str:
+        self._quiet_accept_errors()
         self._server = await asyncio.start_server(self._serve, host=host, port=port)
         sock = self._server.sockets[0]
         bound_port = sock.getsockname()[1]
         self.address = f"tcp:{host}:{bound_port}"
         return self.address
+
+    def _quiet_accept_errors(self) -> None:
+        """Out of file descriptors (EMFILE) while accepting: asyncio retries every second and
+        logs a traceback each time; say it once, then count."""
+        loop = asyncio.get_running_loop()
+        previous = loop.get_exception_handler()
+        seen = [0]
+
+        def handler(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+            if "accept" in str(context.get("message", "")):
+                seen[0] += 1
+                if seen[0] == 1 or seen[0] % 100 == 0:
+                    self._sink.hub_refused(f"cannot accept connections ({context.get('exception')}); "
+                                           f"{seen[0]} time(s)")
+                return
+            if previous is not None:
+                previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
+
+        loop.set_exception_handler(handler)
 
     @property
     def connected_ranks(self) -> list[int]:
@@ -86,14 +116,22 @@ class Hub:
         if task is not None:
             self._tasks.add(task)
         rank: int | None = None
+        self._waiting[writer] = None
+        if len(self._waiting) > MAX_UNAUTHENTICATED:
+            oldest = next(iter(self._waiting))
+            self._waiting.pop(oldest)
+            oldest.close()
+            self._sink.hub_refused("too many connections without a hello: closed the oldest")
         try:
             rank = await self._authenticate(reader, writer)
+            self._waiting.pop(writer, None)
             if rank is None:
                 return
             await self._read_frames(reader, rank)
         except (ConnectionError, OSError, asyncio.CancelledError):
             pass  # a peer gone, or the hub closing: either way this connection is over
         finally:
+            self._waiting.pop(writer, None)
             if rank is not None and self._writers.get(rank) is writer:
                 del self._writers[rank]
                 self._sink.hub_disconnected(rank)
@@ -117,6 +155,13 @@ class Hub:
             return None
         if not hmac.compare_digest(msg.token.encode(), self._token.encode()):
             self._sink.hub_refused(f"wrong token from rank {msg.rank} pid {msg.pid}")
+            return None
+        world = self.world_size
+        if world is not None and (msg.rank >= world or msg.world_size > world):
+            self._sink.hub_refused(f"rank {msg.rank} of world {msg.world_size}: this run has {world} rank(s)")
+            return None
+        if msg.rank in self._writers:
+            self._sink.hub_refused(f"a second hello for rank {msg.rank}, which is connected: refused")
             return None
         self._writers[msg.rank] = writer
         self._sink.hub_message(msg, time.time())

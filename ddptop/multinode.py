@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from ddptop import protocol
 from ddptop.config import PRESETS, RunConfig, preset_config
 from ddptop.launcher import Launcher, build_plan
 from ddptop.logtail import LogTail
@@ -84,13 +85,16 @@ def run_args(config: RunConfig, user_cmd: list[str] | None = None) -> list[str]:
 
 def join_command(config: RunConfig, node: NodeOptions, user_cmd: list[str] | None = None,
                  node_rank: str = "R") -> str:
-    """What to run on every other node (like `kubeadm join`), token included."""
+    """What to run on every other node (like `kubeadm join`). The token goes in the
+    environment (`DDPTOP_TOKEN=... ddptop ...`): a process's environment is private to its
+    user, its argv is in every user's `ps`."""
     args = ["ddptop", "--nnodes", str(node.nnodes), "--node-rank", node_rank,
             "--rdzv-endpoint", node.endpoint]
     if node.hub_port != node.rdzv_port + 1:
         args += ["--hub-port", str(node.hub_port)]
-    args += ["--token", node.token, *run_args(config, user_cmd)]
-    return " ".join(shlex.quote(a) if a != node_rank else a for a in args)
+    args += run_args(config, user_cmd)
+    env = f"{protocol.ENV_TOKEN}={shlex.quote(node.token)} "
+    return env + " ".join(shlex.quote(a) if a != node_rank else a for a in args)
 
 
 def join_instructions(config: RunConfig, node: NodeOptions, user_cmd: list[str] | None = None) -> str:

@@ -140,9 +140,12 @@ def encode(msg: Message) -> bytes:
     return (json.dumps(data, separators=(",", ":")) + "\n").encode()
 
 
+MAX_INT = 1 << 31  # ranks, pids, world sizes, ids: far below this
+
+
 def _int(data: dict[str, Any], key: str, minimum: int = 0) -> int:
     value = data.get(key)
-    if type(value) is not int or value < minimum:
+    if type(value) is not int or value < minimum or value >= MAX_INT:
         raise ProtocolError("bad-field", key)
     return value
 
@@ -200,6 +203,15 @@ def _notes(raw: Any) -> list[str]:
 
 def decode(line: bytes | str) -> Message:
     """Parse one frame. Raises ProtocolError (never anything else) on bad input."""
+    try:
+        return _decode(line)
+    except ProtocolError:
+        raise
+    except (OverflowError, ValueError, TypeError, RecursionError) as exc:  # 10**400 is valid JSON
+        raise ProtocolError("bad-number", type(exc).__name__) from None
+
+
+def _decode(line: bytes | str) -> Message:
     if len(line) > MAX_FRAME:
         raise ProtocolError("oversized")
     try:

@@ -21,7 +21,9 @@ from typing import IO, Any
 def new_run_dir(runs_dir: Path, run_id: str) -> Path:
     """Create the run's directory (raises OSError if it cannot be written)."""
     run_dir = runs_dir / run_id
-    run_dir.mkdir(parents=True, exist_ok=False)
+    # private: the records hold the user's command line, hostnames, pids and logs; share a run
+    # on purpose (chmod) rather than by default
+    run_dir.mkdir(parents=True, exist_ok=False, mode=0o700)
     (run_dir / "nccl").mkdir()
     (run_dir / "logs").mkdir()
     (run_dir / "stacks").mkdir()

@@ -99,7 +99,8 @@ class Session:
             nnodes=self.node.nnodes,
             command=list(user_cmd) if user_cmd else None,
         )
-        self.hub = Hub(self.token, self)
+        self.hub = Hub(self.token, self, world_size=self.state.world_size)
+        self._our_pids: set[int] = set()  # rank pids seen to be in torchrun's tree
         self.launcher: Launcher | None = None
         self.recorder: Recorder | None = None
         self._tail = LogTail()
@@ -126,7 +127,9 @@ class Session:
 
     def hub_refused(self, reason: str) -> None:
         self.state.refused += 1
-        self.state.add_log(-1, f"[ddptop] refused a connection: {reason}")
+        n = self.state.refused
+        if n <= 10 or n in (100, 1000) or n % 10000 == 0:  # a flood is counted, not logged line by line
+            self.state.add_log(-1, f"[ddptop] refused a connection ({n} so far): {reason}")
 
     def hub_disconnected(self, rank: int) -> None:
         self.state.rank_disconnected(rank, time.time())
@@ -307,10 +310,15 @@ class Session:
                 "rdzv_id": n.rdzv_id, "hub": f"{n.rdzv_host}:{n.hub_port}"}
 
     def _rank_pids(self) -> dict[int, int]:
-        """Pids of the ranks on this node: another node's pids mean nothing here."""
+        """Pids of the ranks on this node that are processes of this run's torchrun: a pid
+        in a hello is a claim, and ddptop signals these (stacks on a stall)."""
         here = self.node.node_rank
-        return {r: rs.hello.pid for r, rs in self.state.ranks.items()
-                if rs.hello is not None and rs.hello.node == here}
+        claimed = {r: rs.hello.pid for r, rs in self.state.ranks.items()
+                   if rs.hello is not None and rs.hello.node == here}
+        if any(pid not in self._our_pids for pid in claimed.values()) and self.launcher is not None:
+            tree = {p.pid for p in self.launcher.tree()[1:]}  # torchrun's descendants
+            self._our_pids |= tree - {0, 1, os.getpid()}
+        return {r: pid for r, pid in claimed.items() if pid in self._our_pids}
 
     def _local_to_rank(self) -> dict[int, int]:
         """torchrun names each rank's log directory by local rank; on one node that is the

@@ -400,7 +400,7 @@ def main_sweep(argv: list[str]) -> int:
     while sweep_dir.exists():  # two sweeps in one second
         n += 1
         sweep_dir = args.runs_dir / f"sweep-{stamp}-{n}"
-    sweep_dir.mkdir(parents=True)
+    sweep_dir.mkdir(parents=True, mode=0o700)
     first = configs[0]
     ranks = max(c.world_size for c in configs)
     print(

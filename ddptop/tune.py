@@ -612,7 +612,7 @@ def _tune_dir(runs_dir: Path) -> Path:
     while path.exists():
         n += 1
         path = runs_dir / f"tune-{stamp}-{n}"
-    path.mkdir(parents=True)
+    path.mkdir(parents=True, mode=0o700)
     return path
 
 

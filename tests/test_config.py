@@ -83,3 +83,27 @@ def test_round_trip_through_dict():
     assert RunConfig.from_dict(cfg.to_dict()) == cfg
     with pytest.raises(ConfigError):
         RunConfig.from_dict({**cfg.to_dict(), "bogus": 1})
+
+
+@pytest.mark.parametrize("name", ["LD_PRELOAD", "PYTHONPATH", "NCCL_NET_PLUGIN", "CUDA_INJECTION64_PATH",
+                                  "NCCL_DEBUG_FILE", "HOME"])
+def test_nccl_env_refuses_what_would_load_code_or_move_files(name):
+    with pytest.raises(ConfigError, match=f"nccl_env: {name} is not allowed"):
+        apply_overrides(RunConfig(), [f"nccl_env.{name}=x"])
+
+
+def test_nccl_env_takes_communication_settings():
+    cfg = apply_overrides(RunConfig(), ["nccl_env.NCCL_P2P_DISABLE=1", "nccl_env.CUDA_VISIBLE_DEVICES=0",
+                                        "nccl_env.TORCH_NCCL_BLOCKING_WAIT=1", "nccl_env.GLOO_SOCKET_IFNAME=lo"])
+    assert len(cfg.nccl_env) == 4
+
+
+@pytest.mark.parametrize("name", ["LD_PRELOAD", "PYTHONPATH"])
+def test_cli_refuses_a_dangerous_nccl_env_with_one_line(name):
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "ddptop", "--headless", "--set", f"nccl_env.{name}=x"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and res.stdout == ""
+    assert len(res.stderr.strip().splitlines()) == 1 and "is not allowed" in res.stderr

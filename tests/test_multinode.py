@@ -79,12 +79,14 @@ def test_join_command_rebuilds_the_same_run_on_the_other_node():
                                                       nccl_env={"NCCL_SOCKET_IFNAME": "eth0"})
     cmd = join_command(config, node(0), ["python", "my train.py", "--lr", "0.1"], node_rank="1")
     argv = shlex.split(cmd)
-    assert argv[0] == "ddptop"
+    assert argv[0] == f"{protocol.ENV_TOKEN}={TOKEN}"  # in the environment, never in argv (ps)
+    argv = argv[1:]
+    assert argv[0] == "ddptop" and "--token" not in argv and TOKEN not in " ".join(argv)
     cut = argv.index("--")
     assert argv[cut + 1:] == ["python", "my train.py", "--lr", "0.1"]
     args = cli.run_parser().parse_args(argv[1:cut])
     assert cli.build_config(args) == config
-    joined = cli.node_options(args, environ={})
+    joined = cli.node_options(args, environ={protocol.ENV_TOKEN: TOKEN})
     assert joined == NodeOptions(nnodes=2, node_rank=1, rdzv_host="10.0.0.1", rdzv_port=29500,
                                  hub_port=29501, token=TOKEN)
     assert "--hub-port" not in argv  # the default (rendezvous port + 1) needs no flag
@@ -94,9 +96,9 @@ def test_join_command_carries_a_custom_hub_port_and_settings_screen_configs():
     n = NodeOptions(nnodes=3, node_rank=0, rdzv_host="h", rdzv_port=29500, hub_port=40000, token=TOKEN)
     config = RunConfig(nproc=1, preset="custom", static_graph=True)
     argv = shlex.split(join_command(config, n, node_rank="2"))
-    args = cli.run_parser().parse_args(argv[1:])
+    args = cli.run_parser().parse_args(argv[2:])
     assert cli.build_config(args).with_changes(preset="custom") == config
-    assert cli.node_options(args, environ={}).hub_port == 40000
+    assert cli.node_options(args, environ={protocol.ENV_TOKEN: TOKEN}).hub_port == 40000
     assert run_args(RunConfig(nproc=2)) == ["--nproc", "2", "--preset", "baseline", "--set", "bucket_cap_mb=25.0"]
 
 
@@ -309,10 +311,10 @@ RUN = ["--nproc", "2", "--set", "workers=0", "--set", "batch_size=8"]
 def start_two_nodes(tmp_path: Path) -> tuple[subprocess.Popen, subprocess.Popen]:
     """Node 0 (headless, --json) and node 1 of a long two-node run on this machine."""
     port = free_port_pair()
-    common = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--token", TOKEN,
-              "--steps", "100000", *RUN]
-    return (start_node(["--node-rank", "0", "--json", *common], tmp_path / "n0"),
-            start_node(["--node-rank", "1", *common], tmp_path / "n1"))
+    common = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--steps", "100000", *RUN]
+    env = {**os.environ, protocol.ENV_TOKEN: TOKEN}
+    return (start_node(["--node-rank", "0", "--json", *common], tmp_path / "n0", env),
+            start_node(["--node-rank", "1", *common], tmp_path / "n1", env))
 
 
 def assert_gone(procs: list[psutil.Process], timeout: float = 10) -> None:
@@ -330,14 +332,20 @@ def test_two_nodes_on_one_machine_report_four_ranks_to_node0(tmp_path):
                         "--steps", "12", "--json", *RUN], tmp_path / "n0")
     node1 = None
     try:
-        head = read_until(node0, lambda line: line.startswith("    ddptop "))
+        head = read_until(node0, lambda line: line.startswith(f"    {protocol.ENV_TOKEN}="))
         join = shlex.split(head[-1])  # exactly what node 0 told the user to run
-        assert join[:8] == ["ddptop", "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint",
-                            f"127.0.0.1:{port}", "--token"]
+        token_env, join = join[0], join[1:]
+        assert token_env.startswith(protocol.ENV_TOKEN + "=")
+        assert join[:7] == ["ddptop", "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint",
+                            f"127.0.0.1:{port}"] and "--token" not in join
         # node 0's hub is live (its torchrun waits for node 1): a wrong token is refused
         assert refused_by_hub(port + 1) == b""
-        env = {k: v for k, v in os.environ.items() if k != protocol.ENV_TOKEN}
+        env = {**os.environ, protocol.ENV_TOKEN: token_env.split("=", 1)[1]}
         node1 = start_node(join[1:], tmp_path / "n1", env)
+        secret = token_env.split("=", 1)[1]
+        time.sleep(3)  # both nodes' trees are up: no process shows the token in its argv (ps)
+        shown = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"]) if secret in " ".join(p.info["cmdline"] or [])]
+        assert shown == []
         out1, _ = node1.communicate(timeout=240)
         out0, _ = node0.communicate(timeout=60)
     finally:

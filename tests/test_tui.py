@@ -318,6 +318,13 @@ def test_settings_screen_has_every_knob_validates_and_marks_custom(tmp_path: Pat
             assert app.screen is screen
             assert "steps must be at least 1" in str(screen.query_one("#settings-error").render())
             screen.query_one("#knob-steps").value = "50"
+            # nccl_env takes communication settings, not a way to load code into the ranks
+            for bad in ("LD_PRELOAD=/tmp/x.so", "PYTHONPATH=/tmp/evil"):
+                screen.query_one("#knob-nccl_env").value = bad
+                await pilot.press("ctrl+s")
+                await pilot.pause()
+                assert app.screen is screen
+                assert "is not allowed" in str(screen.query_one("#settings-error").render())
             screen.query_one("#knob-nccl_env").value = "NCCL_ALGO=Ring"
             await pilot.press("ctrl+s")
             await pilot.pause()
