@@ -122,11 +122,11 @@ sweep() {  # `ddptop sweep` itself, with the article's box (NCCL_P2P_DISABLE=1) 
 }
 
 multinode() {  # two ddptop "nodes" of one GPU each, told apart by NCCL_HOSTID, so NCCL goes over NET
-  PORT=29650
+  PORT=29650; export DDPTOP_TOKEN=gpucheck
   CUDA_VISIBLE_DEVICES=0 timeout 120 $PY -m ddptop --headless --json --runs-dir "$RUNS/mn0" --nnodes 2 --node-rank 0 \
-    --rdzv-endpoint 127.0.0.1:$PORT --token gpucheck --nproc 1 --steps 30 --set nccl_env.NCCL_HOSTID=nodeA > /tmp/mn0.out 2>&1 &
+    --rdzv-endpoint 127.0.0.1:$PORT --nproc 1 --steps 30 --set nccl_env.NCCL_HOSTID=nodeA > /tmp/mn0.out 2>&1 &
   CUDA_VISIBLE_DEVICES=1 timeout 120 $PY -m ddptop --headless --runs-dir "$RUNS/mn1" --nnodes 2 --node-rank 1 \
-    --rdzv-endpoint 127.0.0.1:$PORT --token gpucheck --nproc 1 --steps 30 --set nccl_env.NCCL_HOSTID=nodeB > /tmp/mn1.out 2>&1
+    --rdzv-endpoint 127.0.0.1:$PORT --nproc 1 --steps 30 --set nccl_env.NCCL_HOSTID=nodeB > /tmp/mn1.out 2>&1
   echo "node1 rc=$?"; wait; tail -1 /tmp/mn0.out > "$OUT/multinode.json"
   $PY -c "import json,sys; s=json.load(open(sys.argv[1])); print(s['status'], s['world_size'], s.get('nnodes'), s['steps_per_s'], (s.get('nccl') or {}).get('transports'), [(r['rank'], r.get('node'), r['host'], r['steps']) for r in s['ranks']], (s.get('advice') or {}).get('reason'))" "$OUT/multinode.json" || tail -20 /tmp/mn0.out /tmp/mn1.out
   $PY -m ddptop nccl "$RUNS"/mn0/*/nccl/*.log | head -20

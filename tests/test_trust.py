@@ -180,3 +180,65 @@ def test_token_file_must_be_private_and_gives_the_token(tmp_path: Path):
         cli.node_options(args, environ={})
     path.chmod(0o600)
     assert cli.node_options(args, environ={}).token == "s3cret"
+
+
+HUB_UNDER_FLOOD = r"""
+import asyncio, resource, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from recording_sink import Sink
+from ddptop.hub import Hub
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+async def main():
+    sink = Sink()
+    d = Path(tempfile.mkdtemp(dir="/tmp"))
+    hub = Hub("s3cret-token", sink, world_size=2)
+    path = await hub.start_unix(str(d / "hub.sock"))
+    print(path.split(":", 1)[1], flush=True)
+    loop = asyncio.get_running_loop()
+    while not sink.steps(0):
+        await asyncio.sleep(0.05)
+    print("steps", sink.steps(0), "refused", len(sink.refused), flush=True)
+    await hub.close()
+
+asyncio.run(main())
+"""
+
+
+def test_two_thousand_idle_connections_leave_the_hub_quiet_and_open_to_ranks(tmp_path: Path):
+    import resource
+    import socket
+
+    import pytest
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2100:
+        pytest.skip(f"needs 2100 open files for the flood (hard limit {hard})")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard) if hard != resource.RLIM_INFINITY else 4096, hard))
+    hub = subprocess.Popen([sys.executable, "-c", HUB_UNDER_FLOOD, str(Path(__file__).parent)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    idle = []
+    try:
+        path = hub.stdout.readline().strip()
+        for _ in range(2000):
+            s = socket.socket(socket.AF_UNIX)
+            try:
+                s.connect(path)
+            except OSError:
+                s.close()
+                continue
+            idle.append(s)
+        rank = socket.socket(socket.AF_UNIX)
+        rank.connect(path)
+        rank.sendall(hello(0) + steps(0, 0))
+        out, err = hub.communicate(timeout=60)
+        rank.close()
+    finally:
+        for s in idle:
+            s.close()
+        if hub.poll() is None:
+            hub.kill()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert "steps [0]" in out, out + err[-2000:]
+    assert len(err.splitlines()) < 100, err[-3000:]
