@@ -25,6 +25,7 @@ class HubSink(Protocol):
     def hub_dropped(self, reason: str) -> None: ...
     def hub_refused(self, reason: str) -> None: ...
     def hub_disconnected(self, rank: int) -> None: ...
+    def hub_admit(self, hello: protocol.Hello) -> str | None: ...  # why not, or None to admit
 
 
 class Hub:
@@ -162,6 +163,10 @@ class Hub:
             return None
         if msg.rank in self._writers:
             self._sink.hub_refused(f"a second hello for rank {msg.rank}, which is connected: refused")
+            return None
+        why = self._sink.hub_admit(msg)
+        if why:
+            self._sink.hub_refused(why)
             return None
         self._writers[msg.rank] = writer
         self._sink.hub_message(msg, time.time())

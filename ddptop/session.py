@@ -131,6 +131,20 @@ class Session:
         if n <= 10 or n in (100, 1000) or n % 10000 == 0:  # a flood is counted, not logged line by line
             self.state.add_log(-1, f"[ddptop] refused a connection ({n} so far): {reason}")
 
+    def hub_admit(self, hello: protocol.Hello) -> str | None:
+        """A rank on this node must be a process of this run's torchrun: its pid is what ddptop
+        would signal. Ranks of other nodes are vouched for by the token alone."""
+        if hello.node != self.node.node_rank or self.launcher is None:
+            return None
+        if hello.pid <= 1 or hello.pid == os.getpid() or hello.pid not in self._tree_pids():
+            return f"rank {hello.rank}'s pid {hello.pid} is not a process of this run"
+        return None
+
+    def _tree_pids(self) -> set[int]:
+        if self.launcher is not None:
+            self._our_pids |= {p.pid for p in self.launcher.tree()[1:]} - {0, 1, os.getpid()}
+        return self._our_pids
+
     def hub_disconnected(self, rank: int) -> None:
         self.state.rank_disconnected(rank, time.time())
 
@@ -315,9 +329,8 @@ class Session:
         here = self.node.node_rank
         claimed = {r: rs.hello.pid for r, rs in self.state.ranks.items()
                    if rs.hello is not None and rs.hello.node == here}
-        if any(pid not in self._our_pids for pid in claimed.values()) and self.launcher is not None:
-            tree = {p.pid for p in self.launcher.tree()[1:]}  # torchrun's descendants
-            self._our_pids |= tree - {0, 1, os.getpid()}
+        if any(pid not in self._our_pids for pid in claimed.values()):
+            self._tree_pids()
         return {r: pid for r, pid in claimed.items() if pid in self._our_pids}
 
     def _local_to_rank(self) -> dict[int, int]:

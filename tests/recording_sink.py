@@ -21,6 +21,9 @@ class Sink:
     def hub_refused(self, reason):
         self.refused.append(reason)
 
+    def hub_admit(self, hello):
+        return None
+
     def hub_disconnected(self, rank):
         self.gone.append(rank)
 

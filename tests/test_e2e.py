@@ -10,7 +10,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-
 pytestmark = pytest.mark.e2e
 HERE = Path(__file__).resolve().parent
 

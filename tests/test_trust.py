@@ -87,10 +87,13 @@ def test_only_processes_of_our_own_torchrun_are_ever_signalled(tmp_path: Path):
             deadline -= 1
             asyncio.run(asyncio.sleep(0.1))
         rank_pid = psutil.Process(torchrun.pid).children()[0].pid
+        admitted = []
         for rank, pid in enumerate([rank_pid, stranger.pid, 0, os.getpid()]):
-            session.state.apply(protocol.Hello(rank=rank, local_rank=rank, world_size=4, host="h", pid=pid,
-                                               token=""), 1.0)
-        assert session._rank_pids() == {0: rank_pid}
+            msg = protocol.Hello(rank=rank, local_rank=rank, world_size=4, host="h", pid=pid, token="")
+            admitted.append(session.hub_admit(msg) is None)  # the hub refuses a hello it does not admit
+            session.state.apply(msg, 1.0)
+        assert admitted == [True, False, False, False]
+        assert session._rank_pids() == {0: rank_pid}  # and never signals a claimed pid
     finally:
         for p in (stranger, torchrun):
             for child in psutil.Process(p.pid).children(recursive=True):
