@@ -109,6 +109,20 @@ def rendezvous_args(node: NodeOptions) -> list[str]:
     ]
 
 
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Orphans of the run (a rank whose torchrun was killed, a script's own daemon) are
+    re-parented to this process instead of init, so the last sweep of a run finds them."""
+    if sys.platform != "linux":
+        return False
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def _die_with_parent() -> None:
     """In the child: get SIGTERM if ddptop dies, so no run outlives a killed monitor."""
     try:
@@ -125,8 +139,12 @@ class Launcher:
         self.plan = plan
         self.proc: asyncio.subprocess.Process | None = None
         self.started_at = 0.0
+        self._before: set[int] = set()  # our children before the run: not the run's to sweep
+        self._seen: dict[int, psutil.Process] = {}  # every process of the run seen so far
 
     async def start(self) -> int:
+        become_subreaper()
+        self._before = {p.pid for p in psutil.Process().children()}
         with open(self.plan.log_path, "ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.plan.argv,
@@ -158,12 +176,51 @@ class Launcher:
         except psutil.NoSuchProcess:
             return []
 
+    def run_processes(self) -> list[psutil.Process]:
+        """Everything of the run still alive: torchrun's tree, plus what was orphaned from it
+        and came back to us as their subreaper (ranks of a killed torchrun, a script's own
+        children and daemons), with their descendants."""
+        procs = self.tree()
+        try:
+            for child in psutil.Process().children():
+                if child.pid in self._before or (self.proc is not None and child.pid == self.proc.pid):
+                    continue
+                procs += [child, *child.children(recursive=True)]
+        except psutil.Error:
+            pass
+        for p in procs:
+            self._seen.setdefault(p.pid, p)
+        return procs
+
+    async def sweep(self, grace_s: float = 2.0) -> int:
+        """The last step of every ending: nothing of the run is left. SIGTERM what is alive
+        (torchrun first, through stop()), SIGKILL it after `grace_s`. Returns how many
+        processes had to be ended."""
+        if self.proc is None:
+            return 0
+        await self.stop(grace_s=grace_s)
+        left = [p for p in self.run_processes() if _alive(p)]
+        for p in left:
+            try:
+                p.terminate()
+            except psutil.Error:
+                pass
+        if left:
+            _, alive = await asyncio.to_thread(psutil.wait_procs, left, grace_s)
+            for p in alive:
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+            await asyncio.to_thread(psutil.wait_procs, alive, 3)
+        return len(left)
+
     async def stop(self, grace_s: float = 5.0) -> None:
         """SIGTERM torchrun (it forwards to the ranks), then SIGKILL whatever of the
         tree is left after `grace_s`. Returns when nothing of the tree is alive."""
         if self.proc is None:
             return
-        procs = self.tree()
+        procs = self.run_processes()
         if self.running:
             try:
                 self.proc.send_signal(signal.SIGTERM)
@@ -171,7 +228,7 @@ class Launcher:
                 pass
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
-            procs += [p for p in self.tree() if p not in procs]
+            procs += [p for p in self.run_processes() if p not in procs]
             if not any(_alive(p) for p in procs):
                 break
             await asyncio.sleep(0.1)

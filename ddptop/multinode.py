@@ -157,8 +157,8 @@ async def run_worker_node(config: RunConfig, node: NodeOptions, runs_dir: Path,
         stop_wait.cancel()
         rc = await waiter
     finally:
-        if launcher.tree():  # cancelled or failed above: nothing may outlive this node's ddptop
-            await launcher.stop(grace_s=2.0)
+        # cancelled, failed, or completed with a script's daemon left: nothing outlives this node
+        await launcher.sweep(grace_s=2.0)
         for sig in signals:
             loop.remove_signal_handler(sig)
     lines = tail.read(plan.log_path)

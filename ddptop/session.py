@@ -207,8 +207,9 @@ class Session:
         except Exception as exc:  # a run that cannot start is a failed run, not a crash
             self.state.finish("failed", time.time(), error=f"could not run: {type(exc).__name__}: {exc}")
         finally:
-            if self.launcher is not None and self.launcher.tree():
-                await self.launcher.stop(grace_s=2.0)
+            if self.launcher is not None:
+                # whatever ended the run (torchrun killed, a script's daemon left behind)
+                await self.launcher.sweep(grace_s=2.0)
             await self.hub.close()
             if self._sock_dir:
                 shutil.rmtree(self._sock_dir, ignore_errors=True)
@@ -352,7 +353,9 @@ class Session:
         return out
 
     async def _collect_stacks(self, stall: Stall) -> None:
-        stall.stacks = await collect_stacks(self.run_dir / "stacks", self._rank_pids(), stall.process_status)
+        signalable = {r for r, rs in self.state.ranks.items() if rs.info.get("stacks")}
+        stall.stacks = await collect_stacks(self.run_dir / "stacks", self._rank_pids(), stall.process_status,
+                                            signalable)
 
     def _poll_logs(self) -> None:
         to_rank = self._local_to_rank()

@@ -12,7 +12,8 @@ PYSPY_TIMEOUT_S = 15.0
 ANSWER_WAIT_S = 1.0  # for faulthandler and the flight recorder to write their files
 
 
-async def collect_stacks(stacks_dir: Path, pids: dict[int, int], process_status: dict[int, str]) -> dict[int, str]:
+async def collect_stacks(stacks_dir: Path, pids: dict[int, int], process_status: dict[int, str],
+                         signalable: set[int] | None = None) -> dict[int, str]:
     """rank -> file with its stacks: py-spy when installed, else the trainer's
     faulthandler on SIGUSR1; a rank that cannot answer (stopped, gone, in native
     code with signals blocked) is named instead of a file. Also asks NCCL's flight
@@ -23,8 +24,12 @@ async def collect_stacks(stacks_dir: Path, pids: dict[int, int], process_status:
         if pyspy and await _pyspy_dump(pyspy, pid, stacks_dir / f"rank{rank}.pyspy.txt"):
             stacks[rank] = str(stacks_dir / f"rank{rank}.pyspy.txt")
             continue
+        if signalable is not None and rank not in signalable:
+            # SIGUSR1's default action ends a process: only ranks that said they handle it
+            stacks[rank] = "(no stacks: the process did not register a handler, and py-spy is not installed)"
+            continue
         try:
-            os.kill(pid, signal.SIGUSR1)  # trainer: faulthandler.register(SIGUSR1)
+            os.kill(pid, signal.SIGUSR1)  # the rank-side layer: faulthandler.register(SIGUSR1)
         except OSError:
             continue
         stacks[rank] = str(stacks_dir / f"rank{rank}.txt")

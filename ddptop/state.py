@@ -423,9 +423,11 @@ class RunState:
         if now - last < bound:
             return None
         steps = {r: rs.last_step for r, rs in self.ranks.items()}
-        behind = min(steps.values())
-        odd = [r for r, st in process_status.items() if st not in ("running", "sleeping", "disk-sleep")]
-        suspects = sorted(set(odd) or {r for r, st in steps.items() if st == behind})
+        # a rank that said goodbye (its script finished) is waiting for no one: never a suspect
+        live = {r: st for r, st in steps.items() if self.ranks[r].status in ("starting", "running", "lost")} or steps
+        behind = min(live.values())
+        odd = [r for r, st in process_status.items() if st not in ("running", "sleeping", "disk-sleep") and r in live]
+        suspects = sorted(set(odd) or {r for r, st in live.items() if st == behind})
         self.stall = Stall(since=last, bound_s=bound, last_steps=steps, suspects=suspects,
                            process_status=dict(process_status))
         self.stalls += 1

@@ -166,3 +166,13 @@ def test_profiled_steps_are_kept_but_left_out_of_throughput():
     rs = st.ranks[0]
     assert rs.steps == 10 and rs.measured == 9 and st.steps_per_s() == pytest.approx(10.0)
     assert st.step_ms_pct(95) == pytest.approx(100.0, rel=0.02)
+
+
+def test_a_rank_that_finished_is_never_a_stall_suspect():
+    st = RunState(run_id="r", config={}, world_size=2, warmup=0)
+    st.status = "running"
+    st.apply(Steps(0, [{"step": s, "step_ms": 10.0} for s in range(5)]), 1.0)
+    st.apply(Steps(1, [{"step": s, "step_ms": 10.0} for s in range(9)]), 1.0)
+    st.apply(Bye(0, "completed"), 1.0)  # rank 0's script ended; rank 1 hangs after step 8
+    stall = st.check_stall(100.0, {0: "gone", 1: "sleeping"})
+    assert stall is not None and stall.suspects == [1]

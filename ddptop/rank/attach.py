@@ -78,9 +78,11 @@ def attach(torch: Any) -> None:
         probe = Probe.open(owned=True)
         if not probe.enabled:
             return
-        stacks_on_sigusr1(rank)
+        stacks = stacks_on_sigusr1(rank)
         instrument = Instrument(torch, probe, rank, _settings())
         instrument.install()
+        if stacks:  # ddptop may send SIGUSR1 for stacks: this process will not die of it
+            instrument.send_facts({"stacks": "faulthandler on SIGUSR1"})
         _instrument = instrument
     except Exception as exc:  # noqa: BLE001
         print(f"ddptop: not measuring this rank: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -602,7 +602,7 @@ def _ddp_timing(ddp: Any) -> dict[str, float]:
     return out
 
 
-def stacks_on_sigusr1(rank: int) -> None:
+def stacks_on_sigusr1(rank: int) -> bool:
     """ddptop sends SIGUSR1 when the run stalls: every thread's stack goes to the run's stacks/."""
     import faulthandler
     import signal
@@ -611,8 +611,10 @@ def stacks_on_sigusr1(rank: int) -> None:
 
     config_path = os.environ.get(protocol.ENV_CONFIG)
     if not config_path:
-        return
+        return False
     stacks = Path(config_path).parent / "stacks"
     if stacks.is_dir():
         out = open(stacks / f"rank{rank}.txt", "w")  # noqa: SIM115 - kept open for faulthandler
         faulthandler.register(signal.SIGUSR1, file=out, all_threads=True, chain=False)
+        return True
+    return False

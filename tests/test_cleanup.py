@@ -1,0 +1,108 @@
+"""Nothing of a run outlives it (issue 17): torchrun killed, a user script's own children
+(a plain one, one that ignores SIGTERM, a setsid daemon), after completion and after SIGTERM."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+SPAWNER = """
+import os, signal, subprocess, sys, time
+import torch, torch.distributed as dist, torch.nn as nn
+tag = sys.argv[1]
+rank = int(os.environ["RANK"])
+sleeper = [sys.executable, "-c", "import time; time.sleep(300)", tag]
+ignorer = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)", tag]
+subprocess.Popen(sleeper)
+subprocess.Popen(ignorer)
+subprocess.Popen(sleeper, start_new_session=True)  # a daemon of its own session
+dist.init_process_group("gloo")
+model = nn.parallel.DistributedDataParallel(nn.Linear(16, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+steps = int(sys.argv[2])
+for step in range(steps):
+    model(torch.randn(8, 16)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    time.sleep(0.05)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def tagged(tag: str) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if tag in (p.info["cmdline"] or []) and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def gone_within(tag: str, seconds: float) -> list:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        left = tagged(tag)
+        if not left:
+            return []
+        time.sleep(0.2)
+    return [p.info["cmdline"] for p in tagged(tag)]
+
+
+def start(tmp_path: Path, steps: int) -> tuple[subprocess.Popen, str]:
+    tag = f"ddptop-cleanup-{os.getpid()}-{time.monotonic_ns()}"
+    script = tmp_path / "spawner.py"
+    script.write_text(SPAWNER)
+    proc = subprocess.Popen([sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(tmp_path / "runs"),
+                             "--nproc", "2", "--", sys.executable, str(script), tag, str(steps)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, tag
+
+
+def wait_running(tmp_path: Path, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(p.stat().st_size > 200 for p in (tmp_path / "runs").glob("*/steps.jsonl")):
+            return
+        time.sleep(0.2)
+    raise AssertionError("the run never got going")
+
+
+def test_a_scripts_own_children_are_gone_after_it_completes(tmp_path):
+    proc, tag = start(tmp_path, 20)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, out[-2000:] + err[-2000:]
+    assert json.loads(out.strip().splitlines()[-1])["status"] == "completed"
+    assert gone_within(tag, 10) == []
+
+
+def test_sigterm_leaves_nothing_of_the_run(tmp_path):
+    proc, tag = start(tmp_path, 100000)
+    wait_running(tmp_path, proc)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert gone_within(tag, 10) == []
+
+
+def test_kill_9_of_torchrun_takes_the_ranks_and_their_children_down(tmp_path):
+    proc, tag = start(tmp_path, 100000)
+    wait_running(tmp_path, proc)
+    torchrun = [c for c in psutil.Process(proc.pid).children() if "torch.distributed.run" in " ".join(c.cmdline())]
+    assert torchrun
+    torchrun[0].kill()
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert gone_within(tag, 10) == []
+    ranks = [r["pid"] for r in json.loads(out.strip().splitlines()[-1])["ranks"]]
+    assert not [pid for pid in ranks if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
