@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import secrets
 import sys
@@ -203,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
             if not user_cmd:
                 raise UsageError("nothing to run after --")
         args = run_parser().parse_args(argv)
+        if not (math.isfinite(args.interval) and 0.1 <= args.interval <= 3600):
+            raise UsageError(f"--interval must be 0.1-3600 seconds, got {args.interval:g}")
         config = build_config(args)
         if user_cmd:
             config = config.with_changes(preset=config.preset)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -250,6 +251,10 @@ def validate(config: RunConfig) -> RunConfig:
         (c.delay_ms >= 0, f"delay_ms must be 0 or more, got {c.delay_ms:g}"),
         (c.ddp or c.comm_hook == "none", "a comm hook needs DDP (preset 'single' has none)"),
     ]
+    for f in fields(c):
+        value = getattr(c, f.name)
+        if isinstance(value, float) and not (math.isfinite(value) and abs(value) <= 1e9):
+            raise ConfigError(f"{f.name} must be a finite number (at most 1e9), got {value:g}")
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)

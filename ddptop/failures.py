@@ -75,5 +75,14 @@ def blame(text: str, first_lost: int | None) -> RootCause | None:
             return cause
     if first_lost is not None:
         mine = [c for c in causes if c.rank == first_lost]
+        if mine and mine[0].exitcode == -15:
+            # the rank ddptop lost first was only torchrun's SIGTERM: a rank that exited with an
+            # error of its own (one that failed before it ever connected, say) is the cause
+            root = parse_root_cause(text)
+            erred = [c for c in causes if c.exitcode is not None and c.exitcode > 0]
+            if root is not None and root.exitcode is not None and root.exitcode > 0:
+                return root
+            if erred:
+                return erred[0]
         return mine[0] if mine else RootCause(first_lost, None, "")
     return parse_root_cause(text)

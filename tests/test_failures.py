@@ -82,3 +82,33 @@ def test_a_signalled_rank_is_blamed_over_the_peer_that_saw_it_vanish():
     assert blame(BOTH, first_lost=None).rank == 1
     assert blame(REPORT, first_lost=1).message.startswith("RuntimeError: ddptop: injected")
     assert blame("no report", first_lost=3).rank == 3
+
+
+TERMED_AND_ERRED = """
+Failures:
+[1]:
+  time      : 2026-11-23_10:00:01
+  host      : vm
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 80)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 80
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-23_10:00:00
+  host      : vm
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 81)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+def test_a_rank_that_failed_before_connecting_is_blamed_not_the_one_torchrun_terminated():
+    from ddptop.failures import blame
+
+    # ddptop lost rank 0 first (torchrun's SIGTERM); rank 1 never connected and exited 1
+    cause = blame(TERMED_AND_ERRED, first_lost=0)
+    assert cause is not None and cause.rank == 1 and cause.exitcode == 1
