@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 MAX_READ = 1 << 20  # per file per poll: a chatty rank cannot stall the loop
+MAX_LINE = 4096  # characters kept of one line (the file on disk keeps all of it)
 
 
 class LogTail:
@@ -25,10 +26,18 @@ class LogTail:
             return []
         self._offsets[path] = offset + len(data)
         data = self._partial.pop(path, b"") + data
-        *lines, rest = data.split(b"\n")
+        # a progress bar redraws with \r: each redraw is a line of its own for display
+        *lines, rest = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        if len(rest) > MAX_LINE:  # output with no newline for megabytes: show it in pieces
+            lines.append(rest)
+            rest = b""
         if rest:
             self._partial[path] = rest
-        return [line.decode("utf-8", "replace").rstrip("\r") for line in lines]
+        out = []
+        for line in lines:
+            text = line.decode("utf-8", "replace")
+            out.append(text if len(text) <= MAX_LINE else text[:MAX_LINE] + f" … ({len(text) - MAX_LINE} more)")
+        return [line for line in out if line]
 
 
 def rank_log_files(log_dir: Path) -> dict[int, list[Path]]:
