@@ -43,8 +43,26 @@ def check_writable(runs_dir: Path) -> str | None:
 
 def write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # never a half-written file next to the last good one
+        raise
+
+
+def disk_error(path: Path, exc: OSError) -> str:
+    """One line naming what went wrong with the run's disk, and how much room is left."""
+    import errno
+    import shutil
+
+    try:
+        free = f" ({shutil.disk_usage(path).free / 2**20:.1f} MB free)"
+    except OSError:
+        free = ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"no space left on {path}{free}"
+    return f"cannot write the run's records in {path}: {exc.strerror or exc}{free}"
 
 
 # one encoder for every record: ~2x faster than json.dumps per call on the hub's hot path
@@ -54,24 +72,48 @@ _ENCODE = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
 class Recorder:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self._steps: IO[str] = open(run_dir / "steps.jsonl", "a", buffering=1 << 16)
+        self._steps: IO[bytes] = open(run_dir / "steps.jsonl", "ab", buffering=0)
+        self._good = self._steps.tell()  # steps.jsonl ends on a whole line up to here
         self.records_written = 0
+        self.error = ""  # set once a write failed (a full disk): the run must stop
 
     def write_config(self, config: dict[str, Any], **facts: Any) -> None:
         write_json(self.run_dir / "config.json", {**config, "_launch": facts})
 
     def record_steps(self, rank: int, records: list[dict[str, float]]) -> None:
+        """Append whole lines; a failed write is cut back to the last whole line and
+        remembered in `error` (what follows is not written)."""
+        if self.error:
+            return
         head = f'{{"rank":{int(rank)},'
-        lines = [head + _ENCODE(rec)[1:] for rec in records]
-        self._steps.write("\n".join(lines) + "\n")
-        self._steps.flush()
+        data = ("\n".join(head + _ENCODE(rec)[1:] for rec in records) + "\n").encode()
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[self._steps.write(view):]
+        except OSError as exc:
+            self.error = disk_error(self.run_dir, exc)
+            try:
+                self._steps.truncate(self._good)
+            except OSError:
+                pass
+            return
+        self._good += len(data)
         self.records_written += len(records)
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
-        write_json(self.run_dir / "summary.json", summary)
+    def write_summary(self, summary: dict[str, Any]) -> str:
+        """Write summary.json; returns why it could not be written ("" when it was)."""
+        try:
+            write_json(self.run_dir / "summary.json", summary)
+        except OSError as exc:
+            return disk_error(self.run_dir, exc)
+        return ""
 
     def close(self) -> None:
-        self._steps.close()
+        try:
+            self._steps.close()
+        except OSError:
+            pass
 
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:

@@ -64,6 +64,8 @@ def status_line(state: RunState, now: float) -> str:
             parts.append(f"STALLED since {now - state.stall.since:.0f}s, suspects {state.stall.suspects}")
     if state.total_dropped:
         parts.append(f"dropped frames {state.total_dropped}")
+    if state.error and not state.finished:
+        parts.append(f"ERROR: {state.error}")
     return "  ".join(parts)
 
 

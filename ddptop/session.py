@@ -40,7 +40,7 @@ from ddptop.multinode import hub_bind_host, join_instructions
 from ddptop.nccl import NcclParser
 from ddptop.nsys import nsys_report
 from ddptop.options import CaptureOptions, NodeOptions
-from ddptop.recorder import Recorder, new_run_dir, write_json
+from ddptop.recorder import Recorder, disk_error, new_run_dir, write_json
 from ddptop.stacks import collect_stacks
 from ddptop.state import RunState, Stall
 
@@ -204,6 +204,8 @@ class Session:
                 await self.launcher.stop(grace_s=2.0)
             self._finish(-1)
             raise
+        except OSError as exc:  # the runs directory: full, gone, read-only
+            self.state.finish("failed", time.time(), error=disk_error(self.run_dir, exc))
         except Exception as exc:  # a run that cannot start is a failed run, not a crash
             self.state.finish("failed", time.time(), error=f"could not run: {type(exc).__name__}: {exc}")
         finally:
@@ -214,7 +216,9 @@ class Session:
             if self._sock_dir:
                 shutil.rmtree(self._sock_dir, ignore_errors=True)
             if self.recorder is not None:
-                self.recorder.write_summary(self.state.summary())
+                why = self.recorder.write_summary(self.state.summary())
+                if why:  # the final report still says how the run went
+                    self.state.notes.append(f"summary.json not written: {why}")
                 self.recorder.close()
             self._done.set()
         return self.state
@@ -303,6 +307,11 @@ class Session:
             self._poll_logs()
             now = time.time()
             self.state.tick(now)
+            if self.recorder is not None and self.recorder.error and not self._stop_requested.is_set():
+                # records can no longer be kept: stop at an agreed step rather than lose them
+                self.state.add_log(-1, f"[ddptop] {self.recorder.error}: stopping the run")
+                self.state.error = self.recorder.error  # on every view at once
+                self.request_stop(self.recorder.error)
             ticks += 1
             if ticks % 10 == 0:  # every 5 s: live advice for the views
                 self.update_advice()
@@ -418,6 +427,9 @@ class Session:
 
     def _finish_status(self, rc: int) -> None:
         now = time.time()
+        if self.recorder is not None and self.recorder.error:
+            self.state.finish("failed", now, error=self.recorder.error)
+            return
         if self._stop_requested.is_set() or rc == -1:
             self.state.finish("stopped", now, error=self._stop_reason)
             return

@@ -106,3 +106,27 @@ def test_kill_9_of_torchrun_takes_the_ranks_and_their_children_down(tmp_path):
     assert gone_within(tag, 10) == []
     ranks = [r["pid"] for r in json.loads(out.strip().splitlines()[-1])["ranks"]]
     assert not [pid for pid in ranks if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+
+
+def test_a_full_disk_stops_the_run_says_so_and_keeps_whole_lines(tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=700k", "tmpfs", str(mnt)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs to mount a small tmpfs (root)")
+    try:
+        script = Path(__file__).parent / "scripts" / "single_process.py"
+        proc = subprocess.run([sys.executable, "-m", "ddptop", "--headless", "--json", "--interval", "1",
+                               "--runs-dir", str(mnt), "--nproc", "2", "--", sys.executable, str(script),
+                               "--steps", "1000000"], capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert "no space left on" in proc.stdout  # the status line and the final report say so
+        summary = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert summary["status"] == "failed" and summary["error"].startswith("no space left on"), summary["error"]
+        (steps,) = mnt.glob("*/steps.jsonl")
+        data = steps.read_bytes()
+        assert data.endswith(b"\n") and all(json.loads(line) for line in data.splitlines())
+        pids = [r["pid"] for r in summary["ranks"] if r["pid"]]
+        assert pids and not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
