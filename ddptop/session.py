@@ -48,6 +48,8 @@ TICK_S = 0.5
 HARDWARE_S = 1.0
 DRAIN_S = 0.5  # after torchrun exits, let the last frames arrive
 STOP_GRACE_S = 5.0  # after the agreed stop step, before signals
+STOP_DEADLINE_S = 8.0  # a stop never takes longer than this (plus the final sweep of strays)
+STOP_KILL_S = 2.0  # from torchrun's SIGTERM to SIGKILL
 
 
 def new_run_id(preset: str) -> str:
@@ -294,11 +296,13 @@ class Session:
         await self.hub.broadcast(protocol.Command("stop", at_step=at_step))
         p50 = max((rs.recent_pct(50) or 0.0 for rs in self.state.ranks.values()), default=0.0)
         latest = max((rs.last_step for rs in self.state.ranks.values()), default=-1)
-        wait_s = STOP_GRACE_S + (at_step - latest) * p50 / 1000.0
+        # one deadline for the whole stop (< 10 s, a stuck rank included): the agreed step,
+        # then torchrun's SIGTERM, then SIGKILL
+        wait_s = min(STOP_GRACE_S + (at_step - latest) * p50 / 1000.0, STOP_DEADLINE_S - STOP_KILL_S)
         await asyncio.sleep(wait_s)
         if self.launcher is not None and self.launcher.running:
             self.state.add_log(-1, "[ddptop] ranks did not stop in time: terminating torchrun")
-            await self.launcher.stop(grace_s=STOP_GRACE_S)
+            await self.launcher.stop(grace_s=STOP_KILL_S)
 
     async def _tick_loop(self) -> None:
         ticks = 0

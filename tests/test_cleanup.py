@@ -130,3 +130,18 @@ def test_a_full_disk_stops_the_run_says_so_and_keeps_whole_lines(tmp_path):
         assert pids and not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_a_stopped_rank_does_not_hold_up_a_stop(tmp_path):
+    proc, tag = start(tmp_path, 100000)
+    wait_running(tmp_path, proc)
+    ranks = [p for p in tagged(tag) if p.cmdline()[1].endswith("spawner.py")]
+    assert len(ranks) == 2
+    ranks[1].suspend()  # SIGSTOP: it will not reach the agreed step, nor handle SIGTERM
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    took = time.monotonic() - t0
+    assert proc.returncode == 130
+    assert took < 10, took
+    assert gone_within(tag, 10) == []
