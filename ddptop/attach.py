@@ -98,6 +98,9 @@ def attach_parser() -> argparse.ArgumentParser:
     p.add_argument("--web", action="store_true",
                    help="serve the TUI to a browser on 127.0.0.1 (textual-serve), e.g. through ssh -L")
     p.add_argument("--port", type=int, default=8000, help="--web: the port (default 8000)")
+    p.add_argument("--read-only", action="store_true",
+                   help="a watcher: cannot stop, restart, detach, capture or change settings "
+                        "(with --web: every browser page)")
     return p
 
 
@@ -118,13 +121,15 @@ def main_attach(argv: list[str]) -> int:
         print(f"ddptop attach: error: {exc}", file=sys.stderr)
         return USAGE_EXIT
     if args.web:
-        return serve_web(entry, args.port)
+        return serve_web(entry, args.port, read_only=args.read_only)
     from ddptop.tui.app import build_attach_app, run_app
 
-    return run_app(build_attach_app(entry))
+    # Who asked for a stop or a restart goes into the run's log and summary.
+    viewer = "web" if "web_driver" in os.environ.get("TEXTUAL_DRIVER", "") else "terminal"
+    return run_app(build_attach_app(entry, read_only=args.read_only, viewer=viewer))
 
 
-WEB_HOST = "127.0.0.1"  # never a public interface: reach it through an SSH port forward
+WEB_HOST = "127.0.0.1"  # never a public interface (= ddptop.web.HOST, which needs textual-serve to import)
 
 
 def check_port(port: int) -> None:
@@ -141,14 +146,22 @@ def check_port(port: int) -> None:
             raise UsageError(f"--port {port}: {WEB_HOST}:{port} is not free ({exc.strerror or exc})") from None
 
 
-def serve_web(entry: LiveRun, port: int) -> int:
-    """Serve `ddptop attach RUN_ID` to browsers: each page load runs one viewer of the
-    run (never its owner: closing a tab leaves the run alone). Until Ctrl-C."""
-    from textual_serve.server import Server
+def serve_web(entry: LiveRun, port: int, read_only: bool = False) -> int:
+    """Serve `ddptop attach RUN_ID` to browsers that hold this server's secret: each page
+    load runs one viewer of the run (never its owner: closing a tab leaves the run alone).
+    Until Ctrl-C."""
+    from ddptop.web import WebServer, new_token
 
-    command = shlex.join([sys.executable, "-m", "ddptop", "attach", entry.run_id])
-    print(f"ddptop: serving run {entry.run_id} at http://{WEB_HOST}:{port}  (Ctrl-C stops serving, "
-          f"not the run)\n  from your machine: ssh -L {port}:{WEB_HOST}:{port} {socket.gethostname()}, "
-          f"then open http://{WEB_HOST}:{port}", flush=True)
-    Server(command, host=WEB_HOST, port=port, title=f"ddptop {entry.run_id}").serve()
+    # The token is made here and stays in this process: never in a viewer's argv.
+    flags = ["--read-only"] if read_only else []
+    command = shlex.join([sys.executable, "-m", "ddptop", "attach", *flags, entry.run_id])
+    server = WebServer(command, port, new_token(), title=f"ddptop {entry.run_id}")
+    mode = "read-only: no page can stop, restart or change the run" if read_only else \
+        "every page can stop and restart the run; --read-only for watchers"
+    print(f"ddptop: serving run {entry.run_id} at {server.url}\n"
+          f"  (Ctrl-C stops serving, not the run; {mode})\n"
+          f"  from your machine: ssh -L {port}:{WEB_HOST}:{port} {socket.gethostname()}, then open that URL;\n"
+          f"  it holds this server's secret: give it only to whom may "
+          f"{'watch' if read_only else 'drive'} the run", flush=True)
+    server.serve()
     return 0

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddptop import state_codec
 from ddptop import viewer_protocol as vp
 from ddptop.config import RunConfig
 from ddptop.live import LiveRun, ensure_live_dir, new_socket_path, remove_entry, write_entry
@@ -44,7 +45,7 @@ EXIT_CODES = {"completed": 0, "failed": 1, "stopped": 130}
 class _Viewer:
     writer: asyncio.StreamWriter
     owner: bool
-    needs_full: bool = True  # missed a snapshot (or new): its next one carries every log
+    marks: state_codec.Marks | None = None  # what its last snapshot held (None: new, or missed one)
 
     def send(self, data: bytes) -> bool:
         """Queue `data` unless this viewer is too far behind (it gets a later snapshot)."""
@@ -69,7 +70,6 @@ class Supervisor:
         self._owner_seen = asyncio.Event()
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._log_marks: dict[int, tuple[int, int, int]] = {}  # rank -> (lines, first, last) at the last tick
         self._snapshot_s = 0.0  # how long the last snapshot took to build
 
     # --- registry ---------------------------------------------------------------------
@@ -139,7 +139,7 @@ class Supervisor:
     async def _publish_loop(self) -> None:
         registry_at = 0.0
         while True:
-            # At 64 ranks a snapshot costs ~40 ms to build: then send fewer, not stall the hub.
+            # At 64 ranks a snapshot costs ~10 ms to build (a first one ~100): send fewer, not stall the hub.
             await asyncio.sleep(max(SNAPSHOT_S, self._snapshot_s / SNAPSHOT_SHARE))
             if self.viewers:
                 self._broadcast(final=False)
@@ -149,34 +149,21 @@ class Supervisor:
 
     def _broadcast(self, final: bool) -> None:
         """One snapshot for every viewer (none at all without viewers). Logs are most of a
-        snapshot's bytes (2000 lines per rank) and rarely change once a run is going, so a
-        rank's log goes only when it changed since the last tick; a viewer that is new or
-        missed a tick gets them all."""
+        snapshot's bytes (2000 lines per rank) and step records most of its numbers, and few
+        change between two ticks: a viewer gets only what changed since its last snapshot
+        (state_codec.state_to_dict); one that missed a snapshot gets everything."""
         t0 = time.perf_counter()
-        logs = self.session.state.logs
-        # a line appended moves the end (and, once the ring is full, the start) to a new object
-        marks = {r: (len(lines), id(lines[0]), id(lines[-1])) if lines else (0, 0, 0)
-                 for r, lines in logs.items()}
-        changed = {r: logs[r] for r, mark in marks.items() if self._log_marks.get(r) != mark}
-        self._log_marks = marks
-        delta = full = b""
+        now = state_codec.marks(self.session.state)
+        frames: dict[state_codec.Marks | None, bytes] = {}  # viewers in step share one
         for viewer in list(self.viewers):
-            if viewer.needs_full or final:
-                full = full or self._frame(final, logs, "full")
-                viewer.needs_full = not viewer.send(full)
-            else:
-                delta = delta or self._frame(final, changed, "changed")
-                viewer.needs_full = not viewer.send(delta)
+            since = None if final else viewer.marks
+            if since not in frames:
+                frames[since] = self._frame(final, since)
+            viewer.marks = now if viewer.send(frames[since]) else None
         self._snapshot_s = time.perf_counter() - t0
 
-    def _frame(self, final: bool, logs: dict[int, Any], which: str) -> bytes:
-        state = self.session.state
-        every = state.logs
-        state.logs = logs  # the pickle takes these; put back before anything else runs
-        try:
-            return vp.frame("state", vp.dump(state), final=final, logs=which)
-        finally:
-            state.logs = every
+    def _frame(self, final: bool, since: state_codec.Marks | None = None) -> bytes:
+        return vp.frame("state", vp.dump_state(self.session.state, since), final=final)
 
     async def _owner_watchdog(self) -> None:
         try:
@@ -247,14 +234,19 @@ class Supervisor:
             reason = "no hello"
         except vp.ViewerProtocolError as exc:
             reason = f"bad hello ({exc.reason})"
+        except ValueError:  # a first line longer than any hello (the stream's limit)
+            reason = "bad hello (oversized)"
         if not reason and msg.get("kind") != "hello":
             reason = "first line is not a hello"
+        elif not reason and vp.mismatch(msg):
+            reason = vp.mismatch(msg)
         elif not reason and not hmac.compare_digest(str(msg.get("token", "")).encode(), self.token.encode()):
             reason = "wrong token"
         if reason:
             self.refused += 1
             self.session.state.refused += 1
             self.session.state.add_log(-1, f"[ddptop] refused a viewer: {reason}")
+            print(f"ddptop supervisor {os.getpid()}: refused a viewer: {reason}", flush=True)
             with contextlib.suppress(ConnectionError, OSError):
                 writer.write(vp.encode("refused", reason=reason))
                 await writer.drain()
@@ -267,8 +259,8 @@ class Supervisor:
         writer.write(vp.encode("welcome", run_id=self.session.run_id, owner=owner,
                                detached=self.detached))
         # The history so far, at once: a viewer never waits a tick for its first picture.
-        state = self.session.state
-        viewer.needs_full = not viewer.send(self._frame(self.session.done, state.logs, "full"))
+        marks = state_codec.marks(self.session.state)
+        viewer.marks = marks if viewer.send(self._frame(self.session.done)) else None
         self.viewers.add(viewer)
         self._write_entry()
         return viewer
@@ -297,7 +289,7 @@ class Supervisor:
             viewer.send(vp.frame("captured", id=msg.get("id"), error="the run has ended"))
             return
         cap = await self.session.request_capture(count)
-        viewer.send(vp.frame("captured", vp.dump(cap), id=msg.get("id"), error=""))
+        viewer.send(vp.frame("captured", vp.dump_capture(cap), id=msg.get("id"), error=""))
 
 
 def session_from_spec(spec: dict[str, Any]) -> Session:

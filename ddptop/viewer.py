@@ -117,10 +117,10 @@ class RemoteSession:
                 if self.entry is None:
                     await self._start()
                 await self._connect()
-            except ViewerError as exc:  # the run never got going: say so where views look
+                await self._follow()
+            except ViewerError as exc:  # the run never got going, or cannot be read: say so where views look
                 self.state.finish("failed", time.time(), error=str(exc))
                 raise
-            await self._follow()
             if not self._final:
                 self._lost()
             await self._wait_exit()
@@ -154,10 +154,23 @@ class RemoteSession:
         except OSError as exc:
             raise ViewerError(f"cannot reach run {self.run_id} ({exc.strerror or exc})") from None
         writer.write(vp.encode("hello", token=self.entry.token, owner=self.owner))
-        header = vp.decode(await asyncio.wait_for(reader.readline(), REPLY_TIMEOUT_S) or b"{}")
-        if header["kind"] != "welcome":
+        try:
+            line = await asyncio.wait_for(reader.readline(), REPLY_TIMEOUT_S)
+            header = vp.decode(line) if line else {"kind": "refused", "reason": "it closed the connection"}
+            if header["kind"] == "refused":
+                raise ViewerError(f"run {self.run_id} refused this viewer: {str(header.get('reason'))[:300]}")
+            if header["kind"] != "welcome":
+                raise ViewerError(f"run {self.run_id} answered the hello with {header['kind'][:40]!r}")
+            if vp.mismatch(header):
+                raise ViewerError(f"cannot follow run {self.run_id}: its {vp.mismatch(header)}")
+        except (asyncio.TimeoutError, ConnectionError, OSError, ValueError) as exc:
+            # ValueError: a line over the limit, or vp.ViewerProtocolError
             writer.close()
-            raise ViewerError(f"run {self.run_id} refused this viewer: {header.get('reason', header['kind'])}")
+            reason = getattr(exc, "reason", "") or type(exc).__name__
+            raise ViewerError(f"run {self.run_id} did not welcome this viewer ({reason})") from None
+        except ViewerError:
+            writer.close()
+            raise
         self.owner = bool(header.get("owner"))
         self._detached = bool(header.get("detached"))
         self._reader, self._writer = reader, writer
@@ -173,22 +186,23 @@ class RemoteSession:
                 return
             if not line:
                 return  # the supervisor is gone
-            header = vp.decode(line)
-            size = int(header.get("size") or 0)
-            if not 0 <= size <= vp.MAX_PAYLOAD:
-                raise vp.ViewerProtocolError("bad size")
             try:
-                payload = await reader.readexactly(size) if size else b""
-            except (asyncio.IncompleteReadError, ConnectionError, OSError):
-                return
+                header = vp.decode(line)
+                size = header.get("size") or 0
+                if type(size) is not int or not 0 <= size <= vp.MAX_PAYLOAD:
+                    raise vp.ViewerProtocolError(f"bad payload size {str(size)[:20]}")
+                try:
+                    payload = await reader.readexactly(size) if size else b""
+                except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                    return
+                if header["kind"] == "state":
+                    self._apply(vp.load_state(payload, base=self.state))
+                    self._final = bool(header.get("final"))
+                    continue
+            except vp.ViewerProtocolError as exc:
+                raise ViewerError(f"cannot follow run {self.run_id}: {exc.reason}") from None
             kind = header["kind"]
-            if kind == "state":
-                state = vp.load(payload)
-                if header.get("logs") == "changed":  # only the ranks whose log changed
-                    state.logs = {**self.state.logs, **state.logs}
-                self._apply(state)
-                self._final = bool(header.get("final"))
-            elif kind in ("captured", "detached"):
+            if kind in ("captured", "detached"):
                 key = header.get("id") if kind == "captured" else -1  # one detach at a time
                 future = self._replies.pop(key, None) if isinstance(key, int) else None
                 if future is not None and not future.done():
@@ -254,7 +268,10 @@ class RemoteSession:
         reply = await self._ask(ident, "capture", count=count, id=ident)
         if reply.get("error"):
             raise ViewerError(f"capture refused: {reply['error']}")
-        cap = vp.load(reply["payload"])
+        try:
+            cap = vp.load_capture(reply["payload"])
+        except vp.ViewerProtocolError as exc:
+            raise ViewerError(f"capture unreadable: {exc.reason}") from None
         self.state.captures.setdefault(cap.capture_id, cap)  # before the next snapshot brings it
         return cap
 

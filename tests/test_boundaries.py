@@ -12,7 +12,7 @@ NO_TORCH = ["ddptop.cli", "ddptop.session", "ddptop.headless", "ddptop.probe", "
             "ddptop.live", "ddptop.supervisor", "ddptop.viewer", "ddptop.viewer_protocol", "ddptop.attach",
             "ddptop.workbench"]
 PURE = ["ddptop.config", "ddptop.protocol", "ddptop.state", "ddptop.failures", "ddptop.advisor", "ddptop.nccl",
-        "ddptop.viewer_protocol"]
+        "ddptop.viewer_protocol", "ddptop.state_codec"]
 
 
 def loaded_after_import(module: str) -> set[str]:

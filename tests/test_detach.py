@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import pickle
 import pty
 import shutil
 import signal
@@ -26,6 +27,7 @@ import psutil
 import pytest
 from test_tui import START_TIMEOUT, alive_of, cpu_config, wait_for
 
+from ddptop import state_codec
 from ddptop import viewer_protocol as vp
 from ddptop.live import LIVE_ENV, LiveRun, find_run, live_runs
 from ddptop.tui.app import build_app, build_attach_app
@@ -230,7 +232,7 @@ def test_owned_run_stops_cleanly_when_its_tui_dies_and_wrong_tokens_are_refused(
             return reply, rest
 
         reply, rest = asyncio.run(intruder())
-        assert vp.decode(reply) == {"v": 1, "kind": "refused", "reason": "wrong token"} and rest == b""
+        assert vp.decode(reply) == {"kind": "refused", "reason": "wrong token"} and rest == b""
         assert entry_of(entry.run_id, live).viewers == 1
 
         pids = tree(entry.pid)
@@ -325,9 +327,9 @@ def test_detach_refuses_a_live_dir_others_can_enter(tmp_path: Path, monkeypatch:
     assert list(shared.iterdir()) == []
 
 
-def test_state_snapshot_round_trips_and_the_loader_only_builds_ddptop_classes() -> None:
+def test_state_snapshot_round_trips_and_a_pickle_is_refused() -> None:
     state = synthetic_state(4)
-    back = vp.load(vp.dump(state))
+    back = vp.load_state(vp.dump_state(state))
     assert back.summary() == state.summary()
     assert list(back.logs[0]) == list(state.logs[0]) and list(back.history) == list(state.history)
 
@@ -335,11 +337,10 @@ def test_state_snapshot_round_trips_and_the_loader_only_builds_ddptop_classes() 
         def __reduce__(self):  # noqa: ANN204
             return (os.system, ("true",))
 
-    with pytest.raises(vp.ViewerProtocolError, match="refusing to load"):
-        vp.load(vp.dump(Evil()))
-    with pytest.raises(vp.ViewerProtocolError):
-        vp.decode(b'{"v": 99, "kind": "hello"}')
-    assert vp.decode(vp.encode("stop", reason="x")) == {"v": 1, "kind": "stop", "reason": "x"}
+    with pytest.raises(vp.ViewerProtocolError, match="not JSON"):
+        vp.load_state(pickle.dumps(Evil()))
+    assert vp.mismatch(vp.decode(b'{"v": 99, "kind": "hello"}'))  # refused at the handshake
+    assert vp.decode(vp.encode("stop", reason="x")) == {"v": vp.VERSION, "kind": "stop", "reason": "x"}
 
 
 def test_snapshots_carry_only_changed_logs_and_a_viewer_that_missed_one_gets_them_all(
@@ -357,26 +358,26 @@ def test_snapshots_carry_only_changed_logs_and_a_viewer_that_missed_one_gets_the
 
         def write(self, data: bytes) -> None:
             head, _, payload = data.partition(b"\n")
-            self.frames.append((vp.decode(head), vp.load(payload)))
+            self.frames.append((vp.decode(head), json.loads(payload)))
 
     state = synthetic_state(2)
     session = SimpleNamespace(state=state, done=False, run_id=state.run_id)
     sup = Supervisor(session, live, detached=True)  # type: ignore[arg-type]
     a, b = Writer(), Writer()
-    sup.viewers = {_Viewer(a, owner=False, needs_full=False), _Viewer(b, owner=False, needs_full=False)}
-    sup._log_marks = {r: (len(x), id(x[0]), id(x[-1])) for r, x in state.logs.items()}  # in sync
+    marks = state_codec.marks(state)  # both had the last snapshot
+    sup.viewers = {_Viewer(a, owner=False, marks=marks), _Viewer(b, owner=False, marks=marks)}
     state.add_log(1, "a new line")
     b.full = True  # b misses this tick
     sup._broadcast(final=False)
     (head, snap), = a.frames
-    assert head["logs"] == "changed" and set(snap.logs) == {1} and snap.logs[1][-1] == "a new line"
+    assert snap["delta"] and set(snap["state"]["logs"]) == {"1"} and snap["state"]["logs"]["1"][-1] == "a new line"
     assert b.frames == []
     b.full = False
     sup._broadcast(final=False)
     head, snap = a.frames[-1]
-    assert head["logs"] == "changed" and snap.logs == {}  # nothing new for a
+    assert snap["delta"] and snap["state"]["logs"] == {}  # nothing new for a
     (head, snap), = b.frames
-    assert head["logs"] == "full" and set(snap.logs) == set(state.logs)  # b catches up
+    assert not snap["delta"] and set(snap["state"]["logs"]) == {str(r) for r in state.logs}  # b catches up
     assert list(state.logs[1])[-1] == "a new line"  # the supervisor's own state is untouched
 
 
@@ -393,6 +394,7 @@ def free_port() -> int:
 
 @pytest.mark.e2e
 def test_attach_web_serves_the_app_page_and_runs_a_viewer_per_browser(tmp_path: Path, live: Path) -> None:
+    import urllib.error
     import urllib.request
 
     import aiohttp
@@ -406,44 +408,67 @@ def test_attach_web_serves_the_app_page_and_runs_a_viewer_per_browser(tmp_path: 
     assert bad.returncode == 2 and "--port must be in 1-65535" in bad.stderr
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "ddptop", "attach", "--web", "--port", str(port), run_id],
+    server = subprocess.Popen([sys.executable, "-m", "ddptop", "attach", "--web", "--read-only",
+                               "--port", str(port), run_id],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    out: list[str] = []
+    threading.Thread(target=lambda: out.extend(line.decode() for line in server.stdout), daemon=True).start()
     try:
-        def page() -> tuple[int, str] | None:
+        url = str(until(lambda: next((w for line in out for w in line.split() if "?token=" in w), None),
+                        30, "the token URL"))
+        assert url.startswith(f"http://127.0.0.1:{port}/?token=")
+        token = url.split("=", 1)[1]
+
+        def page(address: str) -> tuple[int, str] | None:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as resp:
+                with urllib.request.urlopen(address, timeout=5) as resp:
                     return resp.status, resp.read().decode()
+            except urllib.error.HTTPError as exc:
+                return exc.code, ""
             except OSError:
                 return None
 
-        status, html = until(page, 30, "the web server")
+        assert until(lambda: page(f"http://127.0.0.1:{port}/"), 30, "the web server") == (403, "")
+        status, html = page(url)
         assert status == 200
         assert f"<div>ddptop {run_id}</div>" in html  # the page of this run
         assert f'data-session-websocket-url="ws://127.0.0.1:{port}/ws"' in html
 
-        async def browser() -> int:  # what the page's script does: a websocket drives one viewer
-            async with aiohttp.ClientSession() as http, http.ws_connect(
-                    f"http://127.0.0.1:{port}/ws?width=100&height=30") as ws:
-                got = 0
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline:
-                    e = entry_of(run_id, live)
-                    if e and e.viewers == 1 and got > 0:
-                        return got
-                    try:
-                        msg = await ws.receive(timeout=0.5)
-                        got += len(msg.data or b"") if msg.type == aiohttp.WSMsgType.BINARY else 0
-                    except asyncio.TimeoutError:
-                        pass
-                raise AssertionError("no viewer of the run behind the page")
+        async def browser() -> bytes:  # what the page's script does: a websocket drives one viewer
+            async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+                async with http.get(url) as resp:  # the cookie, as the browser keeps it
+                    assert resp.status == 200
+                async with http.ws_connect(f"http://127.0.0.1:{port}/ws?width=100&height=30",
+                                           origin=f"http://127.0.0.1:{port}") as ws:
+                    screen = b""
 
-        assert asyncio.run(browser()) > 0  # the TUI's screen, drawn for the browser
+                    async def read(until_: Callable[[], bool], timeout: float, what: str) -> None:
+                        nonlocal screen
+                        deadline = time.monotonic() + timeout
+                        while not until_():
+                            if time.monotonic() > deadline:
+                                raise AssertionError(f"timed out waiting for {what}")
+                            with contextlib.suppress(asyncio.TimeoutError):
+                                msg = await ws.receive(timeout=0.5)
+                                if msg.type == aiohttp.WSMsgType.BINARY:
+                                    screen += msg.data
+
+                    await read(lambda: screen and (e := entry_of(run_id, live)) and e.viewers == 1, 30,
+                               "a viewer of the run behind the page")
+                    # Who else sees the secret: no process's command line holds it.
+                    for proc in psutil.process_iter(["cmdline"]):
+                        assert token not in " ".join(proc.info["cmdline"] or ()), proc
+                    await ws.send_str(json.dumps(["stdin", "x"]))  # the key that stops a run...
+                    await read(lambda: b"cannot stop the run" in screen, 15, "the read-only notice")
+                    return screen
+
+        assert b"read-only view" in asyncio.run(browser())  # the TUI's screen, drawn for the browser
         until(lambda: (e := entry_of(run_id, live)) and e.viewers == 0, 15, "the page's viewer to go")
-        assert entry_of(run_id, live).status in ("starting", "running")  # the run is not the page's
+        assert entry_of(run_id, live).status in ("starting", "running")  # ...did not: a watcher's page
     finally:
         server.send_signal(signal.SIGINT)
-        out, _ = server.communicate(timeout=15)
-    assert f"serving run {run_id} at http://127.0.0.1:{port}" in out.decode()
+        server.wait(timeout=15)
+    assert f"serving run {run_id} at http://127.0.0.1:{port}/?token=" in "".join(out)
 
     pids = tree(entry.pid)
     os.kill(entry.pid, signal.SIGTERM)  # the supervisor stops its run cleanly on SIGTERM

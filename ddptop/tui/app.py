@@ -52,6 +52,7 @@ TAB_FOCUS = {"ranks": RankTable, "gpu": GpuPanel, "runs": RunsPanel, "logs": Log
 CAPTURE_STEPS = 3
 # Actions that only make sense on the main screen (not under settings/help/confirm).
 MAIN_ONLY = {"settings", "stop_run", "rerun", "show_tab", "help", "request_quit", "capture", "detach"}
+READ_ONLY = "read-only view"  # what a watcher's app says to any key that would change the run
 
 
 class DdpTopApp(App[int]):
@@ -75,9 +76,14 @@ class DdpTopApp(App[int]):
     ]
 
     def __init__(self, workbench: Workbench, autostart: bool = True,
-                 refresh_s: float = REFRESH_S) -> None:
+                 refresh_s: float = REFRESH_S, read_only: bool = False, viewer: str = "") -> None:
         super().__init__()
         self.workbench = workbench
+        # A watcher: no stop, restart, settings, capture, detach or export from this app.
+        self.read_only = read_only
+        # What kind of viewer this is ("terminal", "web"; "" for the run's own TUI): the
+        # reasons of its stops and restarts say it, in the run's log and summary.
+        self.viewer = viewer
         self.autostart = autostart
         self.refresh_s = refresh_s
         self._runs_shown_at = 0.0
@@ -119,6 +125,8 @@ class DdpTopApp(App[int]):
         if self.autostart:  # the run attached to, or a new one
             self.start_run(self.workbench.current or self.workbench.new_session())
         self.query_one(RankTable).focus()
+        if self.read_only:
+            self.notify(f"{READ_ONLY}: watching only (q leaves, the run goes on)", timeout=8)
 
     def on_unmount(self) -> None:
         loop = asyncio.get_running_loop()
@@ -126,7 +134,7 @@ class DdpTopApp(App[int]):
             loop.remove_signal_handler(sig)
 
     def _signalled(self) -> None:
-        if self.workbench.is_live() and not self.workbench.owns_current():
+        if self.read_only or (self.workbench.is_live() and not self.workbench.owns_current()):
             self.exit(0)
         else:
             self.stop_and_exit()
@@ -163,12 +171,13 @@ class DdpTopApp(App[int]):
 
     @on(SettingsApplied)
     def _settings_applied(self, event: SettingsApplied) -> None:
-        self.restart(event.config)
+        if not self._refused("change settings"):
+            self.restart(event.config)
 
     @on(StopRequested)
     def _stop_requested(self, event: StopRequested) -> None:
-        if self.workbench.is_live():
-            self.workbench.request_stop(event.reason)
+        if self.workbench.is_live() and not self._refused("stop the run"):
+            self.workbench.request_stop(self._by(event.reason))
             self.notify("stopping the run at the next agreed step…")
 
     @on(CaptureEnded)
@@ -185,16 +194,16 @@ class DdpTopApp(App[int]):
         self.refresh_views()
 
     @work(group="control", exclusive=True, exit_on_error=False)
-    async def restart(self, config: RunConfig | None = None) -> None:
+    async def restart(self, config: RunConfig | None = None, reason: str = "settings changed") -> None:
         if self.workbench.is_live():
             self.notify("stopping the current run…")
-        self.start_run(await self.workbench.restart(config))
+        self.start_run(await self.workbench.restart(config, self._by(reason)))
 
     @work(group="control", exclusive=True, exit_on_error=False)
     async def stop_and_exit(self) -> None:
-        if self.workbench.is_live():
+        if self.workbench.is_live() and not self.read_only:
             self.notify("stopping the run, then quitting…")
-            await self.workbench.stop("quit")
+            await self.workbench.stop(self._by("quit"))
         self.exit(0)
 
     @work(group="control", exclusive=True, exit_on_error=False, name="detach")
@@ -243,6 +252,8 @@ class DdpTopApp(App[int]):
 
     @on(RunsPanel.ExportRequested)
     def _export(self) -> None:
+        if self._refused("export the runs table"):
+            return
         try:
             path = self.workbench.export_runs()
         except OSError as exc:
@@ -256,6 +267,15 @@ class DdpTopApp(App[int]):
         self.refresh_views(force_runs=True)
 
     # --- actions ----------------------------------------------------------------------
+    def _refused(self, what: str) -> bool:
+        """True (and says so) when this app is a watcher's and `what` would change the run."""
+        if self.read_only:
+            self.notify(f"{READ_ONLY}: cannot {what}", severity="warning")
+        return self.read_only
+
+    def _by(self, reason: str) -> str:
+        return f"{reason}, from a {self.viewer} viewer" if self.viewer else reason
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in MAIN_ONLY and self.screen is not self.screen_stack[0]:
             return False
@@ -270,6 +290,9 @@ class DdpTopApp(App[int]):
             target.focus()
 
     def action_settings(self) -> None:
+        if self._refused("change settings"):
+            return
+
         def applied(config: RunConfig | None) -> None:
             if config is not None:
                 self.post_message(SettingsApplied(config))
@@ -277,15 +300,20 @@ class DdpTopApp(App[int]):
         self.push_screen(SettingsScreen(self.workbench.config), applied)
 
     def action_stop_run(self) -> None:
-        self.post_message(StopRequested())
+        if not self._refused("stop the run"):
+            self.post_message(StopRequested())
 
     def action_rerun(self) -> None:
-        self.restart(None)
+        if not self._refused("start a run"):
+            self.restart(None, "run again")
 
     def action_capture(self) -> None:
-        self.capture(CAPTURE_STEPS)
+        if not self._refused("capture"):
+            self.capture(CAPTURE_STEPS)
 
     def action_detach(self) -> None:
+        if self._refused("detach the run"):
+            return
         if self.workbench.can_detach():
             self.detach_and_exit()
         else:
@@ -298,7 +326,7 @@ class DdpTopApp(App[int]):
         ]))
 
     def action_request_quit(self) -> None:
-        if not self.workbench.is_live():
+        if not self.workbench.is_live() or self.read_only:  # a watcher just leaves
             self.exit(0)
             return
         if not self.workbench.owns_current():  # detached, or another terminal's run
@@ -359,14 +387,16 @@ def build_app(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None = No
     return DdpTopApp(bench, **kwargs)  # type: ignore[arg-type]
 
 
-def build_attach_app(entry: LiveRun, **kwargs: object) -> DdpTopApp:
-    """A viewer of the live run `entry`; runs started from it (settings, run again) are
-    detached when that run was."""
+def build_attach_app(entry: LiveRun, read_only: bool = False, viewer: str = "terminal",
+                     **kwargs: object) -> DdpTopApp:
+    """A viewer of the live run `entry` (a watcher when `read_only`); runs started from it
+    (settings, run again) are detached when that run was. `viewer` names it in the reasons
+    of the stops and restarts it asks for."""
     session = RemoteSession.attach(entry)
     bench = Workbench(session.config, Path(entry.runs_dir), entry.user_cmd,
                       session_factory=supervised(detached=entry.detached))
     bench.attach(session)  # type: ignore[arg-type]
-    return DdpTopApp(bench, **kwargs)  # type: ignore[arg-type]
+    return DdpTopApp(bench, read_only=read_only, viewer=viewer, **kwargs)  # type: ignore[arg-type]
 
 
 def run_app(app: DdpTopApp) -> int:
