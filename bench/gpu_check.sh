@@ -169,6 +169,16 @@ ovhpairs() {  # the same script plain under torchrun vs under ddptop, alternatin
   done
 }
 
+ovhsplit() {  # where the instrument's cost goes: host us/step of a launch-bound loop, then ViT-L pairs with variants
+  $PY bench/instrument_host_cost.py --device cuda --rounds ${HC_ROUNDS:-3} --steps 300 \
+    --variants plain,instrument,nocomm,timed 2>&1 | tee -a "$OUT/host_cost.txt" | tail -7
+  for w in ${OVH_WORKLOADS:-vit}; do
+    timeout ${OVHP_TIMEOUT:-420} $PY bench/overhead_pairs.py --workload $w --nproc "$N" --pairs ${OVH_PAIRS:-2} \
+      --steps ${OVH_STEPS:-200} --warmup 10 ${OVH_ARGS:-} --variant nofr:TORCH_NCCL_TRACE_BUFFER_SIZE=0 \
+      --json-out "$OUT/ovhsplit_$w.json" 2>&1 | tee -a "$OUT/overhead_split.txt" | tail -12
+  done
+}
+
 facts
 for step in ${@:-topo presets}; do $step; done
 tar czf "$OUT/runs.tgz" --exclude='*.qdstrm' --exclude='*.nsys-rep' --exclude='*.trace.json' -C /tmp ddptop-gpu-runs 2>/dev/null

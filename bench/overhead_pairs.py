@@ -49,7 +49,7 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 @dataclass
 class Run:
     pair: int
-    mode: str  # plain | ddptop
+    mode: str  # plain | ddptop | a --variant's name (ddptop with more environment)
     steps_per_s: float | None = None  # the script's own clock
     ddptop_steps_per_s: float | None = None  # ddptop's figure (its slowest rank); ddptop runs only
     error: str = ""
@@ -77,6 +77,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ddptop-env", action="append", default=[], metavar="KEY=VALUE",
                    help="environment for the ddptop runs only, to split the cost: DDPTOP_BOOT=0 runs "
                    "under ddptop with the rank-side instrument off")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+                   help="one more ddptop run per pair with this environment added, to split the cost "
+                   "in one alternation, e.g. noinst:DDPTOP_BOOT=0 or nofr:TORCH_NCCL_TRACE_BUFFER_SIZE=0")
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--script-args" in argv[:-1]:  # its value starts with "-": argparse would take it for an option
         i = argv.index("--script-args")
@@ -159,11 +162,12 @@ def measure(args: argparse.Namespace, work: Path, pair: int, mode: str) -> Run:
     run = Run(pair, mode)
     out = work / f"pair{pair}-{mode}.json"
     out.unlink(missing_ok=True)
-    argv = commands(args, work, out)[mode == "ddptop"]
+    argv = commands(args, work, out)[mode != "plain"]
     t0 = time.monotonic()
     env = child_env()
-    if mode == "ddptop":
+    if mode != "plain":
         env.update(kv.split("=", 1) for kv in args.ddptop_env if "=" in kv)
+        env.update(kv.split("=", 1) for kv in args.variants.get(mode, []) if "=" in kv)
     rc, stdout, stderr = run_child(argv, env, args.timeout)
     run.wall_s = round(time.monotonic() - t0, 1)
     if rc is None:
@@ -171,7 +175,7 @@ def measure(args: argparse.Namespace, work: Path, pair: int, mode: str) -> Run:
         return run
     text, note = stdout, cause(stderr)
     try:
-        if mode == "ddptop":
+        if mode != "plain":
             summary = json.loads(stdout.strip().splitlines()[-1])
             run.run_dir = str(args.runs_dir / summary["run_id"])
             run.ddptop_steps_per_s = summary.get("steps_per_s")
@@ -194,20 +198,38 @@ def fmt(value: float | None) -> str:
     return f"{value:.3f}" if value is not None else "-"
 
 
-def report(runs: list[Run]) -> dict:
-    """Prints the Markdown table; returns the ratios with their median and min."""
-    print("\n| pair | plain steps/s | ddptop steps/s | ratio | ddptop-measured steps/s |")
-    print("|---|---|---|---|---|")
-    ratios = []
-    for plain, ddp in zip(runs[0::2], runs[1::2]):
-        ratio = ddp.steps_per_s / plain.steps_per_s if plain.steps_per_s and ddp.steps_per_s else None
-        ratios += [ratio] if ratio is not None else []
-        cells = [f"failed ({r.error[:60]})" if r.error else fmt(r.steps_per_s) for r in (plain, ddp)]
-        print(f"| {plain.pair} | {' | '.join(cells)} | {fmt(ratio)} | {fmt(ddp.ddptop_steps_per_s)} |")
-    stats = {"ratios": ratios, "median_ratio": statistics.median(ratios) if ratios else None,
-             "min_ratio": min(ratios) if ratios else None}
-    print(f"\nratio ddptop/plain over {len(ratios)} of {len(runs) // 2} pairs: "
-          f"median {fmt(stats['median_ratio'])}, min {fmt(stats['min_ratio'])}")
+def report(runs: list[Run], modes: list[str]) -> dict:
+    """Prints the Markdown table (one ratio to its pair's plain run per ddptop mode);
+    returns the ratios with their median and min, per mode ("ddptop"'s at the top level)."""
+    heads = [m for m in modes if m != "plain"]
+    print("\n| pair | plain steps/s | " + " | ".join(f"{m} steps/s | ratio" for m in heads)
+          + " | ddptop-measured steps/s |")
+    print("|---|---|" + "---|---|" * len(heads) + "---|")
+    ratios: dict[str, list[float]] = {m: [] for m in heads}
+    n = len(modes)
+    for i in range(0, len(runs), n):
+        group = dict(zip(modes, runs[i:i + n]))
+        plain = group["plain"]
+        cells = [f"failed ({plain.error[:60]})" if plain.error else fmt(plain.steps_per_s)]
+        for m in heads:
+            run = group.get(m)
+            ratio = (run.steps_per_s / plain.steps_per_s if run and plain.steps_per_s and run.steps_per_s
+                     else None)
+            ratios[m] += [ratio] if ratio is not None else []
+            cells += [f"failed ({run.error[:60]})" if run and run.error else fmt(run and run.steps_per_s),
+                      fmt(ratio)]
+        ddp = group.get("ddptop")
+        print(f"| {plain.pair} | {' | '.join(cells)} | {fmt(ddp.ddptop_steps_per_s if ddp else None)} |")
+    stats: dict = {}
+    for m in heads:
+        r = ratios[m]
+        one = {"ratios": r, "median_ratio": statistics.median(r) if r else None, "min_ratio": min(r) if r else None}
+        print(f"ratio {m}/plain over {len(r)} of {len(runs) // n} pairs: "
+              f"median {fmt(one['median_ratio'])}, min {fmt(one['min_ratio'])}")
+        if m == "ddptop":
+            stats.update(one)
+        else:
+            stats.setdefault("variants", {})[m] = one
     return stats
 
 
@@ -219,6 +241,12 @@ def usage_error(message: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.runs_dir = args.runs_dir.resolve()
+    args.variants = {}
+    for spec in args.variant:
+        name, _, envs = spec.partition(":")
+        if not name or name in ("plain", "ddptop") or not envs:
+            return usage_error(f"--variant {spec!r}: expected NAME:KEY=VALUE[,KEY=VALUE]")
+        args.variants[name] = envs.split(",")
     if min(args.pairs, args.steps, args.nproc) < 1 or args.warmup < 0:
         return usage_error("--pairs, --steps and --nproc must be at least 1, --warmup 0 or more")
     if args.workload == "seed":
@@ -243,14 +271,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"overhead_pairs: {args.workload}, {args.nproc} ranks, {args.pairs} pairs of "
           f"{args.steps} steps after {args.warmup} warmup; files in {work}", flush=True)
     runs = []
+    modes = ["plain", "ddptop", *args.variants]
     for pair in range(1, args.pairs + 1):
-        for mode in ("plain", "ddptop"):
+        for mode in modes:
             run = measure(args, work, pair, mode)
             runs.append(run)
             own = f", ddptop's own {fmt(run.ddptop_steps_per_s)}, {run.run_dir}" if run.run_dir else ""
             result = f"FAILED: {run.error}" if run.error else f"{fmt(run.steps_per_s)} steps/s{own}"
             print(f"pair {pair} {mode:<6} {result} ({run.wall_s:.1f} s)", flush=True)
-    stats = report(runs)
+    stats = report(runs, modes)
     if args.json_out:
         settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
         doc = {"settings": settings, "runs": [asdict(r) for r in runs], **stats}

@@ -141,6 +141,7 @@ class Probe:
     def record(self, step: int, **values: float) -> None:
         """Queue one step's record (fields from protocol.STEP_FIELDS)."""
         if self._sock is not None:
+            values = _plain(values)  # a tensor the script handed over is read here, never on the wire
             values["step"] = step
             values["t"] = time.time()
             self._pending.append(values)
@@ -248,6 +249,8 @@ class Probe:
                 sock.sendall(protocol.encode(msg))
             except OSError:
                 self._pending.clear()
+            except (TypeError, ValueError) as exc:  # unencodable: dropped, never raised into training
+                print(f"ddptop probe: a message could not be encoded, dropped: {exc}", file=sys.stderr)
 
 
 class AttachedProbe:
