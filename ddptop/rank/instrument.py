@@ -8,7 +8,10 @@ Attached once torch is imported (ddptop.rank.attach); from then on:
 - backward: a hook on the forward's output marks its start; autograd callbacks mark the
   end of its compute and, chained after DDP's own, its return (all-reduces done);
 - communication: CommTimer on each DDP module (ddptop.rank.comm);
-- the run's stop and capture commands act at step boundaries, inside the optimizer hook.
+- a user script's run settings: the DDP knobs the run applies (ddp_apply) go into the
+  script's own DDP() call and comm hook registration (ScriptSettings), conflicts are notes;
+- the run's stop and capture commands act at step boundaries, inside the optimizer hook (and
+  a user script's step limit, warmup + script_steps).
 Nothing here may raise into the user's code except the agreed stop (SystemExit).
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -57,6 +61,12 @@ class Instrument:
         self.batch_known = False
         self.crashed = False
         self.exit_status: Any = None  # what the script passed to sys.exit()
+        self.script = ScriptSettings.of(settings)  # None: ddptop's trainer applies its own settings
+        self.step_limit = self.script.last_step if self.script is not None else None
+        self._limit_reached = False
+        self._applied_hooks: dict[int, str] = {}  # id(ddp) -> the comm hook ddptop set on it
+        self._untimed: set[int] = set()  # timers that only carry a hook ddptop set (comm_timing off)
+        self._autocast_checked = False
 
     # --- installation -------------------------------------------------------------------
     def install(self) -> None:
@@ -121,6 +131,9 @@ class Instrument:
 
         @functools.wraps(init)
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            change = inst._guard(inst._script_kwargs)(init, self, args, kwargs) if inst.script else None
+            if change is not None:
+                args, kwargs = change
             init(self, *args, **kwargs)
             inst._guard(inst._on_ddp)(self)
 
@@ -129,6 +142,7 @@ class Instrument:
             timer = inst.timers.get(id(self))
             if timer is None:  # comm timing off, or not our DDP
                 return register(self, state, hook)
+            inst._guard(inst._script_hook_wins)(self, hook)
             first = timer.user is None and not getattr(self, "_ddptop_hooked", False)
             timer.user = (state, hook)
             inst.send_facts({"comm_hook": timer.hook_name()})
@@ -139,6 +153,7 @@ class Instrument:
 
         @functools.wraps(builtin)
         def register_builtin(self: Any, comm_hook_type: Any) -> Any:
+            inst._guard(inst._script_hook_wins)(self, comm_hook_type)
             inst.timers.pop(id(self), None)
             inst.note("DDP's built-in C++ comm hook is registered: per-bucket communication is not timed")
             return builtin(self, comm_hook_type)
@@ -214,17 +229,25 @@ class Instrument:
         cap = getattr(ddp, "bucket_bytes_cap", None)
         if isinstance(cap, int):
             facts["bucket_cap_mb"] = round(cap / 2**20, 3)
-        if self.comm_timing:
+        hook = self._script_hook(ddp) if self.script is not None else None
+        if self.comm_timing or hook is not None:
             cuda = self.clock is not None and isinstance(self.clock, CudaClock)
-            timer = CommTimer(dist, self.tracker.clock.stamp, self.tracker.add_comm, average_in_nccl=cuda)
-            timer.timed = self._timed(self.tracker.step)
+            timer = CommTimer(dist, self.tracker.clock.stamp, self.tracker.add_comm, average_in_nccl=cuda,
+                              group=ddp.process_group)
+            timer.timed = self._timed(self.tracker.step) and self.comm_timing
             self.timers[id(ddp)] = timer
+            if hook is not None:  # the run's hook, through the timer as if the script had registered it
+                timer.user = hook
+                if not self.comm_timing:
+                    self._untimed.add(id(ddp))
             # registered at the first forward, so that a hook the script registers after
             # DDP() is wrapped instead of refused (DDP takes one registration)
             facts["comm_timing"] = "per-bucket hook" + ("" if not cuda else f", completions every {self.timing_every} steps")
-        else:
+        if not self.comm_timing:
             facts["comm_timing"] = "off"
         self.send_facts(facts)
+        if self.script is not None:
+            self._send_script_facts(ddp)
 
     def _register_timer(self, ddp: Any) -> None:
         timer = self.timers.get(id(ddp))
@@ -264,6 +287,9 @@ class Instrument:
         if self.timers:
             self._register_timer(module)
         samples = 0.0
+        if self.script is not None and not self._autocast_checked and self.ddps and module is self.ddps[-1]:
+            self._autocast_checked = True
+            self._check_autocast(module)
         if self.torch.is_grad_enabled():
             batch = _batch_size(self.torch, args, kwargs)
             if batch:
@@ -334,10 +360,15 @@ class Instrument:
         except Exception as exc:  # noqa: BLE001
             self.note(f"ddptop instrument error after step {step}: {type(exc).__name__}: {exc}")
         stop_at = self.probe.stop_at
+        limit = self.step_limit
+        if limit is not None and step >= limit and (stop_at is None or limit <= stop_at) and not self._stopping:
+            self._limit_reached = True
+            stop_at = limit
         if stop_at is not None and step >= stop_at and not self.api_used and not self._stopping:
             self._stopping = True
-            print(f"ddptop: rank {self.rank} stops after step {step}, as every rank agreed", file=sys.stderr,
-                  flush=True)
+            why = (f"the run's {self.script.steps} steps after warmup are done" if self._limit_reached and self.script
+                   else "as every rank agreed")
+            print(f"ddptop: rank {self.rank} stops after step {step}, {why}", file=sys.stderr, flush=True)
             raise SystemExit(0)
 
     def _after_close(self, step: int) -> None:
@@ -362,8 +393,8 @@ class Instrument:
                 # writing its trace), are not typical steps
                 tracker.extra["profiled"] = 1
         timed = self._timed(step + 1)
-        for timer in self.timers.values():
-            timer.timed = timed
+        for key, timer in self.timers.items():
+            timer.timed = timed and key not in self._untimed
 
     def _timed(self, step: int) -> bool:
         cuda = isinstance(self.clock, CudaClock)
@@ -426,7 +457,107 @@ class Instrument:
 
     def should_stop(self) -> bool:
         stop_at = self.probe.stop_at
+        if self.step_limit is not None and (stop_at is None or self.step_limit < stop_at):
+            stop_at = self.step_limit
         return stop_at is not None and self.tracker.step - 1 >= stop_at
+
+    # --- a user script's run settings ----------------------------------------------------
+    def _script_kwargs(self, init: Any, ddp: Any, args: tuple[Any, ...],
+                       kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The script's DDP() arguments with the run's knobs put in; what it asked for and
+        what changed are kept for the facts sent once DDP exists."""
+        script = self.script
+        assert script is not None
+        sig = _signature(init)
+        try:
+            bound = sig.bind(ddp, *args, **kwargs)
+        except TypeError:
+            return None  # DDP itself says what is wrong with the call
+        asked = {}
+        for name in DDP_ARGS:
+            param = sig.parameters.get(name)
+            value = bound.arguments.get(name, param.default if param is not None else None)
+            asked[name] = 25.0 if name == "bucket_cap_mb" and value is None else value  # DDP's default
+        changes = {}
+        for name in DDP_ARGS:
+            if name in script.apply and name in sig.parameters and script.values[name] != asked[name]:
+                bound.arguments[name] = script.values[name]
+                changes[name] = f"{_show(asked[name])}->{_show(script.values[name])}"
+        if script.values.get("static_graph") and "static_graph" in changes and asked.get("find_unused_parameters"):
+            self.note("static_graph=True set by ddptop on a DDP built with find_unused_parameters=True: if the "
+                      "parameters used change between iterations DDP stops with an error; then run without static")
+        ddp._ddptop_asked = asked
+        ddp._ddptop_changes = changes
+        return tuple(bound.args[1:]), dict(bound.kwargs)
+
+    def _script_hook(self, ddp: Any) -> tuple[Any, Any] | None:
+        """(state, hook) for the comm hook the run sets on the script's DDP, or None."""
+        script = self.script
+        if script is None or "comm_hook" not in script.apply or script.values.get("comm_hook", "none") == "none":
+            return None
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+        name = script.values["comm_hook"]
+        group = getattr(ddp, "process_group", None)
+        if name == "powersgd":
+            state = powerSGD_hook.PowerSGDState(
+                process_group=group, matrix_approximation_rank=int(script.values.get("powersgd_rank", 1)),
+                start_powerSGD_iter=int(script.values.get("powersgd_start_iter", 2)))
+            hook: Any = (state, powerSGD_hook.powerSGD_hook)
+        elif name in ("bf16", "fp16"):
+            hook = (group, getattr(default_hooks, f"{name}_compress_hook"))
+        else:
+            return None
+        self._applied_hooks[id(ddp)] = name
+        ddp._ddptop_changes = {**getattr(ddp, "_ddptop_changes", {}), "comm_hook": f"none->{name}"}
+        return hook
+
+    def _script_hook_wins(self, ddp: Any, hook: Any) -> None:
+        """The script registers its own comm hook: it is kept, and the one the run asked
+        for is not applied (never a silent no-op, never a lossy hook the script did not ask for)."""
+        script = self.script
+        if script is None or "comm_hook" not in script.apply:
+            return
+        asked = script.values.get("comm_hook", "none")
+        applied = self._applied_hooks.pop(id(ddp), None)
+        own = getattr(hook, "__qualname__", None) or getattr(hook, "name", None) or repr(hook)[:60]
+        self.note(f"the script registers its own comm hook ({own}): ddptop keeps it and does not apply "
+                  f"comm_hook={asked}")
+        if applied is not None:
+            changes = dict(getattr(ddp, "_ddptop_changes", {}))
+            changes.pop("comm_hook", None)
+            ddp._ddptop_changes = changes
+            self._send_script_facts(ddp)
+
+    def _send_script_facts(self, ddp: Any) -> None:
+        asked = getattr(ddp, "_ddptop_asked", None)
+        changes = getattr(ddp, "_ddptop_changes", {})
+        facts: dict[str, Any] = {"ddp_set": ", ".join(f"{k} {v}" for k, v in changes.items()) or "nothing (as is)"}
+        if asked:
+            facts["ddp_asked"] = ", ".join(f"{k}={_show(v)}" for k, v in asked.items() if k in DDP_ARGS[:3])
+        self.send_facts(facts)
+
+    def _check_autocast(self, ddp: Any) -> None:
+        """The script's own autocast at its first forward, against what the run asked for:
+        ddptop does not change a script's compute precision, so a mismatch is said."""
+        torch = self.torch
+        device = "cuda" if isinstance(self.clock, CudaClock) else "cpu"
+        try:
+            enabled = bool(torch.is_autocast_enabled(device))
+            dtype = torch.get_autocast_dtype(device) if enabled else None
+        except (TypeError, AttributeError):  # torch before 2.4
+            enabled = bool(torch.is_autocast_enabled() if device == "cuda" else torch.is_autocast_cpu_enabled())
+            dtype = None
+        names = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+        seen = "none" if not enabled else names.get(dtype, str(dtype).removeprefix("torch.") if dtype else "on")
+        self.send_facts({"autocast": seen})
+        script = self.script
+        if script is None or "autocast" not in script.apply:
+            return
+        asked = script.values.get("autocast", "none")
+        if asked != seen:
+            self.note(f"autocast={asked} asked, but the script's forward runs with autocast {seen}: ddptop does "
+                      "not change a script's compute precision (use torch.autocast in the script)")
 
     # --- facts and notes ----------------------------------------------------------------
     def send_facts(self, facts: dict[str, Any], from_script: bool = False) -> None:
@@ -453,10 +584,20 @@ class Instrument:
         def hook(*exc_info: Any) -> None:
             if not issubclass(exc_info[0], SystemExit):
                 self.crashed = True
+                self._guard(self._blame_settings)(exc_info[1])
                 self.probe.close("crashed")  # at once: its peers fail next
             previous(*exc_info)
 
         sys.excepthook = hook
+
+    def _blame_settings(self, exc: Any) -> None:
+        """A crash that a setting ddptop applied caused says so (static_graph on a graph that
+        changes between iterations is DDP's RuntimeError at the second backward)."""
+        text = str(exc)
+        set_static = any("static_graph" in getattr(d, "_ddptop_changes", {}) for d in self.ddps)
+        if set_static and ("static_graph" in text or "graph has changed" in text):
+            self.note("static_graph=True, set by ddptop, does not fit this script: its graph changes between "
+                      "iterations (run it without static_graph)")
 
     def flush(self) -> None:
         """Every step so far to the hub now (training is over: the process group goes, or
@@ -476,7 +617,8 @@ class Instrument:
             return
         self.flush()
         if reason is None:
-            reason = "crashed" if self.crashed else ("stopped" if self._stopping else "completed")
+            stopped = self._stopping and not self._limit_reached
+            reason = "crashed" if self.crashed else ("stopped" if stopped else "completed")
         self.probe.close(reason, _ddp_timing(self.ddps[0]) if self.ddps else None)
 
     def _watch_exit_code(self) -> None:
@@ -493,6 +635,41 @@ class Instrument:
         status = self.exit_status
         failed = status not in (None, 0) and not self._stopping and not self.crashed
         self.finish("failed" if failed else None)
+
+
+DDP_ARGS = ("static_graph", "gradient_as_bucket_view", "bucket_cap_mb", "find_unused_parameters")
+
+
+class ScriptSettings:
+    """What the run's config.json says for a user's own script: the DDP knobs to apply
+    (ddp_apply) with their values, and its step limit. None for ddptop's trainer, which
+    builds its DDP from the same config itself."""
+
+    def __init__(self, apply: tuple[str, ...], values: dict[str, Any], warmup: int, steps: int) -> None:
+        self.apply, self.values, self.warmup, self.steps = apply, values, warmup, steps
+
+    @classmethod
+    def of(cls, settings: dict[str, Any]) -> ScriptSettings | None:
+        launch = settings.get("_launch")
+        if not isinstance(launch, dict) or not launch.get("user_cmd"):
+            return None
+        apply = tuple(n.strip() for n in str(settings.get("ddp_apply") or "").split(",") if n.strip())
+        values = {k: settings[k] for k in (*apply, "powersgd_rank", "powersgd_start_iter") if k in settings}
+        return cls(apply, values, int(settings.get("warmup") or 0), int(settings.get("script_steps") or 0))
+
+    @property
+    def last_step(self) -> int | None:
+        """The step after which the script is stopped (None: it runs to its own end)."""
+        return self.warmup + self.steps - 1 if self.steps > 0 else None
+
+
+@functools.lru_cache(maxsize=8)
+def _signature(fn: Any) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
+def _show(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 class _Copy:
