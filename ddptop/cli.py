@@ -168,7 +168,8 @@ def visible_gpus() -> int | None:
 
 
 def check_runnable(config: RunConfig, args: argparse.Namespace) -> None:
-    from ddptop.capture import find_nsys, parse_capture_spec
+    from ddptop.capture import parse_capture_spec
+    from ddptop.nsys import find_nsys
     from ddptop.recorder import check_writable
 
     if args.json and not args.headless and sys.stdout.isatty():
@@ -179,7 +180,8 @@ def check_runnable(config: RunConfig, args: argparse.Namespace) -> None:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     if args.profiler == "nsys" and not find_nsys(args.nsys_path):
-        raise UsageError("--profiler nsys: no nsys found on PATH (or at --nsys-path)")
+        raise UsageError("--profiler nsys: no nsys on PATH, in /opt/nvidia/nsight-systems*, CUDA or "
+                         "Nsight Compute's host/target-linux-x64 (or not executable at --nsys-path)")
     problem = check_writable(args.runs_dir)
     if problem:
         raise UsageError(problem)
@@ -272,7 +274,8 @@ def run_headless_main(config: RunConfig, args: argparse.Namespace, user_cmd: lis
 
 
 def capture_options(args: argparse.Namespace, config: RunConfig) -> CaptureOptions:
-    from ddptop.capture import find_nsys, parse_capture_spec
+    from ddptop.capture import parse_capture_spec
+    from ddptop.nsys import find_nsys
 
     nsys = find_nsys(args.nsys_path) if args.profiler in ("auto", "nsys") and config.backend != "gloo" else None
     profiler = "nsys" if args.profiler == "nsys" or (args.profiler == "auto" and nsys and has_gpus()) else "torch"

@@ -20,6 +20,7 @@ import psutil
 
 from ddptop import protocol
 from ddptop.config import RunConfig
+from ddptop.nsys import profile_command
 from ddptop.options import NodeOptions
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # holds ddptop/ and trainer/
@@ -61,10 +62,9 @@ def build_plan(
     rank_cmd = user_cmd or [python, "-m", "trainer"]
     if nsys:
         # every rank inside nsys; recording only between cudaProfilerStart/Stop (our
-        # capture windows), one report per window per rank
+        # capture windows), one report per window per rank (asks `nsys profile --help` once)
         out = run_dir / "captures" / "nsys_rank%q{RANK}"
-        rank_cmd = [nsys, "profile", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat",
-                    "--trace=cuda,nvtx,osrt", "--force-overwrite=true", "-o", str(out), *rank_cmd]
+        rank_cmd = [*profile_command(nsys, out, os.environ if base_env is None else base_env), *rank_cmd]
     if user_cmd or nsys:
         argv += ["--no-python", *rank_cmd]
     else:

@@ -7,6 +7,7 @@ assumes a terminal.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import re
@@ -25,8 +26,6 @@ from ddptop.advisor import advise_run
 from ddptop.capture import (
     Capture,
     compare_with_timer,
-    nsys_files_by_rank,
-    nsys_outputs,
     nsys_window_at,
     summarize_capture,
 )
@@ -38,7 +37,7 @@ from ddptop.launcher import Launcher, build_plan
 from ddptop.logtail import LogTail, rank_log_files
 from ddptop.multinode import hub_bind_host, join_instructions
 from ddptop.nccl import NcclParser
-from ddptop.nsys import nsys_report
+from ddptop.nsys import attach_nsys, nsys_report
 from ddptop.options import CaptureOptions, NodeOptions
 from ddptop.recorder import Recorder, disk_error, new_run_dir, write_json
 from ddptop.stacks import collect_stacks
@@ -409,14 +408,16 @@ class Session:
 
     async def _nsys_stats(self) -> None:
         if self.capture.nsys:
+            # nsys writes at range end/exit, after the ranks reported their windows written:
+            # import raw streams, `nsys stats` each report, and put both into the captures
             self.state.nsys = await nsys_report(self.capture.nsys, self.run_dir / "captures")
-            # nsys writes at range end/exit, after the ranks reported their windows written
-            by_rank = nsys_files_by_rank(nsys_outputs(self.run_dir / "captures"))
+            attach_nsys(self.state.captures.values(), self.state.nsys)
             for cap in self.state.captures.values():
-                if cap.profiler == "nsys" and not cap.files:
-                    cap.files = by_rank
-            self.state.add_log(-1, f"[ddptop] nsys: {len(self.state.nsys['files'])} file(s); "
-                                   f"{self.state.nsys.get('note', 'stats written')}")
+                if cap.profiler == "nsys":
+                    with contextlib.suppress(OSError):
+                        write_json(Path(cap.out_dir) / "summary.json", cap.to_dict())
+            self.state.add_log(-1, f"[ddptop] nsys: {len(self.state.nsys['reports'])} report(s); "
+                                   f"{self.state.nsys.get('note', 'stats in the capture summaries')}")
 
     def update_advice(self) -> None:
         env = {**os.environ, **self.config.nccl_env}

@@ -10,9 +10,9 @@ NO_TORCH = ["ddptop.cli", "ddptop.session", "ddptop.headless", "ddptop.probe", "
             "ddptop.state", "ddptop.config", "ddptop.protocol", "ddptop.launcher", "ddptop.report",
             "ddptop.sweep", "ddptop.advisor", "ddptop.capture", "ddptop.nccl", "ddptop.gpu",
             "ddptop.live", "ddptop.supervisor", "ddptop.viewer", "ddptop.viewer_protocol", "ddptop.attach",
-            "ddptop.workbench"]
+            "ddptop.workbench", "ddptop.nsys"]
 PURE = ["ddptop.config", "ddptop.protocol", "ddptop.state", "ddptop.failures", "ddptop.advisor", "ddptop.nccl",
-        "ddptop.viewer_protocol", "ddptop.state_codec"]
+        "ddptop.viewer_protocol", "ddptop.state_codec", "ddptop.nsys_stats"]
 
 
 def loaded_after_import(module: str) -> set[str]:

@@ -59,31 +59,6 @@ def test_headless_capture_window_on_cpu(tmp_path):
     assert profiled == {(rank, s) for rank in (0, 1) for s in (10, 11, 12, 13)}  # window + the step after
 
 
-def test_nsys_report_lists_outputs_and_runs_stats(tmp_path):
-    import asyncio
-    import stat
-
-    from ddptop.nsys import nsys_report
-
-    fake = tmp_path / "nsys"
-    fake.write_text("#!/bin/sh\necho \"Time (%),Name\"; echo \"61.0,ncclDevKernel_AllReduce\"\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    caps = tmp_path / "captures"
-    caps.mkdir()
-    (caps / "nsys_rank0.nsys-rep").write_bytes(b"x" * 10)
-    (caps / "nsys_rank1.qdstrm").write_bytes(b"y" * 5)
-    info = asyncio.run(nsys_report(str(fake), caps))
-    assert len(info["files"]) == 2 and "note" not in info
-    stats = open(info["stats"]["nsys_rank0.nsys-rep"]).read()
-    assert "ncclDevKernel_AllReduce" in stats
-
-    only_raw = tmp_path / "raw"
-    only_raw.mkdir()
-    (only_raw / "nsys_rank0.qdstrm").write_bytes(b"y")
-    info = asyncio.run(nsys_report(str(fake), only_raw))
-    assert "no .nsys-rep" in info["note"] and "qdstrm" in info["note"]
-
-
 def test_timer_is_compared_with_the_trace_on_the_same_steps():
     from ddptop.capture import compare_with_timer
 

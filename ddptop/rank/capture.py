@@ -6,7 +6,9 @@ the window is cudaProfilerStart/Stop. ddptop summarises the files afterwards."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ class CaptureRunner:
         self.active: Window | None = None
         self._prof: Any = None
         self._step_range: contextlib.AbstractContextManager[Any] | None = None
+        self._nsys_start_s = 0.0
 
     def poll(self, next_step: int) -> None:
         """Take capture commands that arrived; a window already passed is reported missed."""
@@ -60,6 +63,12 @@ class CaptureRunner:
         if self.active is not None and self._prof is not None:
             self._step_range = self.torch.profiler.record_function(f"ddptop_step_{step}")
             self._step_range.__enter__()
+        elif self.active is not None and self.active.profiler == "nsys":
+            # the same step ranges as NVTX, so `nsys stats` (nvtx_sum) has the window's steps
+            with contextlib.suppress(Exception):
+                rng = self.torch.cuda.nvtx.range(f"ddptop_step_{step}")
+                rng.__enter__()
+                self._step_range = rng
 
     def end_step(self, step: int) -> bool:
         """True when a window closed after this step (its trace was written meanwhile)."""
@@ -78,7 +87,9 @@ class CaptureRunner:
             w.out_dir.mkdir(parents=True, exist_ok=True)
             if w.profiler == "nsys":
                 torch.cuda.synchronize()
+                began = time.perf_counter()  # after the sync: what follows is nsys's own time
                 torch.cuda.profiler.start()
+                self._nsys_start_s = time.perf_counter() - began
             else:
                 acts = [torch.profiler.ProfilerActivity.CPU]
                 if self.cuda:
@@ -97,8 +108,13 @@ class CaptureRunner:
         try:
             if w.profiler == "nsys":
                 torch.cuda.synchronize()
-                torch.cuda.profiler.stop()
-                files = []  # nsys writes its own report when the process exits
+                began = time.perf_counter()
+                torch.cuda.profiler.stop()  # with --capture-range-end=repeat nsys writes the window here
+                times = {"start_s": round(self._nsys_start_s, 4), "stop_s": round(time.perf_counter() - began, 4),
+                         "steps": [w.start, w.last]}
+                path = w.out_dir / f"rank{self.rank}.nsys-window"  # read by ddptop.nsys.window_times
+                path.write_text(json.dumps(times))
+                files = [str(path)]  # nsys writes its report itself, found after the run
             else:
                 prof, self._prof = self._prof, None
                 prof.stop()
