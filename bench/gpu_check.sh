@@ -80,6 +80,51 @@ nsysrun() {  # nsys mode with the binary the image has (not on PATH)
   ls -la "$RUNS"/nsys/*/captures/ | head -20; tail -15 "$RUNS"/nsys/*/logs/*/attempt_0/0/stderr.log 2>/dev/null | tail -15
 }
 
+nsyscheck() {  # issue 18: what one 3-step nsys window costs (seconds cudaProfilerStart/Stop held the rank) per flag set,
+  # ViT-L on 1 GPU, then the importer (carried libdw: .carry/nsyslibs) and nsys stats; ~6 min. NSYS_SETS='a|b' picks flag sets.
+  export DDPTOP_NSYS_LIBS=${DDPTOP_NSYS_LIBS:-$PWD/.carry/nsyslibs}
+  local ns=${NSYS:-$(ls -d /opt/nvidia/nsight-systems/*/bin/nsys /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | sort -V | tail -1)}
+  echo "== nsys $ns ($("$ns" --version 2>&1 | head -1)); libs in $DDPTOP_NSYS_LIBS: $(ls "$DDPTOP_NSYS_LIBS" 2>/dev/null | tr '\n' ' ')"
+  ls "$(dirname "$ns")"/../linux-desktop-glibc_*-x64/QdstrmImporter "$(dirname "$ns")"/../host-linux-x64/QdstrmImporter 2>/dev/null
+  "$ns" profile --help 2>&1 | grep -oE -- "--(cuda-trace-scope|capture-range-end|sample|cpuctxsw|cuda-event-trace|cuda-flush-interval)[=a-z<>|-]*" | sort -u | tr '\n' ' '; echo
+  "$ns" stats --help-reports 2>&1 | grep -E "^ *[a-z_]+(\[|  *--)" | awk '{print $1}' | tr '\n' ' '; echo
+  local sets=${NSYS_SETS:-"--trace=cuda,nvtx --sample=none --cpuctxsw=none --capture-range-end=repeat|--trace=cuda,nvtx --sample=none --cpuctxsw=none --capture-range-end=stop|--trace=cuda,nvtx,osrt --capture-range-end=repeat"}
+  local i=0 flags t0 rc
+  IFS='|' read -ra flagsets <<< "$sets"
+  for flags in "${flagsets[@]}"; do
+    i=$((i+1)); t0=$(date +%s)
+    DDPTOP_NSYS_FLAGS="$flags" timeout ${NSYSCHECK_TIMEOUT:-160} $PY -m ddptop --nproc 1 --headless --json --interval 30 \
+      --preset baseline --steps 25 --warmup 5 --capture 20:3 --profiler nsys --nsys-path "$ns" --runs-dir "$RUNS/nsyscheck$i" \
+      > /tmp/nsyscheck$i.out 2>&1; rc=$?
+    echo "== flag set $i: $flags -> rc=$rc, whole run $(( $(date +%s) - t0 )) s"
+    grep -E "^(run |capture|stalls|note)" /tmp/nsyscheck$i.out | head -6
+    $PY -c "import glob, json; [print('argv:', ' '.join(json.load(open(p))['_launch']['argv'])[-500:]) for p in glob.glob('$RUNS/nsyscheck$i/*/config.json')]" 2>&1 | head -2
+    ls -la "$RUNS"/nsyscheck$i/*/captures/ "$RUNS"/nsyscheck$i/*/captures/1/ 2>/dev/null | grep -v "^total"
+    echo "window times (the rank's own): $(cat "$RUNS"/nsyscheck$i/*/captures/1/*.nsys-window 2>/dev/null)"
+    tail -1 /tmp/nsyscheck$i.out | $PY -c "
+import json, sys
+try:
+    d = json.loads(sys.stdin.read())
+except ValueError:
+    print('no summary line'); raise SystemExit
+n = d.get('nsys') or {}
+print('steps/s', d.get('steps_per_s'), '| importer', n.get('importer'), '| note', n.get('note'))
+for e in n.get('errors') or []: print('error:', e)
+for cap in d.get('captures') or []:
+    s = cap.get('summary') or {}
+    print('capture', cap['id'], cap['steps'], cap['status'], cap.get('error') or '', 'held max', s.get('nsys_held_s_max'), 's')
+    for r, v in (s.get('ranks') or {}).items():
+        print(' rank', r, 'times', v.get('times'), '|', v.get('note'))
+        k = v.get('cuda_gpu_kern_sum') or {}
+        for t in (k.get('comm_kernels') or [])[:2]: print('   comm kernel', t['name'][:90], t.get('count'), t.get('ms'), 'ms')
+        print('   nvtx steps', (v.get('nvtx_sum') or {}).get('step_ms'), 'csv', v.get('csv'))
+" 2>&1 | head -30
+    tail -4 "$RUNS"/nsyscheck$i/*/captures/*.stats.txt 2>/dev/null | cut -c1-300
+    [ $rc = 0 ] || tail -15 /tmp/nsyscheck$i.out
+    rm -f "$RUNS"/nsyscheck$i/*/captures/*.sqlite
+  done
+}
+
 overhead() {  # ddptop's trainer under ddptop vs the plain reference recipe, same config, back to back
   S=${SEED:-.ref/seed_repro.py}
   for i in $(seq ${OVH_ROUNDS:-2}); do

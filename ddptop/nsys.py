@@ -41,7 +41,7 @@ NSYS_GLOBS = (
     "opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
 )
 IMPORTER_DIRS = ("host-linux-x64", "linux-desktop-glibc_*-x64", "Host-x86_64", "host-linux-*")
-OUTPUT = re.compile(r"^nsys_rank(?P<rank>\d+)(?:\.(?P<n>\d+))?\.(?P<ext>nsys-rep|qdstrm)$")
+OUTPUT = re.compile(r"^nsys_rank(?P<rank>\d+)(?:[._](?P<n>\d+))?\.(?P<ext>nsys-rep|qdstrm)$")
 
 
 # ---------------------------------------------------------------------------- finding things
@@ -142,11 +142,18 @@ async def _run(argv: list[str], timeout: float, env: Mapping[str, str] | None = 
     try:
         await asyncio.wait_for(asyncio.gather(read(), proc.wait()), timeout)
     except asyncio.TimeoutError:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        _kill(proc.pid)
         await proc.wait()
         return None, tail.decode(errors="replace") + f"\ntimed out after {timeout:.0f} s"
+    except BaseException:  # ddptop stopping (cancelled): the tool is in its own session, end it too
+        _kill(proc.pid)
+        raise
     return proc.returncode, tail.decode(errors="replace")
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def nsys_outputs(captures_dir: Path) -> list[tuple[int, int, Path]]:
