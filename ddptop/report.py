@@ -147,7 +147,10 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
                      f"{f' (ddptop timer / trace = {agree:.2f})' if agree is not None else ''}"
                      f"{' ' + cap['error'] if cap.get('error') else ''} -> {cap['dir']}")
     if summary.get("failed_rank") is not None:
-        lines.append(f"failed rank: {summary['failed_rank']}")
+        tail = summary.get("failure_log") or []
+        lines.append(f"failed rank: {summary['failed_rank']}"
+                     + (f"; the end of its stderr (logs/.../{summary['failed_rank']}/stderr.log):" if tail else ""))
+        lines += [f"  | {line}" for line in tail]
     if summary.get("dropped_frames"):
         lines.append(f"dropped telemetry frames: {summary['dropped_frames']}")
     lines.append(f"records: {run_dir}")

@@ -10,13 +10,11 @@ import asyncio
 import contextlib
 import math
 import os
-import re
 import secrets
 import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterable
 from pathlib import Path
 
 import psutil
@@ -30,7 +28,7 @@ from ddptop.capture import (
     summarize_capture,
 )
 from ddptop.config import RunConfig
-from ddptop.failures import blame
+from ddptop.failures import ErrorFile, blame, last_exception, last_words, parse_error_file
 from ddptop.hardware import HardwareSampler
 from ddptop.hub import Hub
 from ddptop.launcher import Launcher, build_plan
@@ -60,17 +58,9 @@ def _pid_of(nccl_log_name: str) -> int:
     return int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else -1
 
 
-_EXCEPTION = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b.*)$")
-
-
-def last_exception(lines: Iterable[str]) -> str:
-    """The last `SomeError: message` line a rank printed (its uncaught exception), or ""."""
-    found = ""
-    for line in lines:
-        m = _EXCEPTION.match(line.strip())
-        if m:
-            found = m.group(1)
-    return found[:300]
+__all__ = ["Session", "last_exception", "new_run_id"]
+FAILURE_LOG_LINES = 8  # of the failed rank's stderr, in the summary and the final report
+ERROR_FILE_MAX = 1 << 16  # bytes of an error.json read (a traceback, not a data dump)
 
 
 class Session:
@@ -355,6 +345,54 @@ class Session:
         return {rs.hello.local_rank: r for r, rs in self.state.ranks.items()
                 if rs.hello is not None and rs.hello.node == here}
 
+    def _rank_dirs(self) -> dict[int, Path]:
+        """rank -> torchrun's directory for it (<logs>/<id>/attempt_<n>/<local_rank>/, the last
+        attempt): its stdout.log, stderr.log and, when it raised under @record, error.json."""
+        to_rank = self._local_to_rank()
+        out: dict[int, Path] = {}
+        attempts = sorted((self.run_dir / "logs").glob("*/attempt_*"),
+                          key=lambda d: int(d.name.removeprefix("attempt_") or 0)
+                          if d.name.removeprefix("attempt_").isdigit() else -1)
+        for attempt in attempts:
+            for d in attempt.iterdir() if attempt.is_dir() else ():
+                if d.name.isdigit():
+                    rank = to_rank.get(int(d.name)) if self.node.multi else int(d.name)
+                    if rank is not None:
+                        out[rank] = d
+        return out
+
+    def _error_files(self) -> dict[int, ErrorFile]:
+        """What each rank's error.json says (written by torchrun's @record in the rank)."""
+        out = {}
+        for rank, d in self._rank_dirs().items():
+            try:
+                with open(d / "error.json", "rb") as f:
+                    text = f.read(ERROR_FILE_MAX).decode("utf-8", "replace")
+            except OSError:
+                continue
+            parsed = parse_error_file(text)
+            if parsed is not None:
+                out[rank] = parsed
+        return out
+
+    def _stderr_tail(self, rank: int, lines: int = FAILURE_LOG_LINES) -> list[str]:
+        """The last lines `rank` wrote to stderr (the end of a traceback, the interpreter's or
+        the shell's complaint), from its log file: the in-memory log mixes in stdout."""
+        d = self._rank_dirs().get(rank)
+        if d is None:
+            return []
+        try:
+            with open(d / "stderr.log", "rb") as f:
+                start = max(0, f.seek(0, os.SEEK_END) - 16384)
+                f.seek(start)
+                data = f.read()
+        except OSError:
+            return []
+        text = data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+        cut = text.splitlines()[1 if start else 0:]  # the first line read may be a piece of one
+        kept = [line.rstrip()[:500] for line in cut if line.strip()]
+        return kept[-lines:]
+
     def _rank_process_status(self) -> dict[int, str]:
         out = {}
         for rank, pid in self._rank_pids().items():
@@ -448,21 +486,34 @@ class Session:
         except OSError:
             pass
         lost = sorted((rs.lost_at, rs.rank) for rs in ranks if rs.lost_at is not None)
-        cause = blame(log, lost[0][1] if lost else None)
+        cause = blame(log, lost[0][1] if lost else None, self._error_files())
         failed = cause.rank if cause else None
+        own = last_exception(log.splitlines()[-200:]) if cause is None and rc > 0 else ""
+        if own and "ChildFailedError" not in own:  # that one is the report of a rank's failure
+            # torchrun itself failed (a command that does not exist, a bad rendezvous): no rank ran
+            self.state.finish("failed", now, error=f"torchrun exited with code {rc}: {own}")
+            return
         if failed is None:
             running = [rs for rs in ranks if rs.status in ("lost", "crashed", "starting", "running")]
             failed = running[0].rank if running else None
+        tail = self._stderr_tail(failed) if failed is not None else []
+        if failed is not None and tail:
+            self.state.failure_log = tail
         if cause and cause.message:
             error = cause.message
         elif cause and cause.exitcode is not None:
             # a script without torchrun's @record leaves no error file: its own last words
-            last = last_exception(self.state.logs.get(failed, ())) if failed is not None else ""
+            # (its exception, or what the interpreter or the shell said on its stderr)
+            last = (last_exception(self.state.logs.get(failed, ())) or last_words(tail)) if failed is not None else ""
             error = f"{last} (exit code {cause.exitcode})" if last else f"exit code {cause.exitcode}"
         elif rc == 0:
             error = "torchrun exited 0 but not every rank reported completion"
         else:
             error = f"torchrun exited with code {rc}"
+        rs = self.state.ranks.get(failed) if failed is not None else None
+        if rs is not None and rs.hello is None and rs.lost_at is None:
+            # it never reached `import torch` with ddptop's layer, or died before its hello
+            error = f"rank {failed} failed before connecting to ddptop: {error}"
         killed = cause is None or cause.exitcode is None or cause.exitcode < 0
         if all(rs.status == "done" for rs in ranks) and killed:
             # Every rank said goodbye after its last step: the training completed, and a

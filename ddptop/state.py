@@ -220,6 +220,7 @@ class RunState:
     ended_at: float | None = None
     failed_rank: int | None = None
     error: str = ""
+    failure_log: list[str] = field(default_factory=list)  # the failed rank's last lines on stderr
     ranks: dict[int, RankState] = field(default_factory=dict)
     dropped: collections.Counter[str] = field(default_factory=collections.Counter)
     refused: int = 0
@@ -489,6 +490,7 @@ class RunState:
             "status": self.status,
             "error": self.error,
             "failed_rank": self.failed_rank,
+            "failure_log": list(self.failure_log),
             "elapsed_s": _round(self.elapsed(self.ended_at or self.started_at)),
             "warmup": self.warmup,
             "steps_per_s": _round(self.steps_per_s()),

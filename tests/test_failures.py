@@ -1,3 +1,9 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
 from ddptop.failures import parse_root_cause
 
 REPORT = """
@@ -112,3 +118,115 @@ def test_a_rank_that_failed_before_connecting_is_blamed_not_the_one_torchrun_ter
     # ddptop lost rank 0 first (torchrun's SIGTERM); rank 1 never connected and exited 1
     cause = blame(TERMED_AND_ERRED, first_lost=0)
     assert cause is not None and cause.rank == 1 and cause.exitcode == 1
+
+
+def error_json(message: str, stamp: int) -> str:
+    """What torch's @record writes to TORCHELASTIC_ERROR_FILE (ErrorHandler.record_exception)."""
+    import json
+
+    return json.dumps({"message": {"message": message, "extraInfo": {
+        "py_callstack": "Traceback (most recent call last):\n  ...\n" + message, "timestamp": str(stamp)}}})
+
+
+def test_error_files_are_read_in_both_of_torchs_forms():
+    from ddptop.failures import parse_error_file
+
+    got = parse_error_file(error_json("ValueError: bad batch at step 5", 1700000001))
+    assert got.message == "ValueError: bad batch at step 5" and got.timestamp == 1700000001
+    # gloo's message goes on over lines ("At:", a C++ stack): the exception's line is the first
+    gloo = parse_error_file(error_json("RuntimeError: Connection closed by peer\n\nAt:\n  comm.py(12)", 5))
+    assert gloo.message == "RuntimeError: Connection closed by peer"
+    flat = parse_error_file('{"message": "c10::Error: CUDA error", "timestamp": 17}')
+    assert flat.message == "c10::Error: CUDA error" and flat.timestamp == 17
+    for bad in ("", "not json", "[]", '{"x": 1}', '{"message": 3}', '{"message": {"message": ["x"]}}'):
+        assert parse_error_file(bad) is None, bad
+    assert parse_error_file('{"message": {"message": "E: x", "extraInfo": {"timestamp": "nan"}}}').timestamp is None
+
+
+def test_the_first_rank_to_fail_in_time_by_its_error_file_is_blamed():
+    from ddptop.failures import ErrorFile, blame
+
+    # rank 0 raised first; rank 1 raised later of the broken connection (both under @record)
+    errors = {1: ErrorFile("RuntimeError: Connection closed by peer", 1700000009),
+              0: ErrorFile("ValueError: bad batch", 1700000008)}
+    cause = blame("", first_lost=None, errors=errors)
+    assert cause.rank == 0 and cause.message == "ValueError: bad batch"
+    # torchrun was killed before it could report: the error files still say who raised
+    assert blame("no report", first_lost=None, errors={1: ErrorFile("KeyError: 'lr'", None)}).rank == 1
+    # a rank killed by a signal comes first: its peers' errors are what its death did to them
+    assert blame(BOTH, first_lost=None, errors={0: ErrorFile("RuntimeError: Connection closed", 1)}).rank == 1
+    # the error file's message replaces the report's last traceback line
+    cause = blame(REPORT, first_lost=1, errors={1: ErrorFile("RuntimeError: ddptop: injected failure", 3)})
+    assert cause.rank == 1 and cause.message == "RuntimeError: ddptop: injected failure"
+    # ddptop lost rank 0 to torchrun's SIGTERM; of the ranks that erred, the earlier error file
+    cause = blame(TERMED_AND_ERRED, first_lost=0, errors={1: ErrorFile("OSError: no data", 10)})
+    assert (cause.rank, cause.exitcode, cause.message) == (1, 1, "OSError: no data")
+
+
+def test_last_words_are_the_exception_else_the_last_line_that_is_not_ddptops():
+    from ddptop.failures import last_words
+
+    assert last_words(["Traceback (most recent call last):", '  File "x.py", line 1',
+                       "ModuleNotFoundError: No module named 'torch'"]) == "ModuleNotFoundError: No module named 'torch'"
+    assert last_words(["python: can't open file '/x/train.py': [Errno 2] No such file or directory",
+                       "ddptop: not measuring this process: ..."]).startswith("python: can't open file")
+    assert last_words(["[rank1]: RuntimeError: boom", "  "]) == "RuntimeError: boom"
+    assert last_words([]) == ""
+
+
+def test_the_final_report_carries_the_failed_ranks_last_stderr_lines():
+    from ddptop.report import final_report
+    from ddptop.state import RunState
+
+    state = RunState(run_id="r", config={"preset": "asis", "script": True}, world_size=2, command=["python", "t.py"])
+    state.failure_log = ["Traceback (most recent call last):", "ModuleNotFoundError: No module named 'torch'"]
+    state.finish("failed", 1.0, error="rank 1 failed before connecting to ddptop: ModuleNotFoundError: "
+                                      "No module named 'torch' (exit code 1)", failed_rank=1)
+    text = final_report(state.summary(), "/runs/r")
+    assert "failed (rank 1 failed before connecting to ddptop: ModuleNotFoundError" in text.splitlines()[0]
+    assert "failed rank: 1; the end of its stderr" in text
+    assert text.splitlines()[-2] == "  | ModuleNotFoundError: No module named 'torch'"
+
+
+def test_a_scripts_status_line_has_no_step_total_of_the_demo():
+    # issue 17: a user-script run showed the demo trainer's step count ("step 2100/200")
+    from ddptop.config import RunConfig
+    from ddptop.report import status_line
+    from ddptop.state import RunState
+
+    for config, total in ((RunConfig(nproc=1, steps=200), "/200"), (RunConfig(nproc=1, steps=200).script_dict(), "")):
+        state = RunState(run_id="r", config=config if isinstance(config, dict) else config.to_dict(), world_size=1)
+        state.status = "running"
+        state.ranks[0].add({"step": 2099, "step_ms": 10.0}, 0, 1.0)
+        line = status_line(state, 2.0)
+        assert f"step 2100{total} " in line, line
+
+
+RAISES_BEFORE_CONNECTING = """
+import os, sys
+if os.environ["RANK"] == "1":
+    print("rank 1: reading its shard", file=sys.stderr)
+    import no_such_module_ddptop_test  # before torch: ddptop's layer never connected
+import torch, torch.distributed as dist, torch.nn as nn
+dist.init_process_group("gloo")  # rank 0 waits here for rank 1 until torchrun ends it
+model = nn.parallel.DistributedDataParallel(nn.Linear(4, 4))
+"""
+
+
+@pytest.mark.e2e
+def test_a_rank_that_raises_before_connecting_is_named_with_its_last_stderr_line(tmp_path):
+    script = tmp_path / "early.py"
+    script.write_text(RAISES_BEFORE_CONNECTING)
+    res = subprocess.run([sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(tmp_path / "runs"),
+                          "--nproc", "2", "--", sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
+    *lines, last = res.stdout.strip().splitlines()
+    summary = json.loads(last)
+    cause = "ModuleNotFoundError: No module named 'no_such_module_ddptop_test'"
+    assert summary["status"] == "failed" and summary["failed_rank"] == 1
+    assert summary["error"] == f"rank 1 failed before connecting to ddptop: {cause} (exit code 1)"
+    assert summary["failure_log"][-1] == cause and "rank 1: reading its shard" in summary["failure_log"]
+    head = next(line for line in lines if line.startswith("run "))
+    assert f"failed (rank 1 failed before connecting to ddptop: {cause}" in head
+    assert "failed rank: 1; the end of its stderr (logs/.../1/stderr.log):" in lines
+    assert f"  | {cause}" in lines
