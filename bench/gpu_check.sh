@@ -224,6 +224,26 @@ ovhsplit() {  # where the instrument's cost goes: host us/step of a launch-bound
   done
 }
 
+tracecheck() {  # issue 18: a torch.profiler window on the ViT-L trainer (1 GPU: oneRankReduce) vs ddptop's comm timer,
+  # the capture summary's window/idle/compute/comm/memory, and `ddptop trace` on the capture; the traces land in $OUT
+  local n=${TRACE_N:-1}
+  timeout ${TRACE_TIMEOUT:-240} $PY -m ddptop --headless --json --interval 30 --nproc "$n" --preset ${TRACE_PRESET:-baseline} \
+    --steps 30 --warmup 10 --capture 20:3 --profiler torch --runs-dir "$RUNS/trace" > /tmp/trace.out 2>&1
+  echo "rc=$? nproc=$n"; grep -E "^capture" /tmp/trace.out
+  tail -1 /tmp/trace.out | $PY -c "
+import json, sys
+d = json.loads(sys.stdin.read()); cap = d['captures'][0]; s = cap.get('summary') or {}
+print('capture', cap['status'], cap.get('error') or '', 'files', cap['files'])
+print('timer_vs_trace_mean', s.get('timer_vs_trace_mean'), '| open:', s.get('open_with'))
+for rank, r in sorted(s.get('ranks', {}).items()):
+    print(f\"rank {rank}: timer {r.get('timer_comm_ms')} ms / trace comm {r.get('comm_ms')} ms = {r.get('timer_vs_trace')}\"
+          f\" (comm by {r.get('comm_by')}); window {r.get('window_ms')} busy {r.get('busy_ms')} idle {r.get('idle_ms')}\"
+          f\" ({r.get('idle_pct')}%) compute {r.get('compute_ms')} memory {r.get('memory_ms')} overlap {r.get('overlap_ms')}\")
+" 2>&1 | head -20
+  local dir; dir=$(ls -d "$RUNS"/trace/*/captures/1 2>/dev/null | tail -1)
+  [ -n "$dir" ] && { ls -la "$dir"; $PY -m ddptop trace "$dir" | tee "$OUT/trace.txt" | head -30; cp "$dir"/*.json.gz "$OUT"/ 2>/dev/null; }
+}
+
 facts
 for step in ${@:-topo presets}; do $step; done
 tar czf "$OUT/runs.tgz" --exclude='*.qdstrm' --exclude='*.nsys-rep' --exclude='*.trace.json' -C /tmp ddptop-gpu-runs 2>/dev/null

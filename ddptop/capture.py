@@ -1,25 +1,22 @@
 """Capture windows, monitor side: the Capture record, parsing `--capture STEP:COUNT`,
-finding nsys, and summarising the per-rank Chrome traces a window produced
-(top ops/kernels, communication time, compute/communication overlap, step
-times inside the window). Pure except `find_nsys` and `read_trace`."""
+finding nsys, and summarising the per-rank Chrome traces a window produced (what
+ddptop.trace_analysis gives per rank, next to ddptop's own comm timer for the same steps).
+Pure except `find_nsys` and `summarize_capture` (reads the traces)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-COMM = re.compile(r"nccl|all_?reduce|all_?gather|reduce_?scatter|gloo|c10d::", re.I)  # CPU ops (gloo)
-# GPU kernels: NCCL's own names; with one rank NCCL's all-reduce kernel is `...onerank...Reduce...`
-# (no "nccl" in it), but the profiler tags every collective kernel with its 'Collective name'
-COMM_KERNEL = re.compile(r"nccl", re.I)
-STEP = re.compile(r"^ddptop_step_(\d+)$")
+from ddptop.trace_analysis import OPEN_WITH, analyze, intersection_length, union_length
+
+__all__ = ["Capture", "compare_with_timer", "find_nsys", "intersection_length", "parse_capture_spec",
+           "summarize_capture", "summarize_trace", "union_length"]
 NSYS_FALLBACKS = ("/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys",
                   "/opt/nvidia/nsight-systems/bin/nsys", "/usr/local/cuda/bin/nsys")
 
@@ -68,82 +65,15 @@ def find_nsys(explicit: str | None = None) -> str | None:
     return next((p for p in NSYS_FALLBACKS if os.access(p, os.X_OK)), None)
 
 
-def union_length(spans: list[tuple[float, float]]) -> float:
-    return sum(e - s for s, e in merge(spans))
-
-
-def merge(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for s, e in sorted(spans):
-        if out and s <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], e))
-        else:
-            out.append((s, e))
-    return out
-
-
-def intersection_length(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    a, b = merge(a), merge(b)
-    i = j = 0
-    total = 0.0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        total += max(0.0, hi - lo)
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 def summarize_trace(trace: dict[str, Any], top: int = 10) -> dict[str, Any]:
-    """One rank's torch.profiler Chrome trace -> what the window shows (times in ms)."""
-    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
-    steps = {}
-    for e in events:
-        m = STEP.match(str(e.get("name", "")))
-        if m and e.get("cat") == "user_annotation":
-            steps[int(m.group(1))] = e["dur"] / 1000.0
-    kernels = [e for e in events if e.get("cat") == "kernel"]
-    ops = kernels or [e for e in events if e.get("cat") == "cpu_op"]
-    span = lambda e: (float(e["ts"]), float(e["ts"]) + float(e["dur"]))  # noqa: E731
-    comm = [span(e) for e in ops if is_comm(e)]
-    compute = [span(e) for e in kernels if not is_comm(e)]
-    by_name: dict[str, float] = defaultdict(float)
-    for e in ops:
-        by_name[str(e.get("name", "?"))] += e["dur"] / 1000.0
-    ranked = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
-    return {
-        "source": "gpu kernels" if kernels else "cpu ops",
-        "steps": sorted(steps),
-        "step_ms": [round(steps[s], 3) for s in sorted(steps)],
-        "comm_ms": round(union_length(comm) / 1000.0, 3),
-        "compute_ms": round(union_length(compute) / 1000.0, 3) if kernels else None,
-        "overlap_ms": round(intersection_length(comm, compute) / 1000.0, 3) if kernels else None,
-        "top": [{"name": n[:120], "ms": round(ms, 3)} for n, ms in ranked],
-    }
-
-
-def is_comm(event: dict[str, Any]) -> bool:
-    """A communication kernel (or, in a CPU-only trace, a collective op)."""
-    name = str(event.get("name", ""))
-    if event.get("cat") == "kernel":
-        args = event.get("args")
-        return bool(COMM_KERNEL.search(name)) or (isinstance(args, dict) and "Collective name" in args)
-    return bool(COMM.search(name))
-
-
-def read_trace(path: str) -> dict[str, Any]:
-    if path.endswith(".gz"):
-        import gzip
-
-        with gzip.open(path, "rt") as f:
-            return json.load(f)
-    return json.loads(Path(path).read_text())
+    """One rank's torch.profiler trace -> what the window shows (ddptop.trace_analysis)."""
+    return analyze(trace, top=top)
 
 
 def summarize_capture(files: dict[int, list[str]]) -> dict[str, Any]:
     """Per-rank summaries of a capture's trace files; unreadable files are named."""
+    from ddptop.trace_files import TraceError, read_trace
+
     ranks: dict[str, Any] = {}
     for rank, paths in sorted(files.items()):
         traces = [p for p in paths if p.endswith((".json", ".json.gz"))]
@@ -151,11 +81,15 @@ def summarize_capture(files: dict[int, list[str]]) -> dict[str, Any]:
             ranks[str(rank)] = {"files": paths, "note": "no trace to summarise (nsys writes its own report)"}
             continue
         try:
-            ranks[str(rank)] = summarize_trace(read_trace(traces[0]))
-        except (OSError, ValueError) as exc:
-            ranks[str(rank)] = {"error": f"cannot read {traces[0]}: {exc}"}
-    comm = [r["comm_ms"] for r in ranks.values() if "comm_ms" in r]
-    return {"ranks": ranks, "comm_ms_mean": round(sum(comm) / len(comm), 3) if comm else None}
+            ranks[str(rank)] = {"file": traces[0], **analyze(read_trace(traces[0]))}
+        except (TraceError, ValueError) as exc:
+            ranks[str(rank)] = {"error": f"cannot read {exc}" if isinstance(exc, TraceError)
+                                else f"cannot read {traces[0]}: {exc}"}
+    comm = [r["comm_ms"] for r in ranks.values() if r.get("comm_ms") is not None]
+    out: dict[str, Any] = {"ranks": ranks, "comm_ms_mean": round(sum(comm) / len(comm), 3) if comm else None}
+    if any("source" in r for r in ranks.values()):
+        out["open_with"] = OPEN_WITH
+    return out
 
 
 def compare_with_timer(summary: dict[str, Any], records: dict[int, list[dict[str, float]]],

@@ -18,7 +18,7 @@ from ddptop.config import ConfigError, RunConfig, apply_overrides, preset_config
 from ddptop.options import CaptureOptions, NodeOptions, parse_endpoint
 from ddptop.usage import USAGE_EXIT, OneLineParser, UsageError
 
-SUBCOMMANDS = ("presets", "nccl", "topo", "sweep", "tune", "ls", "attach")
+SUBCOMMANDS = ("presets", "nccl", "topo", "sweep", "tune", "ls", "attach", "trace")
 
 
 
@@ -27,7 +27,7 @@ def run_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="ddptop",
         description="top for PyTorch DDP: launch a DDP job through torchrun and watch it per rank. "
-        "Subcommands: presets, sweep, tune, nccl LOGFILE..., topo, ls, attach [RUN_ID].",
+        "Subcommands: presets, sweep, tune, nccl LOGFILE..., trace DIR|FILE..., topo, ls, attach [RUN_ID].",
         epilog="Run your own script: ddptop --nproc 2 -- python train.py ARGS "
         "(use ddptop.probe.Probe in it to report steps).",
     )
@@ -311,6 +311,10 @@ def run_subcommand(name: str, argv: list[str]) -> int:
         from ddptop.attach import main_attach, main_ls
 
         return (main_ls if name == "ls" else main_attach)(argv)
+    if name == "trace":
+        from ddptop.trace_files import main_trace
+
+        return main_trace(argv)
     if name == "tune":
         from ddptop.tune import main_tune
 

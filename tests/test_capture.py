@@ -1,3 +1,4 @@
+import gzip
 import json
 import subprocess
 import sys
@@ -30,9 +31,10 @@ def test_gpu_trace_summary_separates_nccl_kernels_and_overlap():
         k("elementwise_kernel", 120_000, 10_000),
     ]}
     s = summarize_trace(trace)
-    assert s["source"] == "gpu kernels" and s["steps"] == [10, 11] and s["step_ms"] == [100.0, 90.0]
+    assert s["source"] == "gpu" and s["steps"] == [10, 11] and s["step_ms"] == [100.0, 90.0]
     assert s["comm_ms"] == 30.0 and s["compute_ms"] == 70.0 and s["overlap_ms"] == 10.0
-    assert s["top"][0]["name"] == "sm90_xmma_gemm_bf16"
+    assert s["window_ms"] == 130.0 and s["idle_ms"] == 40.0 and s["memory_ms"] == 0.0
+    assert s["top"][0]["name"] == "sm90_xmma_gemm_bf16" and s["comm_by"] == {"name": 1}
 
 
 @pytest.mark.e2e
@@ -47,12 +49,23 @@ def test_headless_capture_window_on_cpu(tmp_path):
     assert sorted(cap["files"]) == ["0", "1"]
     for rank in ("0", "1"):
         (path,) = cap["files"][rank]
-        trace = json.loads(open(path).read())  # valid Chrome trace JSON
+        assert path.endswith(f"rank{rank}.trace.json.gz")
+        with gzip.open(path, "rt") as f:
+            trace = json.load(f)  # valid Chrome trace JSON, gzipped
         assert trace["traceEvents"]
         per_rank = cap["summary"]["ranks"][rank]
-        assert per_rank["steps"] == [10, 11, 12]
-        assert per_rank["comm_ms"] > 0
+        assert per_rank["steps"] == [10, 11, 12] and per_rank["source"] == "cpu"
+        assert per_rank["comm_ms"] > 0 and per_rank["comm_by"].get("annotation", 0) >= 3  # gloo:all_reduce
+        assert per_rank["window_ms"] >= per_rank["busy_ms"] > per_rank["comm_ms"]
         assert per_rank["timer_steps"] == 3 and per_rank["timer_comm_ms"] > 0  # ddptop's timer, same steps
+    assert "ui.perfetto.dev" in cap["summary"]["open_with"]
+    # the same capture through `ddptop trace`
+    tr = subprocess.run([sys.executable, "-m", "ddptop", "trace", "--json", cap["dir"]], capture_output=True,
+                        text=True, timeout=60)
+    assert tr.returncode == 0, tr.stderr
+    traces = json.loads(tr.stdout)["traces"]
+    assert [t["rank"] for t in traces] == [0, 1]
+    assert [t["comm_ms"] for t in traces] == [cap["summary"]["ranks"][r]["comm_ms"] for r in ("0", "1")]
     assert "capture 1 steps 10-12 (torch): done" in res.stdout
     steps = [json.loads(line) for line in (tmp_path / summary["run_id"] / "steps.jsonl").read_text().splitlines()]
     profiled = {(r["rank"], r["step"]) for r in steps if r.get("profiled")}
@@ -98,15 +111,24 @@ def test_a_stall_at_an_nsys_window_is_put_down_to_nsys():
     assert nsys_window_at(caps, 31) is None and nsys_window_at(caps, 12) is None  # torch windows too
 
 
-def test_one_rank_nccl_kernel_counts_as_communication_and_gz_traces_read():
+def test_one_rank_nccl_kernel_counts_as_communication_and_gz_traces_read(tmp_path):
     """H100, DDP on one GPU: NCCL's all-reduce kernel is `...onerank...` (no "nccl" in its
-    name) but carries 'Collective name'; a GEMM with "Broadcast" in its name is compute."""
-    from ddptop.capture import is_comm, read_trace, summarize_trace
+    name) but carries 'Collective name'; a GEMM with "Broadcast" in its name is compute; a
+    rank whose trace cannot be read is named, the others summarised."""
+    from ddptop.capture import summarize_capture
 
-    path = Path(__file__).parent / "fixtures" / "traces" / "h100_ddp1_vit_l_32_steps20-22_rank0.trace.json.gz"
-    s = summarize_trace(read_trace(str(path)))
-    assert s["steps"] == [20, 21, 22]
-    assert s["comm_ms"] == pytest.approx(3.045, abs=0.01)
-    gemm = {"cat": "kernel", "name": "sm90_xmma_gemm_GemmWithEpilogueBroadcast_bf16", "args": {}}
-    assert not is_comm(gemm)
-    assert is_comm({"cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "args": {}})
+    path = Path(__file__).parent / "fixtures" / "traces" / "h100_one_rank" / "rank0.trace.json.gz"
+    bad = tmp_path / "rank1.trace.json.gz"
+    bad.write_bytes(path.read_bytes()[:1000])
+    s = summarize_capture({0: [str(path)], 1: [str(bad)], 2: ["/c/nsys_rank2.qdstrm"]})
+    r0 = s["ranks"]["0"]
+    assert r0["steps"] == [20, 21, 22] and r0["file"] == str(path)
+    assert r0["comm_ms"] == pytest.approx(3.045, abs=0.001) and r0["comm_by"] == {"args": 3}
+    assert s["ranks"]["1"]["error"].startswith(f"cannot read {bad}: truncated or corrupt gzip")
+    assert "nsys" in s["ranks"]["2"]["note"] and s["comm_ms_mean"] == r0["comm_ms"]
+    k = lambda name, ts, args=None: {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": 10,  # noqa: E731
+                                     "args": args or {}}
+    g = summarize_trace({"traceEvents": [k("sm90_xmma_gemm_GemmWithEpilogueBroadcast_bf16", 0),
+                                         k("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 20),
+                                         k("broadcast_elementwise", 40, {"Collective name": "broadcast"})]})
+    assert g["compute_ms"] == 0.01 and g["comm_ms"] == 0.02 and g["comm_by"] == {"name": 1, "args": 1}

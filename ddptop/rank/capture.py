@@ -6,8 +6,10 @@ the window is cudaProfilerStart/Stop. ddptop summarises the files afterwards."""
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,13 +120,28 @@ class CaptureRunner:
             else:
                 prof, self._prof = self._prof, None
                 prof.stop()
-                path = w.out_dir / f"rank{self.rank}.trace.json"
-                prof.export_chrome_trace(str(path))
-                files = [str(path)]
+                files = [str(write_trace(prof, w.out_dir / f"rank{self.rank}.trace.json"))]
             self.probe.report_capture(w.capture_id, "written", files)
         except Exception as exc:  # noqa: BLE001
             self._prof = None
             self.probe.report_capture(w.capture_id, "failed", error=f"{type(exc).__name__}: {exc}")
+
+
+def write_trace(prof: Any, path: Path) -> Path:
+    """Export the window's Chrome trace next to `path`, gzipped (`.json.gz`: Perfetto, HTA and
+    `ddptop trace` read it; a ViT-L/32 window is 19 MB of JSON, 1.5 MB gzipped). torch's own
+    `.gz` export uses level 9 (0.59 s for that trace, the rank waits); level 6 takes 0.13 s for
+    10% more bytes. If compressing fails (a full disk) the plain JSON is kept."""
+    prof.export_chrome_trace(str(path))
+    packed = path.with_name(path.name + ".gz")
+    try:
+        with open(path, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    except OSError:
+        packed.unlink(missing_ok=True)
+        return path
+    path.unlink()
+    return packed
 
 
 def nsys_active() -> bool:

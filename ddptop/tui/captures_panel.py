@@ -1,6 +1,7 @@
 """CapturesPanel: every profiler capture window of the run (`c` asks for one): id, steps,
-profiler, status, the files each rank wrote and the per-rank summary (communication and
-overlap time, steps covered, top op); after an nsys run, what nsys produced.
+profiler, status, the files each rank wrote and the per-rank summary (GPU window, busy/idle
+with the per-stream host/kernel wait split, compute/comm/memory and their overlap, steps,
+top kernels with count/mean/std), how to open the traces; after an nsys run, what nsys produced.
 
 Reads `state.captures` (ddptop.capture.Capture) and `state.nsys` by attribute/key."""
 
@@ -61,6 +62,51 @@ def rank_summary_text(rank: Any, s: dict[str, Any]) -> Text:
     return line
 
 
+def _ms_pct(s: dict[str, Any], key: str, label: str) -> Text:
+    ms, pct = s.get(f"{key}_ms"), s.get(f"{key}_pct")
+    if ms is None:
+        return Text()
+    return Text.assemble((f"  {label} ", "dim"), f"{ms:.1f}", (f" ({fmt(pct, '.0f')}%)", "dim"))
+
+
+def rank_detail_lines(s: dict[str, Any], kernels: int = 3) -> list[Text]:
+    """Under a rank's line: the GPU window and what filled it, each stream's idle split
+    (HTA's host wait / kernel wait / other), the top kernels with their statistics."""
+    if s.get("window_ms") is None:
+        return []
+    where = "GPU window" if s.get("source") == "gpu" else "CPU window"
+    line = Text.assemble(("      " + where + " ", "dim"), f"{s['window_ms']:.1f} ms", ("  busy ", "dim"),
+                         f"{fmt(s.get('busy_ms'), '.1f')}")
+    for key, label in (("idle", "idle"), ("compute", "compute"), ("comm", "comm"), ("memory", "memory")):
+        line.append_text(_ms_pct(s, key, label))
+    if s.get("overlap_ms") is not None:
+        line.append("  comm∩compute ", style="dim")
+        line.append(f"{s['overlap_ms']:.1f}")
+    if s.get("comm_memory_overlap_ms"):
+        line.append("  comm∩memory ", style="dim")
+        line.append(f"{s['comm_memory_overlap_ms']:.1f}")
+    lines = [line]
+    streams = s.get("streams") or []
+    if streams:
+        waits = Text("      idle per stream ", style="dim")
+        for i, st in enumerate(streams[:4]):
+            waits.append(("  " if i else "") + f"s{st['stream']} ")
+            waits.append(f"host {st['host_wait_ms']:.1f} kernel {st['kernel_wait_ms']:.1f} "
+                         f"other {st['other_wait_ms']:.1f}")
+        if len(streams) > 4:
+            waits.append(f"  (+{len(streams) - 4} streams)", style="dim")
+        lines.append(waits)
+    for k in (s.get("top") or [])[:kernels]:
+        if "count" not in k:
+            break
+        lines.append(Text.assemble(
+            ("      ", ""), (f"{k['kind']:<7} ", "dim"), f"{k['ms']:8.1f} ms ", (f"x{k['count']:<5} ", "dim"),
+            (f"mean {k['mean_ms']:.3f} ± {k['std_ms']:.3f} ({k['min_ms']:.3f}-{k['max_ms']:.3f})  ", "dim"),
+            k["name"][:70],
+        ))
+    return lines
+
+
 def capture_lines(cap: Any) -> list[Text]:
     status = cap.status
     head = Text.assemble(
@@ -83,8 +129,12 @@ def capture_lines(cap: Any) -> list[Text]:
         mean = summary.get("comm_ms_mean")
         lines.append(Text.assemble(("    summary", "dim"),
                                    f"  comm {fmt(mean, '.1f')} ms/rank" if mean is not None else ""))
-        lines.extend(rank_summary_text(r, s) for r, s in sorted(per_rank.items(),
-                                                                key=lambda kv: int(kv[0])))
+        for r, s in sorted(per_rank.items(), key=lambda kv: int(kv[0])):
+            lines.append(rank_summary_text(r, s))
+            lines.extend(rank_detail_lines(s))
+        if summary.get("open_with"):
+            lines.append(Text.assemble(("    open ", "dim"), "https://ui.perfetto.dev (drop a .json.gz in) or ",
+                                       (f"ddptop trace {cap.out_dir}", "bold")))
     return lines
 
 
