@@ -4,16 +4,31 @@ env overrides and TUNING collectives. Pure (lines in, data out); no torch, no te
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import json
+import os
 import re
 import sys
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ddptop.usage import OneLineParser, UsageError
+
 # Unknown/warning lines are kept for display, but a long live run must not grow without bound.
 MAX_KEPT_LINES = 200
+KEPT_CHARS = 500  # of each kept line
+# No NCCL job has more ranks than this; a line naming more is refused (counted, never drawn).
+MAX_RANK = 1 << 20
+MAX_CHANNEL = 1 << 12
+MAX_MATRIX_RANKS = 64  # a rank x rank text matrix beyond this is unreadable: pairs are counted instead
+MAX_FILE_BYTES = 256 << 20  # read per log file by `ddptop nccl` (--max-mb)
+MAX_LINE_CHARS = 8192  # NCCL's lines are far shorter; longer ones are cut
+SHOWN = 8  # rows of each list in the text output
+MAX_ENTRIES = 1 << 16  # rank pairs, ranks or tree nodes kept per communicator; communicators: 256
+MAX_COMMS = 256
+MAX_COLLECTIVE_SHAPES = 10_000
 
 # NCCL's numeric ids, printed by old versions instead of names (enqueue.cc, nccl.h).
 ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
@@ -23,6 +38,15 @@ DATATYPES = (
     ("float16", 2), ("float32", 4), ("float64", 8), ("bfloat16", 2), ("float8e4m3", 1),
     ("float8e5m2", 1),
 )  # fmt: skip
+
+# Which algorithms NCCL implements for each collective (NCCL 2.28); the enabled matrix does not say,
+# so NCCL_ALGO=Tree leaves AllGather with nothing and the job fails at its first all-gather.
+IMPLEMENTED = {
+    "Broadcast": ("Ring",), "Reduce": ("Ring",),
+    "AllGather": ("Ring", "CollNetDirect", "NVLS", "PAT"),
+    "ReduceScatter": ("Ring", "CollNetDirect", "NVLS", "PAT"),
+    "AllReduce": ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree"),
+}
 
 # Transport classes, fastest first; `transport_class` returns one of these.
 CLASS_ORDER = ("nvls", "nvlink", "p2p", "pcie-p2p", "collnet", "shm", "net", "unknown")
@@ -70,6 +94,14 @@ _COLL = re.compile(
     r"count (?P<count>\d+) datatype (?P<dt>\d+) op (?P<redop>\d+) root (?P<root>-?\d+)"
 )
 
+_NET_FAILED = re.compile(
+    r"^(?:NET/(?P<net>\w+) ?: No device found|Failed to initialize NET plugin (?P<plugin>\w+))"
+)
+_GDR_NIC = re.compile(
+    r"^NET/(?P<net>\w+) ?: GPU Direct RDMA (?P<state>Enabled|Disabled) for HCA \d+ '(?P<nic>[^']*)'"
+)
+_TORCHRUN = re.compile(r"^\s*\[[\w:-]*\]:")  # torchrun's "[default0]:" before a rank's output line
+
 # NCCL lines that carry nothing we report; recognised so they do not count as unknown.
 _NOISE = re.compile(
     r"^(?:ENV/Plugin|NET/Plugin|PROFILER/Plugin|TUNER/Plugin|NET/\w+ ?:|Bootstrap|cudaDriverVersion"
@@ -78,7 +110,7 @@ _NOISE = re.compile(
     r"|Init timings|Connected all|Topology detection|TOPO/|Could not find real path|===|\+ "
     r"|(?:GPU|NET|CPU|NVS|NIC)/\S+ ?[:(]|ncclP2pSchedule|Algorithm|Protocol|Max NThreads"
     r"|\s*\d+ : (?:GPU|NET|NVS|CPU)/|\s*\w+ \|"
-    r"|Setting affinity)"
+    r"|Setting affinity|[\w.]+\.cc:\d+ -> \d+)"
 )
 
 
@@ -117,6 +149,12 @@ class Transport:
     def gdr(self) -> bool:
         return "GDRDMA" in self.via
 
+    @property
+    def pxn_rank(self) -> int | None:
+        """The rank whose NIC relays this NET send (PXN), from `NET/IB/0(6)/...`, else None."""
+        m = re.match(r"\s*NET/[^/]+/\d+\((\d+)\)", self.via)
+        return int(m[1]) if m else None
+
 
 @dataclass(frozen=True)
 class TreeNode:
@@ -141,6 +179,8 @@ class Communicator:
     graph_types: tuple[str, ...]  # e.g. "NVL/PIX" from graph search
     collnet: dict[int, str]  # rank -> via string
     nvls: bool
+    ring_pxn: int | None = None  # "Connected all rings, use ring PXN p GDR g"
+    ring_gdr: int | None = None
 
     def ring_pairs(self) -> set[tuple[int, int]]:
         """Every (rank, next rank) edge of every ring channel."""
@@ -182,6 +222,12 @@ class NcclReport:
     garbled_count: int
     other_count: int  # lines that are not NCCL's (torchrun, user prints)
     nccl_lines: int
+    warning_count: int = 0  # all WARN/ABORT lines (`warnings` keeps the first MAX_KEPT_LINES)
+    net_failed: tuple[str, ...] = ()  # networks that did not initialise: "IB: No device found"
+    gdr_nics: tuple[str, ...] = ()  # "IB mlx5_0: GPU Direct RDMA Enabled"
+    algo_matrix: dict[str, dict[str, int]] = field(default_factory=dict)  # func -> proto/algo -> enabled
+    refused_count: int = 0  # lines naming impossible ranks or channels
+    refused_first: str = ""
 
     @property
     def primary(self) -> Communicator | None:
@@ -229,6 +275,12 @@ class NcclReport:
             "garbled_count": self.garbled_count,
             "other_count": self.other_count,
             "nccl_lines": self.nccl_lines,
+            "warning_count": self.warning_count,
+            "net_failed": list(self.net_failed),
+            "gdr_nics": list(self.gdr_nics),
+            "algo_matrix": {f: dict(v) for f, v in self.algo_matrix.items()},
+            "refused_count": self.refused_count,
+            "refused_first": self.refused_first,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -243,6 +295,8 @@ def _transport_dict(t: Transport) -> dict[str, Any]:
     d = asdict(t)
     d["kind"] = t.kind
     d["channels"] = list(t.channels)
+    d["gdr"] = t.gdr
+    d["pxn_rank"] = t.pxn_rank
     return d
 
 
@@ -264,6 +318,8 @@ def _comm_dict(c: Communicator) -> dict[str, Any]:
         "graph_types": list(c.graph_types),
         "collnet": {str(r): v for r, v in sorted(c.collnet.items())},
         "nvls": c.nvls,
+        "ring_pxn": c.ring_pxn,
+        "ring_gdr": c.ring_gdr,
     }
 
 
@@ -329,6 +385,26 @@ class _Comm:
     graph_types: list[str] = field(default_factory=list)
     collnet: dict[int, str] = field(default_factory=dict)
     nvls: bool = False
+    ring_pxn: int | None = None
+    ring_gdr: int | None = None
+
+
+class _Refused(ValueError):
+    """A line names a rank or channel no NCCL job can have."""
+
+
+def _rank(text: str) -> int:
+    value = int(text)
+    if not -1 <= value < MAX_RANK:
+        raise _Refused(f"rank {text[:40]}")
+    return value
+
+
+def _channel(text: str) -> int:
+    value = int(text)
+    if not 0 <= value < MAX_CHANNEL:
+        raise _Refused(f"channel {text[:40]}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -357,7 +433,14 @@ class NcclParser:
         self._colls: dict[tuple, int] = {}
         self._coll_proc: tuple[str, int] | None = None
         self._warnings: list[str] = []
+        self.warning_count = 0
         self._unknown: list[str] = []
+        self._net_failed: list[str] = []
+        self._gdr_nics: list[str] = []
+        self._matrix: dict[str, dict[str, int]] = {}
+        self._matrix_cols: tuple[tuple[str, ...], ...] | None = None
+        self.refused_count = 0
+        self.refused_first = ""
         self.unknown_count = 0
         self.garbled_count = 0
         self.other_count = 0
@@ -367,19 +450,25 @@ class NcclParser:
     # -- input
 
     def feed(self, line: str) -> None:
-        line = _ANSI.sub("", line.rstrip("\r\n"))
+        line = _ANSI.sub("", line[:MAX_LINE_CHARS].rstrip("\r\n"))
         if _CONTROL.search(line):
             self.garbled_count += 1
             return
         parsed = _split(line)
         if parsed is None:
-            self.other_count += 1
+            if self._matrix_cols is not None and self._on_matrix_row(line):
+                self.nccl_lines += 1
+            else:
+                self.other_count += 1
             return
         self.nccl_lines += 1
         try:
             self._dispatch(parsed)
-        except (ValueError, IndexError, KeyError):
-            # A handler matched the shape but the numbers were nonsense: count, never raise.
+        except _Refused as exc:
+            self.refused_count += 1
+            if not self.refused_first:
+                self.refused_first = f"{exc}: {parsed.msg.strip()[:160]}"
+        except Exception:  # noqa: BLE001 - hostile input: a line the handler could not take is counted, never raised
             self.garbled_count += 1
 
     def feed_lines(self, lines: Iterable[str]) -> NcclParser:
@@ -392,6 +481,7 @@ class NcclParser:
     def _dispatch(self, line: _Line) -> None:
         msg = line.msg.strip()
         if line.level in ("WARN", "ABORT"):
+            self.warning_count += 1
             _keep(self._warnings, msg)
             return
         for trigger, handler in self._handlers:
@@ -426,6 +516,10 @@ class NcclParser:
             (lambda m: m.startswith("Pattern "), self._on_pattern),
             (lambda m: m.startswith("NVLS"), self._on_nvls),
             (lambda m: _NET_DEVICES.match(m) is not None, self._on_net_devices),
+            (lambda m: m.startswith("Enabled NCCL Func/Proto/Algo Matrix"), self._on_matrix_title),
+            (lambda m: m.startswith("Connected all rings"), self._on_rings_connected),
+            (lambda m: _NET_FAILED.match(m) is not None, self._on_net_failed),
+            (lambda m: _GDR_NIC.match(m) is not None, self._on_gdr_nic),
         )
 
     # -- handlers: each returns False when the line has the shape's keyword but not its form
@@ -443,13 +537,17 @@ class NcclParser:
         kv = dict(_KV.findall(m["rest"]))
         if "rank" not in kv:
             return True  # other "comm 0x..." chatter (e.g. NVLS setup): nothing to record
-        rank = int(kv["rank"])
+        rank = _rank(kv["rank"])
         nranks = _int_or_none(kv.get("nranks") or kv.get("nRanks"))
+        if nranks is not None and not 0 < nranks <= MAX_RANK:
+            raise _Refused(f"nranks {nranks}")
         comm = self._comm_for_init(line.proc, m["ptr"], kv.get("commId"), nranks)
         if nranks is not None:
             comm.nranks = nranks
         if "nNodes" in kv:
-            comm.nnodes = int(kv["nNodes"])
+            comm.nnodes = _rank(kv["nNodes"])
+        if rank not in comm.ranks and len(comm.ranks) >= MAX_ENTRIES:
+            raise _Refused(f"rank {rank} beyond {MAX_ENTRIES} ranks in one communicator")
         old = comm.ranks.get(rank, RankInfo(rank))
         comm.ranks[rank] = RankInfo(
             rank=rank,
@@ -480,12 +578,15 @@ class NcclParser:
         m = _TRANSPORT.match(msg)
         if not m:
             return False
-        src, dst = int(m["src"]), int(m["dst"])
+        src, dst, ch = _rank(m["src"]), _rank(m["dst"]), _channel(m["ch"])
         comm = self._comm_of(line.proc, max(src, dst))
-        conn = int(m["conn"]) if m["conn"] is not None else 0
-        via = m["via"]
+        conn = _channel(m["conn"]) if m["conn"] is not None else 0
+        via = m["via"][:200]
+        if (src, dst) not in comm.links and len(comm.links) >= MAX_ENTRIES:
+            raise _Refused(f"rank pair beyond {MAX_ENTRIES} in one communicator")
         link = comm.links.setdefault((src, dst), _Link())
-        link.vias.setdefault(via, set()).add((int(m["ch"]), conn))
+        if len(link.vias) < 16:
+            link.vias.setdefault(via, set()).add((ch, conn))
         if m["sdev"] and not comm.ranks.get(src):
             comm.ranks[src] = RankInfo(src, bus_id=_dev_as_bus(m["sdev"]))
         if m["ddev"] and not comm.ranks.get(dst):
@@ -496,15 +597,16 @@ class NcclParser:
         m = _COLLNET.match(msg)
         if not m:
             return False
-        rank = int(m["rank"])
-        self._comm_of(line.proc, rank).collnet.setdefault(rank, m["via"])
+        rank = _rank(m["rank"])
+        _channel(m["ch"])
+        self._comm_of(line.proc, rank).collnet.setdefault(rank, m["via"][:200])
         return True
 
     def _on_ring_order(self, line: _Line, msg: str) -> bool:
         m = _RING_ORDER.match(msg)
-        order = tuple(int(r) for r in m["ranks"].split())
+        order = tuple(_rank(r) for r in m["ranks"].split()[:MAX_RANK])
         comm = self._comm_of(line.proc, max(order))
-        comm.rings[int(m["ch"])] = order
+        comm.rings[_channel(m["ch"])] = order
         if m["n"] is not None:
             comm.channels.setdefault("rings", int(m["n"]))
         return True
@@ -513,7 +615,7 @@ class NcclParser:
         m = _GRAPH_RING.match(msg)
         if not m:
             return False
-        ch, _prev, rank, nxt = (int(x) for x in m.groups())
+        ch, _prev, rank, nxt = _channel(m[1]), *(_rank(x) for x in m.groups()[1:])
         self._comm_of(line.proc, max(rank, nxt)).ring_next.setdefault(ch, {})[rank] = nxt
         return True
 
@@ -521,18 +623,22 @@ class NcclParser:
         found = _TREES.findall(msg)
         if not found:
             return False
-        comm = self._comm_of(line.proc, max(int(f[4]) for f in found))
+        comm = self._comm_of(line.proc, max(_rank(f[4]) for f in found))
+        if sum(len(n) for n in comm.trees.values()) >= MAX_ENTRIES:
+            raise _Refused(f"tree nodes beyond {MAX_ENTRIES}")
         for ch, d0, d1, d2, rank, up in found:
-            down = tuple(int(d) for d in (d0, d1, d2) if int(d) >= 0)
-            comm.trees.setdefault(int(ch), {})[int(rank)] = TreeNode(int(up), down)
+            down = tuple(_rank(d) for d in (d0, d1, d2) if _rank(d) >= 0)
+            comm.trees.setdefault(_channel(ch), {})[_rank(rank)] = TreeNode(_rank(up), down)
         return True
 
     def _on_graph_tree(self, line: _Line, msg: str) -> bool:
         m = _GRAPH_TREE.match(msg)
         if not m:
             return False
-        ch, up, rank, d0, d1, d2 = (int(x) for x in m.groups())
+        ch, up, rank, d0, d1, d2 = _channel(m[1]), *(_rank(x) for x in m.groups()[1:])
         down = tuple(d for d in (d0, d1, d2) if d >= 0)
+        if sum(len(n) for n in self._comm_of(line.proc, rank).trees.values()) >= MAX_ENTRIES:
+            raise _Refused(f"tree nodes beyond {MAX_ENTRIES}")
         self._comm_of(line.proc, rank).trees.setdefault(ch, {})[rank] = TreeNode(up, down)
         return True
 
@@ -553,6 +659,58 @@ class NcclParser:
         text = f"{m['net']}: {m['devs']}"
         if text not in self._net_devices:
             _keep(self._net_devices, text)
+        return True
+
+    def _on_net_failed(self, line: _Line, msg: str) -> bool:
+        m = _NET_FAILED.match(msg)
+        name = m["net"] or m["plugin"]
+        if not any(f.split(":", 1)[0] == name for f in self._net_failed):
+            _keep(self._net_failed, f"{name}: {'no device found' if m['net'] else 'plugin failed to initialise'}")
+        return True
+
+    def _on_gdr_nic(self, line: _Line, msg: str) -> bool:
+        m = _GDR_NIC.match(msg)
+        text = f"{m['net']} {m['nic']}: GPU Direct RDMA {m['state'].lower()}"
+        if text not in self._gdr_nics:
+            _keep(self._gdr_nics, text)
+        return True
+
+    def _on_rings_connected(self, line: _Line, msg: str) -> bool:
+        m = re.search(r"PXN (\d+) GDR (\d+)", msg)
+        if m:
+            comm = self._comm_of(line.proc, None)
+            comm.ring_pxn, comm.ring_gdr = int(m[1]), int(m[2])
+        return True
+
+    def _on_matrix_title(self, line: _Line, msg: str) -> bool:
+        # the table itself follows on lines of its own, without NCCL's prefix
+        self._matrix_cols = ()
+        rest = msg.split(":", 1)[1] if ":" in msg else ""
+        if rest.strip():
+            self._on_matrix_row(rest)
+        return True
+
+    def _on_matrix_row(self, text: str) -> bool:
+        """A line of NCCL's `Enabled NCCL Func/Proto/Algo Matrix` table (header or function row)."""
+        cells = [c.split() for c in _TORCHRUN.sub("", text).split("|")]
+        if len(cells) < 2 or len(cells[0]) != 1:
+            return False
+        head, groups = cells[0][0], cells[1:]
+        if head == "Function":
+            if not all(groups) or not all(re.fullmatch(r"[A-Za-z][\w]*", n) for g in groups for n in g):
+                return False
+            self._matrix_cols = tuple(tuple(g) for g in groups)
+            return True
+        cols = self._matrix_cols
+        if not cols or not re.fullmatch(r"[A-Za-z]\w*", head) or [len(g) for g in groups] != [len(g) for g in cols]:
+            return False
+        if not all(v.isdigit() and len(v) < 4 for g in groups for v in g):
+            return False
+        if len(self._matrix) < 32:
+            row = self._matrix.setdefault(head, {})
+            for names, values in zip(cols, groups, strict=True):
+                for name, value in zip(names, values, strict=True):
+                    row.setdefault(name, int(value))
         return True
 
     def _on_pattern(self, line: _Line, msg: str) -> bool:
@@ -579,7 +737,8 @@ class NcclParser:
             channels = int(m["hi"]) - int(m["lo"]) + 1
         key = (m["op"], int(m["bytes"]), _name(m["algo"], ALGORITHMS),
                _name(m["proto"], PROTOCOLS), channels, None, None)  # fmt: skip
-        self._colls[key] = self._colls.get(key, 0) + 1
+        if key in self._colls or len(self._colls) < MAX_COLLECTIVE_SHAPES:
+            self._colls[key] = self._colls.get(key, 0) + 1
         return True
 
     def _on_coll(self, line: _Line, msg: str) -> bool:
@@ -595,7 +754,8 @@ class NcclParser:
         name, size = DATATYPES[dt] if dt < len(DATATYPES) else (f"type{dt}", None)
         count = int(m["count"])
         key = (m["op"], count * size if size else None, None, None, None, count, name)
-        self._colls[key] = self._colls.get(key, 0) + 1
+        if key in self._colls or len(self._colls) < MAX_COLLECTIVE_SHAPES:
+            self._colls[key] = self._colls.get(key, 0) + 1
         return True
 
     # -- communicator bookkeeping
@@ -610,6 +770,8 @@ class NcclParser:
             key = comm_id or f"nranks={nranks}"
             if ptr_key:
                 self._ptr_key[ptr_key] = key
+        if key not in self._comms and len(self._comms) >= MAX_COMMS:
+            raise _Refused(f"communicator beyond {MAX_COMMS}")
         comm = self._comms.setdefault(key, _Comm(key))
         if comm_id:
             comm.comm_id = comm_id
@@ -643,7 +805,9 @@ class NcclParser:
             versions=tuple(full),
             communicators=comms,
             networks=tuple(self._networks),
-            net_devices=tuple(self._net_devices),
+            # a network that said "No device found" did not initialise, whatever else named it
+            net_devices=tuple(d for d in self._net_devices
+                              if d.split(":", 1)[0] not in {f.split(":", 1)[0] for f in self._net_failed}),
             env=dict(self._env),
             collectives=tuple(
                 CollectiveStat(op, b, algo, proto, ch, calls, count, dt)
@@ -655,6 +819,12 @@ class NcclParser:
             garbled_count=self.garbled_count,
             other_count=self.other_count,
             nccl_lines=self.nccl_lines,
+            warning_count=self.warning_count,
+            net_failed=tuple(self._net_failed),
+            gdr_nics=tuple(self._gdr_nics),
+            algo_matrix={f: dict(v) for f, v in self._matrix.items()},
+            refused_count=self.refused_count,
+            refused_first=self.refused_first,
         )
 
 
@@ -670,7 +840,7 @@ def _split(line: str) -> _Line | None:
 
 def _keep(store: list[str], text: str) -> None:
     if len(store) < MAX_KEPT_LINES:
-        store.append(text)
+        store.append(text[:KEPT_CHARS])
 
 
 def _int_or_none(text: str | None, default: int | None = None) -> int | None:
@@ -717,6 +887,8 @@ def _freeze(c: _Comm) -> Communicator:
         graph_types=tuple(c.graph_types),
         collnet=dict(c.collnet),
         nvls=c.nvls,
+        ring_pxn=c.ring_pxn,
+        ring_gdr=c.ring_gdr,
     )
 
 
@@ -760,10 +932,20 @@ def transport_matrix(
 
 
 def render_matrix(report: NcclReport | Communicator) -> str:
-    """Rank x rank text matrix of the transport NCCL chose (row sends to column)."""
-    ranks, labels = transport_matrix(report)
-    if not ranks:
-        return "no transport lines found"
+    """Rank x rank text matrix of the transport NCCL chose (row sends to column); for a job with
+    no transport lines says so, for more than MAX_MATRIX_RANKS ranks counts pairs per transport."""
+    comm = report.primary if isinstance(report, NcclReport) else report
+    warned = isinstance(report, NcclReport) and report.warning_count > 0
+    if comm is None or not comm.transports:
+        return "no transport lines: NCCL never connected" + (" (see warnings)" if warned else
+                                                                " (or NCCL_DEBUG was not INFO)")
+    ranks, labels = transport_matrix(comm)
+    if len(ranks) > MAX_MATRIX_RANKS:
+        counts: dict[str, int] = {}
+        for label in labels.values():
+            counts[label] = counts.get(label, 0) + 1
+        pairs = ", ".join(f"{label} {n} pairs" for label, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        return f"{len(ranks)} ranks: too many for a matrix; transports seen: {pairs}"
     cells = [["" if i < 0 else f"r{i}" for i in [-1, *ranks]]]
     for src in ranks:
         row = [f"r{src}"]
@@ -773,6 +955,71 @@ def render_matrix(report: NcclReport | Communicator) -> str:
     width = max(len(c) for row in cells for c in row) + 2
     lines = ["".join(c.ljust(width) for c in row).rstrip() for row in cells]
     return "\n".join([*lines, "(row sends to column; . = no direct connection)"])
+
+
+def render_algo_matrix(matrix: dict[str, dict[str, int]]) -> list[str]:
+    """NCCL's `Enabled NCCL Func/Proto/Algo Matrix` as a table (0 = disabled; NCCL prints 2 for
+    a protocol enabled by default rather than by NCCL_PROTO), and the functions left with no
+    protocol or no algorithm, which fail at their first call."""
+    if not matrix:
+        return []
+    cols: list[str] = []
+    for row in matrix.values():
+        cols.extend(c for c in row if c not in cols)
+    protos = [c for c in cols if c in PROTOCOLS or c.upper() in ("LL", "LL128", "SIMPLE")]
+    algos = [c for c in cols if c not in protos]
+    width = max(len(f) for f in matrix) + 2
+    head = "Function".ljust(width) + " ".join(c.rjust(max(len(c), 2)) for c in protos)
+    head += " | " + " ".join(c.rjust(max(len(c), 2)) for c in algos)
+    out = ["enabled Func/Proto/Algo (NCCL's matrix):", "  " + head]
+    dead = []
+    for func, row in list(matrix.items())[:16]:
+        line = func.ljust(width) + " ".join(str(row.get(c, "-")).rjust(max(len(c), 2)) for c in protos)
+        line += " | " + " ".join(str(row.get(c, "-")).rjust(max(len(c), 2)) for c in algos)
+        out.append("  " + line)
+        usable = [c for c in algos if row.get(c) and c in IMPLEMENTED.get(func, algos)]
+        if not any(row.get(c) for c in protos) or not usable:
+            dead.append(func)
+    if dead:
+        out.append(f"  no enabled protocol or algorithm that NCCL implements for: {', '.join(dead)} "
+                   "(their first call fails; see NCCL_ALGO / NCCL_PROTO)")
+    return out
+
+
+def _gdr_pxn_lines(report: NcclReport, comm: Communicator | None) -> list[str]:
+    out = []
+    if comm is not None and comm.ring_gdr is not None:
+        out.append(f"rings: GDR {'on' if comm.ring_gdr else 'off'}, PXN {'on' if comm.ring_pxn else 'off'} "
+                   "(NCCL's 'Connected all rings')")
+    nets = [t for t in (comm.transports.values() if comm else ()) if t.kind in ("net", "collnet")]
+    for t in nets[:SHOWN]:
+        pxn = f", PXN via r{t.pxn_rank}" if t.pxn_rank is not None else ", no PXN"
+        out.append(f"  r{t.src}->r{t.dst} via {t.via}: GDR {'on' if t.gdr else 'off'}{pxn}, "
+                   f"channels {_span(t.channels)}")
+    if len(nets) > SHOWN:
+        gdr = sum(t.gdr for t in nets)
+        out.append(f"  ... {len(nets) - SHOWN} more NET pairs ({gdr} of {len(nets)} with GDR)")
+    out.extend(f"  {nic}" for nic in report.gdr_nics[:SHOWN])
+    return out
+
+
+def _span(channels: tuple[int, ...]) -> str:
+    if channels and list(channels) == list(range(channels[0], channels[-1] + 1)) and len(channels) > 2:
+        return f"{channels[0]}-{channels[-1]}"
+    return ",".join(map(str, channels[:16])) + ("..." if len(channels) > 16 else "")
+
+
+def render_warnings(report: NcclReport) -> list[str]:
+    """NCCL's WARN lines: how many, the first, and the other distinct ones (bounded)."""
+    if not report.warning_count:
+        return []
+    out = [f"warnings: {report.warning_count} NCCL WARN line(s); first: {report.warnings[0]}"]
+    seen = {report.warnings[0]}
+    for w in report.warnings[1:]:
+        if w not in seen and len(seen) <= SHOWN:
+            seen.add(w)
+            out.append(f"  also: {w}")
+    return out
 
 
 def render_facts(report: NcclReport) -> str:
@@ -796,11 +1043,19 @@ def render_facts(report: NcclReport) -> str:
     if len(report.communicators) > 1:
         out.append(f"communicators: {len(report.communicators)} (showing the largest)")
     out.append(f"network: {', '.join(report.networks) or 'n/a'}")
-    for name, value in report.env.items():
+    out.extend(f"  devices: {d}" for d in report.net_devices[:SHOWN])
+    out.extend(f"  not initialised: {d}" for d in report.net_failed[:SHOWN])
+    out.extend(_gdr_pxn_lines(report, comm))
+    for name, value in list(report.env.items())[:2 * SHOWN]:
         out.append(f"env: {name}={value}")
-    out.extend(_collective_lines(report))
+    out.extend(render_algo_matrix(report.algo_matrix))
+    out.extend(_collective_lines(report)[:2 * SHOWN])
+    out.extend(render_warnings(report))
+    if report.refused_count:
+        out.append(f"refused: {report.refused_count} line(s) naming impossible ranks or channels; "
+                   f"first: {report.refused_first}")
     tail = f"lines: {report.nccl_lines} NCCL, {report.unknown_count} unknown, "
-    out.append(tail + f"{report.garbled_count} garbled, {len(report.warnings)} warnings")
+    out.append(tail + f"{report.garbled_count} garbled, {report.warning_count} warnings")
     return "\n".join(out)
 
 
@@ -835,40 +1090,141 @@ def render_report(report: NcclReport) -> str:
 # ---------------------------------------------------------------------------- CLI
 
 
-def read_log_lines(path: str) -> Iterator[str]:
-    """Lines of one log file; bytes that are not UTF-8 become U+FFFD (counted as garbled)."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        yield from f
+class LogFile:
+    """Lines of one log file, plain or gzipped (by its magic bytes, whatever its name), read in
+    chunks up to `max_bytes` (then `truncated`); a line longer than MAX_LINE_CHARS is cut and
+    the rest of it skipped; bytes that are not UTF-8 become U+FFFD (counted as garbled)."""
+
+    def __init__(self, path: str, max_bytes: int = MAX_FILE_BYTES) -> None:
+        self.path, self.max_bytes = path, max_bytes
+        self.read_bytes = 0
+        self.truncated = False
+        self.compressed = False
+
+    def lines(self) -> Iterator[str]:
+        pending, skipping = b"", False
+        for chunk in self._chunks():
+            if skipping:
+                cut = chunk.find(b"\n")
+                if cut < 0:
+                    continue
+                chunk, skipping = chunk[cut + 1:], False
+            parts = (pending + chunk).split(b"\n")
+            pending = parts.pop()
+            for part in parts:
+                yield part[:MAX_LINE_CHARS].decode("utf-8", "replace")
+            if len(pending) > MAX_LINE_CHARS:
+                yield pending[:MAX_LINE_CHARS].decode("utf-8", "replace")
+                pending, skipping = b"", True
+        if pending:
+            yield pending.decode("utf-8", "replace")
+
+    def _chunks(self) -> Iterator[bytes]:
+        """The file's bytes (decompressed when gzipped), at most max_bytes of them; a .gz cut
+        short raises EOFError after what could be read."""
+        with open(self.path, "rb") as f:
+            self.compressed = f.read(2) == b"\x1f\x8b"
+            f.seek(0)
+            unzip = zlib.decompressobj(wbits=31) if self.compressed else None
+            data = b""
+            while self.read_bytes < self.max_bytes:
+                if not data:
+                    data = f.read(1 << 20 if unzip is None else 1 << 16)
+                    if not data:
+                        if unzip is not None and not unzip.eof:
+                            raise EOFError("compressed log ends early")
+                        return
+                if unzip is None:
+                    out, data = data, b""
+                else:
+                    if unzip.eof:  # another gzip member follows
+                        data, unzip = unzip.unused_data + data, zlib.decompressobj(wbits=31)
+                    out = unzip.decompress(data, 1 << 20)  # bounded: a small .gz may inflate to GBs
+                    data = unzip.unconsumed_tail
+                room = self.max_bytes - self.read_bytes
+                if len(out) > room:
+                    out, self.truncated = out[:room], True
+                self.read_bytes += len(out)
+                if out:
+                    yield out
+            if not self.truncated:
+                self.truncated = bool(data) or bool(f.read(1)) or (unzip is not None and not unzip.eof)
+
+
+def read_log_lines(path: str, max_bytes: int = MAX_FILE_BYTES) -> Iterator[str]:
+    """Lines of one log file (plain or gzipped), at most `max_bytes` of it."""
+    return LogFile(path, max_bytes).lines()
+
+
+def nccl_parser() -> OneLineParser:
+    p = OneLineParser(
+        prog="ddptop nccl",
+        description="Show the NCCL transport matrix and facts from NCCL_DEBUG=INFO logs (plain or .gz).",
+    )
+    p.add_argument("logs", nargs="+", metavar="LOGFILE")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--max-mb", type=float, default=MAX_FILE_BYTES >> 20,
+                   help=f"read at most this many MB of each file (default {MAX_FILE_BYTES >> 20})")
+    return p
 
 
 def main_nccl(argv: list[str]) -> int:
-    """`ddptop nccl LOGFILE... [--json]`: transport matrix and facts from NCCL_DEBUG logs."""
-    ap = argparse.ArgumentParser(
-        prog="ddptop nccl",
-        description="Show the NCCL transport matrix and facts from NCCL_DEBUG=INFO logs.",
-    )
-    ap.add_argument("logs", nargs="+", metavar="LOGFILE")
-    ap.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = ap.parse_args(argv)
+    """`ddptop nccl LOGFILE... [--json]`: transport matrix and facts from NCCL_DEBUG logs.
+    Usage mistakes raise UsageError (one line, exit 2 from the main command)."""
+    args = nccl_parser().parse_args(argv)
+    if not (args.max_mb == args.max_mb and 0 < args.max_mb <= 1 << 20):
+        raise UsageError(f"--max-mb must be above 0 and at most {1 << 20}, got {args.max_mb:g}")
     parser = NcclParser()
-    readable = 0
+    readable, notes = 0, []
     for path in args.logs:
+        log = LogFile(path, int(args.max_mb * (1 << 20)))
         try:
-            parser.feed_lines(read_log_lines(path))
+            parser.feed_lines(log.lines())
             readable += 1
-        except OSError as err:
-            print(f"ddptop nccl: skipping {path}: {err.strerror or err}", file=sys.stderr)
+        except OSError as err:  # missing, unreadable, a directory, a broken .gz
+            if log.read_bytes:
+                readable += 1
+                notes.append(f"{_show(path)}: stopped after {log.read_bytes >> 20} MB: {_os_error(err)}")
+            else:
+                print(f"ddptop nccl: skipping {_show(path)}: {_os_error(err)}", file=sys.stderr)
+            continue
+        except (EOFError, zlib.error) as err:  # a .gz cut short
+            readable += 1
+            notes.append(f"{_show(path)}: compressed log ends early ({type(err).__name__})")
+            continue
+        if log.truncated:
+            notes.append(f"{_show(path)}: read the first {log.read_bytes / (1 << 20):.0f} MB only (--max-mb)")
     if readable == 0:
         print("ddptop nccl: none of the log files could be read", file=sys.stderr)
         return 2
+    for note in notes[:SHOWN]:
+        print(f"ddptop nccl: {note}", file=sys.stderr)
     report = parser.report()
     if args.json:
         data = report.to_dict()
         data["files_read"] = readable
         data["files_skipped"] = len(args.logs) - readable
-        print(json.dumps(data, indent=2))
+        data["notes"] = notes
+        _emit(json.dumps(data, indent=2))
     elif report.nccl_lines == 0:
-        print("ddptop nccl: no NCCL_DEBUG lines found (was NCCL_DEBUG=INFO set?)")
+        _emit("ddptop nccl: no NCCL_DEBUG lines found (was NCCL_DEBUG=INFO set?)")
     else:
-        print(render_report(report))
+        _emit(render_report(report))
     return 0 if report.nccl_lines else 1
+
+
+def _emit(text: str) -> None:
+    """Print; a reader that went away (`| head`) ends the output, not the command with a traceback."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+
+
+def _show(path: str) -> str:
+    return ascii(path)[1:-1] if not path.isprintable() else path
+
+
+def _os_error(err: OSError) -> str:
+    return str(err.strerror or err)[:200]
