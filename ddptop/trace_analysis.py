@@ -31,8 +31,12 @@ CPU_CATS = frozenset({"cpu_op", "user_annotation", "operator"})
 # The args torch's profiler puts on a collective's kernel (and on record_param_comms).
 COLLECTIVE_ARGS = ("Collective name", "In msg nelems", "Out msg nelems", "Process Group Name",
                    "Process Group Ranks")
-# record_function / op names the distributed backends give their collectives.
+# record_function / op names the distributed backends give their collectives (CPU traces).
 COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "c10d:", "mpi:", "ucc:", "xccl:")
+# The record_functions a GPU backend wraps a collective's launch in (ProcessGroupNCCL: `nccl:all_reduce`).
+# Not `c10d::*`: that op also launches the backend's own bookkeeping (copies, fills), which is not
+# communication.
+GPU_COMM_PREFIXES = ("nccl:", "xccl:")
 NCCL_KERNEL = re.compile(r"^nccl\w*Kernel")  # NCCL's kernel namespace: a label, not a guess
 STEP = re.compile(r"^(?:ddptop_step_(\d+)|ProfilerStep\s*#\s*(\d+))$")
 # HTA's default `consecutive_kernel_delay` (its docs say ns; it compares trace times, in us).
@@ -169,9 +173,9 @@ def gpu_activities(events: Iterable[Any]) -> list[Activity]:
             if corr is not None and (corr not in launches or cat == "cuda_runtime"):
                 launches[corr] = (e.get("pid"), e.get("tid"), s)
         elif cat in GPU_ANNOTATION_CATS:
-            if is_comm_name(name):
+            if name.startswith(GPU_COMM_PREFIXES):
                 gpu_comm[(e.get("pid"), e.get("tid"))].append((s, t))
-        elif cat in CPU_CATS and is_comm_name(name):
+        elif cat in CPU_CATS and name.startswith(GPU_COMM_PREFIXES):
             cpu_comm[(e.get("pid"), e.get("tid"))].append((s, t))
     under_gpu, under_cpu = _Cover(gpu_comm), _Cover(cpu_comm)
     out = []

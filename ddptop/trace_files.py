@@ -155,8 +155,13 @@ def render(summaries: list[dict[str, Any]], top: int = 5) -> str:
                                        fmt(k["std_ms"], ".3f"), fmt(k["min_ms"], ".3f"), fmt(k["max_ms"], ".3f"),
                                        _short(k["name"])] for k in kernels])))
     out.append("")
-    out.append("idle = GPU window - busy; per stream, HTA's split: host wait (launched after the previous "
-               "kernel ended), kernel wait (gap < 30 us), other")
+    sources = {s["source"] for s in summaries}
+    if "gpu" in sources:
+        out.append("gpu: window = first kernel start to last end, idle = window - busy; per stream, HTA's split: "
+                   "host wait (launched after the previous kernel ended), kernel wait (gap < 30 us), other")
+    if "cpu" in sources:
+        out.append("cpu (no GPU activity in the trace): window = first to last op, busy = an op or a collective "
+                   "(gloo:*, c10d::*) running")
     return "\n".join(out)
 
 

@@ -278,3 +278,42 @@ def test_analysis_is_pure_and_the_command_imports_no_torch():
             "sorted({'torch', 'textual', 'pandas'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[] []"
+
+
+USER_PROFILER_SCRIPT = '''
+import sys, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], rank=0, world_size=1)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2, repeat=1),
+             on_trace_ready=tensorboard_trace_handler(sys.argv[1], use_gzip=True)) as prof:
+    for _ in range(5):
+        opt.zero_grad(); model(torch.randn(32, 64)).sum().backward(); opt.step(); prof.step()
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.e2e
+def test_a_users_own_profiler_traces(tmp_path):
+    """Not ddptop's capture: torch.profiler with a schedule and tensorboard_trace_handler(use_gzip=True),
+    as tutorials write it (`<host>_<pid>.<n>.pt.trace.json.gz`, ProfilerStep#N markers)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "train.py"
+    script.write_text(USER_PROFILER_SCRIPT)
+    out = tmp_path / "tb"
+    subprocess.run([sys.executable, str(script), str(out), str(port)], capture_output=True, timeout=120, check=True)
+    (path,) = out.iterdir()
+    assert path.name.endswith(".pt.trace.json.gz")
+    res = run_trace("--json", str(out))
+    assert res.returncode == 0, res.stderr
+    (t,) = json.loads(res.stdout)["traces"]
+    assert t["rank"] == 0 and t["source"] == "cpu" and t["backend"] == "gloo"
+    assert t["steps"] == [2, 3] and t["step_marker"] == "ProfilerStep#N" and len(t["step_ms"]) == 2
+    assert t["comm_ms"] > 0 and t["counts"]["comm"] >= 2  # DDP's all-reduce through gloo, one per step
+    assert t["comm_ms"] == pytest.approx(_gloo_comm_by_hand(path), abs=2e-3)
