@@ -86,19 +86,36 @@ def intersection_length(a: Iterable[Span], b: Iterable[Span]) -> float:
     return length(intersect(merge(a), merge(b)))
 
 
+def outermost(spans: Iterable[Span]) -> list[Span]:
+    """The spans no other one contains (one thread's call stack nests; touching ones stay apart)."""
+    out: list[Span] = []
+    for s, e in sorted(spans, key=lambda sp: (sp[0], -sp[1])):
+        if out and s < out[-1][1]:
+            if e > out[-1][1]:  # overlapping without nesting: not a call stack, take the union
+                out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
 class _Cover:
-    """Merged spans per (pid, tid): is a time inside any of them?"""
+    """Outermost spans per (pid, tid): which one holds a time (or a span)?"""
 
     def __init__(self, spans: dict[tuple[Any, Any], list[Span]]) -> None:
-        self._spans = {k: merge(v) for k, v in spans.items()}
+        self._spans = {k: outermost(v) for k, v in spans.items()}
         self._starts = {k: [s for s, _ in v] for k, v in self._spans.items()}
 
-    def contains(self, key: tuple[Any, Any], start: float, end: float | None = None) -> bool:
+    def span_at(self, key: tuple[Any, Any], start: float, end: float | None = None) -> Span | None:
         spans = self._spans.get(key)
         if not spans:
-            return False
+            return None
         i = bisect_right(self._starts[key], start) - 1
-        return i >= 0 and start <= spans[i][1] and (end is None or end <= spans[i][1] + 1e-3)
+        if i >= 0 and start <= spans[i][1] and (end is None or end <= spans[i][1] + 1e-3):
+            return spans[i]
+        return None
+
+    def contains(self, key: tuple[Any, Any], start: float, end: float | None = None) -> bool:
+        return self.span_at(key, start, end) is not None
 
 
 # ---------------------------------------------------------------------------- events
@@ -115,6 +132,7 @@ class Activity:
     device: Any
     stream: Any
     launch: float | None = None  # when the CPU launched it (host-wait split)
+    call: float | None = None  # comm: when the CPU called the collective (c10d::*, nccl:*) that launched it
     comm_by: str = ""  # args | annotation | name (how it was recognised as communication)
 
     @property
@@ -161,6 +179,7 @@ def gpu_activities(events: Iterable[Any]) -> list[Activity]:
     timed = _timed(events)
     launches: dict[Any, tuple[Any, Any, float]] = {}
     cpu_comm: dict[tuple[Any, Any], list[Span]] = defaultdict(list)
+    cpu_calls: dict[tuple[Any, Any], list[Span]] = defaultdict(list)  # any collective call on the CPU
     gpu_comm: dict[tuple[Any, Any], list[Span]] = defaultdict(list)
     gpu: list[tuple[dict[str, Any], float, float, str]] = []
     for e, s, t in timed:
@@ -175,9 +194,11 @@ def gpu_activities(events: Iterable[Any]) -> list[Activity]:
         elif cat in GPU_ANNOTATION_CATS:
             if name.startswith(GPU_COMM_PREFIXES):
                 gpu_comm[(e.get("pid"), e.get("tid"))].append((s, t))
-        elif cat in CPU_CATS and name.startswith(GPU_COMM_PREFIXES):
-            cpu_comm[(e.get("pid"), e.get("tid"))].append((s, t))
-    under_gpu, under_cpu = _Cover(gpu_comm), _Cover(cpu_comm)
+        elif cat in CPU_CATS and (is_comm_name(name) or names_collective(e)):
+            cpu_calls[(e.get("pid"), e.get("tid"))].append((s, t))
+            if name.startswith(GPU_COMM_PREFIXES):
+                cpu_comm[(e.get("pid"), e.get("tid"))].append((s, t))
+    under_gpu, under_cpu, calls = _Cover(gpu_comm), _Cover(cpu_comm), _Cover(cpu_calls)
     out = []
     for e, s, t, cat in gpu:
         args = _args(e)
@@ -193,8 +214,9 @@ def gpu_activities(events: Iterable[Any]) -> list[Activity]:
             kind, by = "comm", "annotation"
         elif NCCL_KERNEL.match(name):
             kind, by = "comm", "name"
+        call = calls.span_at((launch[0], launch[1]), launch[2]) if kind == "comm" and launch else None
         out.append(Activity(name, kind, s, t, args.get("device", e.get("pid")), args.get("stream", e.get("tid")),
-                            launch[2] if launch else None, by))
+                            launch=launch[2] if launch else None, comm_by=by, call=call[0] if call else None))
     return out
 
 
@@ -332,6 +354,11 @@ def analyze(trace: Any, top: int = 10) -> dict[str, Any]:
         "overlap_ms": _ms(comm_compute), "overlap_pct": _pct(comm_compute, window),
         "comm_memory_overlap_ms": _ms(comm_memory), "comm_memory_overlap_pct": _pct(comm_memory, window),
         "comm_hidden_pct": _pct(comm_compute, comm_us),  # HTA's comp_comm_overlap
+        # from the CPU's call of each collective to its kernel's end: what a timer started at the
+        # hand-over sees, launch latency included (a host-bound rank's GPU idles meanwhile)
+        "comm_call_ms": _ms(union_length((a.start if a.call is None else min(a.call, a.start), a.end)
+                                         for a in acts if a.kind == "comm"))
+        if any(a.call is not None for a in acts if a.kind == "comm") else None,
         "counts": {k: sum(1 for a in acts if a.kind == k) for k in ("compute", "comm", "memory")},
         "comm_by": _count(a.comm_by for a in acts if a.kind == "comm"),
     })

@@ -137,6 +137,8 @@ def render(summaries: list[dict[str, Any]], top: int = 5) -> str:
         head = f"{s['file']}  ({s['source']}"
         if s.get("step_ms"):
             head += ", step ms " + " ".join(f"{v:.1f}" for v in s["step_ms"])
+        if s.get("comm_call_ms") is not None:
+            head += f"; comm from call to kernel end {s['comm_call_ms']:.1f} ms"
         out.append(head + (f"; comm: {by}" if by else "") + ")")
         if s.get("note"):
             out.append(f"  {s['note']}")

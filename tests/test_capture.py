@@ -75,7 +75,7 @@ def test_headless_capture_window_on_cpu(tmp_path):
 def test_timer_is_compared_with_the_trace_on_the_same_steps():
     from ddptop.capture import compare_with_timer
 
-    summary = {"ranks": {"0": {"comm_ms": 30.0}, "1": {"comm_ms": 20.0}, "2": {"note": "nsys"}}}
+    summary = {"ranks": {"0": {"comm_ms": 30.0, "comm_call_ms": 33.0}, "1": {"comm_ms": 20.0}, "2": {"note": "nsys"}}}
     recs = {
         0: [{"step": s, "comm_ms": 11.0} for s in range(8, 15)],  # only 10-12 count
         1: [{"step": 10, "comm_ms": 8.0}, {"step": 11, "comm_ms": 8.0}, {"step": 12}],
@@ -85,6 +85,7 @@ def test_timer_is_compared_with_the_trace_on_the_same_steps():
     r0, r1 = summary["ranks"]["0"], summary["ranks"]["1"]
     assert r0["timer_comm_ms"] == 33.0 and r0["timer_steps"] == 3 and r0["timer_vs_trace"] == 1.1
     assert r1["timer_comm_ms"] == 16.0 and r1["timer_steps"] == 2 and r1["timer_vs_trace"] == 0.8
+    assert r0["timer_vs_call"] == 1.0 and "timer_vs_call" not in r1 and summary["timer_vs_call_mean"] == 1.0
     assert summary["ranks"]["2"] == {"note": "nsys", "timer_comm_ms": 1.0, "timer_steps": 1}
     assert summary["timer_vs_trace_mean"] == 0.95
 

@@ -38,6 +38,7 @@ def test_hand_built_trace_matches_the_hand_computed_figures():
     assert (s["window_ms"], s["busy_ms"], s["idle_ms"]) == (0.72, 0.53, 0.19)
     assert (s["compute_ms"], s["comm_ms"], s["memory_ms"]) == (0.34, 0.25, 0.06)
     assert (s["overlap_ms"], s["comm_memory_overlap_ms"]) == (0.11, 0.01)
+    assert s["comm_call_ms"] == 0.28  # the ring kernel's c10d::allreduce_ call at 20, the last one's nccl: at 655
     assert s["idle_pct"] == 26.4 and s["comm_pct"] == 34.7 and s["comm_hidden_pct"] == 44.0
     assert s["counts"] == {"compute": 3, "comm": 4, "memory": 2}
     assert s["comm_by"] == {"args": 1, "name": 1, "annotation": 2}
@@ -58,6 +59,8 @@ def test_h100_one_rank_reduce_is_communication():
     dropped, GPU side whole): the same summary as the full trace in shared/fixtures."""
     (s,) = summarize_files([str(H100)])
     assert s["comm_ms"] == pytest.approx(3.045, abs=1e-3) and s["comm_by"] == {"args": 3}
+    # each all-reduce is called (c10d::allreduce_) ~0.15 ms before its kernel starts: the GPU waits on the host
+    assert s["comm_call_ms"] == pytest.approx(3.521, abs=1e-3)
     assert s["window_ms"] == pytest.approx(359.391, abs=1e-3)
     assert s["idle_ms"] == pytest.approx(98.491, abs=1e-3) and s["idle_pct"] == 27.4
     assert s["memory_ms"] == pytest.approx(10.065, abs=1e-3) and s["compute_ms"] == pytest.approx(247.79, abs=1e-3)

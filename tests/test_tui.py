@@ -20,6 +20,7 @@ import pytest
 from rich.console import Console
 
 from ddptop.config import PRESETS, RunConfig, preset_config
+from ddptop.trace_files import read_trace
 from ddptop.tui.app import DdpTopApp, build_app
 from ddptop.tui.captures_panel import CapturesPanel
 from ddptop.tui.confirm_screen import ConfirmScreen
@@ -213,7 +214,7 @@ def test_c_captures_the_next_three_steps_on_every_rank(tmp_path: Path) -> None:
             assert sorted(cap.files) == [0, 1]
             for rank in (0, 1):
                 (path,) = cap.files[rank]  # one trace file per rank
-                assert Path(path).is_file() and json.loads(Path(path).read_text())["traceEvents"]
+                assert Path(path).is_file() and read_trace(path)["traceEvents"]
                 assert f"r{rank} {path}" in text
                 steps = cap.summary["ranks"][str(rank)]["steps"]
                 assert steps == list(range(cap.start, cap.start + 3))  # exactly 3 consecutive

@@ -13,6 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ddptop.trace_files import read_trace
+
 pytestmark = pytest.mark.e2e
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 PHASES = ("data", "forward", "backward", "optimizer")
@@ -85,7 +87,7 @@ def test_script_is_measured_unchanged(tmp_path, case):
     assert cap["status"] == "done", cap
     assert sorted(int(r) for r in cap["files"]) == [0, 1]
     for files in cap["files"].values():
-        trace = json.loads(Path(files[0]).read_text())
+        trace = read_trace(files[0])
         assert trace["traceEvents"], files
     assert f"optimizer steps: {STEPS * (2 if case == 'two_optimizers' else 1)}" in logs or case == "lightning"
 

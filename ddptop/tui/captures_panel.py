@@ -85,6 +85,11 @@ def rank_detail_lines(s: dict[str, Any], kernels: int = 3) -> list[Text]:
     if s.get("comm_memory_overlap_ms"):
         line.append("  comm∩memory ", style="dim")
         line.append(f"{s['comm_memory_overlap_ms']:.1f}")
+    if s.get("comm_call_ms") is not None:
+        line.append("  comm call→end ", style="dim")
+        line.append(f"{s['comm_call_ms']:.1f}")
+        if "timer_vs_call" in s:
+            line.append(f" (timer/that {s['timer_vs_call']:.2f})", style="dim")
     lines = [line]
     streams = s.get("streams") or []
     if streams:
