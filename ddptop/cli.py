@@ -33,8 +33,10 @@ def run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"ddptop {__version__}")
     p.add_argument("--nproc", type=int, help="ranks on this node (default: GPUs seen by NVML, else 2)")
-    p.add_argument("--preset", default="baseline", help="starting settings (see `ddptop presets`)")
-    p.add_argument("--steps", type=int, help="optimizer steps per rank")
+    p.add_argument("--preset", help="starting settings (see `ddptop presets`; default: baseline, for a "
+                   "script: asis, its own DDP arguments)")
+    p.add_argument("--steps", type=int, help="optimizer steps per rank (a script: stopped after this many "
+                   "steps after warmup; default: it runs to its own end)")
     p.add_argument("--warmup", type=int, help="steps left out of throughput figures")
     p.add_argument("--batch-size", type=int, help="samples per rank per micro-batch")
     p.add_argument("--model", help="auto, vit_l_32, vit_b_32, vit_b_16, tiny_vit")
@@ -133,16 +135,18 @@ def check_node(node: NodeOptions, config: RunConfig, args: argparse.Namespace) -
             raise UsageError(f"the {flag} port {port} is already in use on this machine")
 
 
-def build_config(args: argparse.Namespace) -> RunConfig:
-    base = RunConfig(nproc=args.nproc if args.nproc is not None else default_nproc())
+def build_config(args: argparse.Namespace, script: bool = False) -> RunConfig:
+    base = RunConfig(nproc=args.nproc if args.nproc is not None else default_nproc(), script=script)
     changes = {
         "steps": args.steps, "warmup": args.warmup, "batch_size": args.batch_size, "model": args.model,
     }
-    if args.warmup is None and args.steps is not None:
+    if script:  # a script's steps are counted after warmup; the trainer's fields mean nothing to it
+        changes = {"script_steps": args.steps, "warmup": args.warmup}
+    elif args.warmup is None and args.steps is not None:
         # short runs keep most of their steps measured unless told otherwise
         changes["warmup"] = min(base.warmup, max(args.steps, 0) // 4)
     base = base.with_changes(**{k: v for k, v in changes.items() if v is not None})
-    config = preset_config(args.preset, base)
+    config = preset_config(args.preset or ("asis" if script else "baseline"), base)
     return apply_overrides(config, args.overrides)
 
 
@@ -208,9 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         args = run_parser().parse_args(argv)
         if not (math.isfinite(args.interval) and 0.1 <= args.interval <= 3600):
             raise UsageError(f"--interval must be 0.1-3600 seconds, got {args.interval:g}")
-        config = build_config(args)
-        if user_cmd:
-            config = config.with_changes(preset=config.preset)
+        config = build_config(args, script=bool(user_cmd))
         check_runnable(config, args)
         node = node_options(args)
         check_node(node, config, args)

@@ -33,9 +33,16 @@ DDP_KNOBS = (
 )
 
 
-# What applies to a user's own script: how many ranks, what is left out of throughput,
-# how communication is timed, the ranks' NCCL environment.
-SCRIPT_FIELDS = ("nproc", "warmup", "backend", "comm_timing", "comm_timing_every", "nccl_env")
+# The DDP knobs ddptop can apply to a user's own script where it constructs DDP (`ddp`, one
+# process without DDP, cannot be imposed on a script that builds its own DDP).
+SCRIPT_KNOBS = tuple(k for k in DDP_KNOBS if k != "ddp")
+
+
+# What applies to a user's own script: how many ranks, what is left out of throughput, how
+# communication is timed, the ranks' NCCL environment, when it is stopped, which DDP knobs are
+# applied to its DDP (their values are added by script_dict).
+SCRIPT_FIELDS = ("preset", "script", "nproc", "warmup", "script_steps", "backend", "comm_timing",
+                 "comm_timing_every", "nccl_env", "ddp_apply")
 
 
 # What `nccl_env` may set in the ranks' environment: communication and device settings, never
@@ -82,6 +89,12 @@ class RunConfig:
     comm_timing_every: int = 10
     lr: float = 1e-3
     nccl_env: dict[str, str] = field(default_factory=dict)
+    # A user's own script (`ddptop ... -- CMD`): ddptop applies to its DDP only the knobs named
+    # in ddp_apply (comma-separated; empty: the script's own DDP arguments, "asis"), and stops it
+    # at an agreed step after warmup + script_steps optimizer steps (0: it runs to its own end).
+    script: bool = False
+    ddp_apply: str = ""
+    script_steps: int = 0
     # Fault injection for tests and demos: slow or crash one rank on purpose.
     delay_rank: int = -1
     delay_ms: float = 0.0
@@ -110,13 +123,27 @@ class RunConfig:
         """Ranks one node launches; a multi-node run has NodeOptions.nnodes times this."""
         return self.nproc if self.ddp else 1
 
+    @property
+    def applied(self) -> tuple[str, ...]:
+        """The DDP knobs ddptop applies to a user's script, in SCRIPT_KNOBS order."""
+        names = {n.strip() for n in self.ddp_apply.split(",") if n.strip()}
+        return tuple(k for k in SCRIPT_KNOBS if k in names)
+
     def script_dict(self) -> dict[str, Any]:
         """The knobs that mean something for a user's own script (the rest, model, batch
-        size, steps..., belong to ddptop's trainer)."""
-        return {k: v for k, v in self.to_dict().items() if k in SCRIPT_FIELDS}
+        size, the trainer's steps..., belong to ddptop's trainer): its run fields and the
+        values of the DDP knobs applied to it."""
+        data = self.to_dict()
+        out = {k: v for k, v in data.items() if k in SCRIPT_FIELDS}
+        out.update({k: data[k] for k in self.applied})
+        out["script"] = True
+        return out
 
     def describe(self) -> str:
-        """Short human summary of the DDP knobs, for tables."""
+        """Short human summary of the DDP knobs, for tables. For a user's script, the knobs
+        ddptop sets (the script's own arguments are read back from its DDP, not known here)."""
+        if self.script:
+            return self._describe_applied()
         if not self.ddp:
             return "no DDP"
         parts = [f"bucket {self.bucket_cap_mb:g}MB"]
@@ -135,6 +162,25 @@ class RunConfig:
             parts.append(f"accum {self.grad_accum}")
         return ", ".join(parts)
 
+    def _describe_applied(self) -> str:
+        applied = self.applied
+        if not applied:
+            return "as in the script"
+        parts = []
+        if "bucket_cap_mb" in applied:
+            parts.append(f"bucket {self.bucket_cap_mb:g}MB")
+        for knob, word in (("static_graph", "static"), ("gradient_as_bucket_view", "view")):
+            if knob in applied:
+                parts.append(word if getattr(self, knob) else f"no {word}")
+        if "comm_hook" in applied:
+            hook = self.comm_hook
+            if hook == "powersgd":
+                hook += f"(r{self.powersgd_rank},start {self.powersgd_start_iter})"
+            parts.append(f"hook {hook}")
+        if "autocast" in applied:
+            parts.append(f"autocast {self.autocast}")
+        return "set " + ", ".join(parts) if parts else "as in the script"
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -143,6 +189,7 @@ class Preset:
     settings: dict[str, Any]
 
 
+_ASIS: dict[str, Any] = {}
 _VIEW = {"static_graph": True, "gradient_as_bucket_view": True, "bucket_cap_mb": 2000.0}
 _OVERLAP = {**_VIEW, "bucket_cap_mb": 100.0}
 
@@ -163,6 +210,7 @@ PRESETS: dict[str, Preset] = {
         Preset("overlap", "view + 100 MB buckets: all-reduce overlaps backward", _OVERLAP),
         Preset("bf16-overlap", "overlap + bf16 compression hook (lossy)", {**_OVERLAP, "comm_hook": "bf16"}),
         Preset("amp", "overlap + bf16 autocast (mixed-precision compute)", {**_OVERLAP, "autocast": "bf16"}),
+        Preset("asis", "nothing set: a script's own DDP arguments (the demo: DDP's defaults)", _ASIS),
     ]
 }
 
@@ -175,7 +223,10 @@ def preset_config(name: str, base: RunConfig | None = None) -> RunConfig:
     base = base or RunConfig()
     defaults = RunConfig()
     reset = {k: getattr(defaults, k) for k in DDP_KNOBS}
-    return validate(base.with_changes(**{**reset, **PRESETS[name].settings, "preset": name}))
+    settings = PRESETS[name].settings
+    # what the preset sets is what it applies to a user's script; the rest stays the script's
+    apply = ",".join(k for k in SCRIPT_KNOBS if k in settings)
+    return validate(base.with_changes(**{**reset, **settings, "preset": name, "ddp_apply": apply}))
 
 
 def parse_value(key: str, raw: str) -> tuple[str, Any]:
@@ -220,6 +271,9 @@ def apply_overrides(config: RunConfig, pairs: list[str]) -> RunConfig:
             env[name.split(".", 1)[1]] = value
         else:
             changes[name] = value
+        if name in SCRIPT_KNOBS:  # a knob set by hand is applied to a user's script too
+            applied = changes.get("ddp_apply", config.ddp_apply)
+            changes["ddp_apply"] = ",".join([*filter(None, applied.split(",")), name])
     return validate(config.with_changes(**changes, nccl_env=env))
 
 
@@ -250,6 +304,9 @@ def validate(config: RunConfig) -> RunConfig:
         (c.lr > 0, f"lr must be positive, got {c.lr:g}"),
         (c.delay_ms >= 0, f"delay_ms must be 0 or more, got {c.delay_ms:g}"),
         (c.ddp or c.comm_hook == "none", "a comm hook needs DDP (preset 'single' has none)"),
+        (c.script_steps >= 0, f"script_steps must be 0 or more, got {c.script_steps}"),
+        (c.ddp or not c.script, "a script's own DDP cannot be taken away (ddp=false, preset 'single'); "
+                                "run it with --nproc 1 for one rank"),
     ]
     for f in fields(c):
         value = getattr(c, f.name)
@@ -264,6 +321,13 @@ def validate(config: RunConfig) -> RunConfig:
         if not env_allowed(key):
             raise ConfigError(f"nccl_env: {key} is not allowed: only {', '.join(p + '*' for p in ENV_PREFIXES)}, "
                               f"and none that names a {'/'.join(w.lower() for w in ENV_DENIED)}")
+    names = [n.strip() for n in c.ddp_apply.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SCRIPT_KNOBS]
+    if unknown:
+        raise ConfigError(f"ddp_apply: unknown knob(s) {', '.join(unknown)} (valid: {', '.join(SCRIPT_KNOBS)})")
+    applied = ",".join(c.applied) if c.script else ""  # ddptop's trainer applies every knob itself
+    if c.ddp_apply != applied:
+        c = c.with_changes(ddp_apply=applied)
     if not c.ddp and c.nproc != 1:
         return c.with_changes(nproc=1)
     return c

@@ -1,6 +1,7 @@
 """`ddptop sweep`: run presets back to back (same seed, same steps), then one table with
 speedups, scaling efficiency and the advisor's recommendation, on stdout and in
-`<runs-dir>/sweep-<timestamp>/sweep.{json,md}`.
+`<runs-dir>/sweep-<timestamp>/sweep.{json,md}`. With `-- CMD` each preset runs the user's own
+script (its DDP gets the preset's knobs, `asis` none), stopped after warmup + --steps steps.
 
 The table is built by pure functions over summary dicts (`build_rows`, `markdown_table`);
 only `run_sweep` and `main_sweep` start anything. Must not import torch or textual.
@@ -12,6 +13,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -32,21 +34,45 @@ from ddptop.config import PRESETS, ConfigError, RunConfig, apply_overrides, pres
 from ddptop.usage import USAGE_EXIT, OneLineParser, UsageError
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# A user's script: `asis` (its own DDP arguments) is the reference; no `single` (its DDP cannot
+# be taken away), no `amp` (ddptop does not change a script's compute precision).
+DEMO_PRESETS = tuple(p for p in PRESETS if p != "asis")
+SCRIPT_PRESETS = ("asis", *(p for p in PRESETS if p not in ("asis", "single", "amp")))
+SCRIPT_STEPS = 50  # a script's default steps after warmup, per run
 
 
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
+    """(ddptop's own arguments, the user's command after `--` or None)."""
+    argv = list(argv)
+    if "--" not in argv:
+        return argv, None
+    cut = argv.index("--")
+    if not argv[cut + 1 :]:
+        raise UsageError("nothing to run after --")
+    return argv[:cut], argv[cut + 1 :]
 
 
 def sweep_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="ddptop sweep",
         description="Run presets back to back with the same seed and steps; print a table with "
-        "speedups and a recommendation, and write sweep.json + sweep.md.",
+        "speedups and a recommendation, and write sweep.json + sweep.md. "
+        "`ddptop sweep [OPTIONS] -- python train.py ARGS` sweeps your own script.",
     )
-    p.add_argument("--presets", help=f"comma-separated (default: all: {','.join(PRESETS)})")
+    p.add_argument(
+        "--presets",
+        help=f"comma-separated (default: {','.join(DEMO_PRESETS)}; for a script: "
+        f"{','.join(SCRIPT_PRESETS)})",
+    )
     p.add_argument(
         "--nproc", type=int, help="ranks on this node (default: GPUs seen by NVML, else 2)"
     )
-    p.add_argument("--steps", type=int, help="optimizer steps per rank, every run")
+    p.add_argument(
+        "--steps",
+        type=int,
+        help="optimizer steps per rank, every run (a script: steps after warmup, default "
+        f"{SCRIPT_STEPS}; it is stopped at an agreed step)",
+    )
     p.add_argument("--warmup", type=int, help="steps left out of throughput figures")
     add_batch_args(p, "sweep", "e.g. --set workers=0")
     return p
@@ -71,9 +97,9 @@ def add_batch_args(p: argparse.ArgumentParser, name: str, set_note: str) -> None
     p.add_argument("--json", action="store_true", help=f"also print {name}.json as the last line")
 
 
-def parse_presets(text: str | None) -> list[str]:
+def parse_presets(text: str | None, script: bool = False) -> list[str]:
     if text is None:
-        return list(PRESETS)
+        return list(SCRIPT_PRESETS if script else DEMO_PRESETS)
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise UsageError("--presets is empty")
@@ -86,17 +112,22 @@ def parse_presets(text: str | None) -> list[str]:
     return names
 
 
-def build_configs(args: argparse.Namespace) -> list[RunConfig]:
-    """One validated config per preset; raises UsageError/ConfigError before anything runs."""
-    names = parse_presets(args.presets)
+def build_configs(args: argparse.Namespace, script: bool = False) -> list[RunConfig]:
+    """One validated config per preset; raises UsageError/ConfigError before anything runs.
+    `script`: the runs are a user's command (steps count after warmup)."""
+    names = parse_presets(args.presets, script)
     nproc = args.nproc
     if nproc is None:
         from ddptop.cli import default_nproc
 
         nproc = default_nproc()
-    base = RunConfig(nproc=nproc)
+    base = RunConfig(nproc=nproc, script=script)
     changes: dict[str, Any] = {"steps": args.steps, "warmup": args.warmup}
-    if args.warmup is None and args.steps is not None:
+    if script:
+        if args.steps is not None and args.steps < 1:
+            raise UsageError(f"--steps must be at least 1, got {args.steps}")
+        changes = {"script_steps": args.steps or SCRIPT_STEPS, "warmup": args.warmup}
+    elif args.warmup is None and args.steps is not None:
         # short runs keep most of their steps measured unless told otherwise (as `ddptop`)
         changes["warmup"] = min(base.warmup, max(args.steps, 0) // 4)
     base = base.with_changes(**{k: v for k, v in changes.items() if v is not None})
@@ -126,10 +157,39 @@ def check_runnable(configs: Sequence[RunConfig], runs_dir: Path) -> None:
 
 
 def _settings(summary: Mapping[str, Any]) -> str:
+    if summary.get("command"):
+        return in_effect(summary)
     try:
         return RunConfig.from_dict(dict(summary.get("config") or {})).describe()
     except (ConfigError, TypeError):
         return "-"
+
+
+def rank_info(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """What the first rank's instrument read off the script's DDP (empty when nothing)."""
+    for r in summary.get("ranks") or []:
+        if isinstance(r, Mapping) and isinstance(r.get("info"), Mapping) and "static_graph" in r["info"]:
+            return dict(r["info"])
+    return {}
+
+
+def in_effect(summary: Mapping[str, Any]) -> str:
+    """A script run's DDP arguments in effect, as read back from the rank's DDP object after
+    construction (not what was asked), e.g. `bucket 100MB, static, view, hook bf16_compress_hook`."""
+    info = rank_info(summary)
+    if not info:
+        return "-"
+    parts = []
+    if isinstance(info.get("bucket_cap_mb"), (int, float)):
+        parts.append(f"bucket {info['bucket_cap_mb']:g}MB")
+    parts += [word for key, word in (("static_graph", "static"), ("gradient_as_bucket_view", "view"))
+              if info.get(key)]
+    hook = str(info.get("comm_hook") or "")
+    if hook and not hook.startswith("allreduce"):
+        parts.append("hook " + hook.removesuffix("_hook"))
+    if info.get("autocast") not in (None, "none"):
+        parts.append(f"autocast {info['autocast']}")
+    return ", ".join(parts)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -151,6 +211,7 @@ def build_rows(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "error": s.get("error") or "",
             "steps_per_s": s.get("steps_per_s"),
             "samples_per_s": s.get("samples_per_s"),
+            "tokens_per_s": s.get("tokens_per_s"),
             "step_ms_p50": s.get("step_ms_p50"),
             "comm_ms": mean_ms(s, "comm_ms"),
             "comm_share": share,
@@ -158,6 +219,10 @@ def build_rows(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "exposed_comm_share": exposed,
             "run_id": s.get("run_id"),
         })  # fmt: skip
+        if s.get("command"):  # what the script asked for and what ddptop changed, read back
+            info = rank_info(s)
+            rows[-1].update(ddp_asked=info.get("ddp_asked"), ddp_set=info.get("ddp_set"),
+                            in_effect={k: info.get(k) for k in IN_EFFECT})
     ref = reference_preset(rows)
     ref_rate = next((r["steps_per_s"] for r in rows if r["preset"] == ref), None)
     single = next(
@@ -169,10 +234,15 @@ def build_rows(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+IN_EFFECT = ("static_graph", "gradient_as_bucket_view", "bucket_cap_mb", "comm_hook", "autocast")
+
+
 def reference_preset(rows: Sequence[Mapping[str, Any]]) -> str | None:
-    """What speedups are measured against: baseline if it ran, else the first row that did."""
+    """What speedups are measured against: the script as it is (asis) or baseline if it ran,
+    else the first row that did."""
     measured = [r for r in rows if r.get("steps_per_s")]
-    base = next((r for r in measured if r["preset"] == "baseline"), None)
+    base = next((r for r in measured if r["preset"] == "asis"), None)
+    base = base or next((r for r in measured if r["preset"] == "baseline"), None)
     ref = base or (measured[0] if measured else None)
     return ref["preset"] if ref else None
 
@@ -189,6 +259,7 @@ def table_cells(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list
     """Headers and formatted cells; the efficiency column only when `single` is in the sweep."""
     ref = reference_preset(rows)
     has_single = any(r["preset"] == "single" for r in rows)
+    has_tokens = any(r.get("tokens_per_s") for r in rows)
     headers = [
         "preset",
         "settings",
@@ -196,6 +267,7 @@ def table_cells(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list
         "status",
         "steps/s",
         "samples/s",
+        *(["tokens/s"] if has_tokens else []),
         "step p50 ms",
         "comm share",
         "exposed comm ms",
@@ -212,6 +284,7 @@ def table_cells(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list
             str(r["status"]),
             _f(r["steps_per_s"], ".2f"),
             _f(r["samples_per_s"], ".1f"),
+            *([_f(r.get("tokens_per_s"), ".0f")] if has_tokens else []),
             _f(r["step_ms_p50"], ".1f"),
             _pct(r["comm_share"]),
             _f(r["exposed_comm_ms"], ".1f"),
@@ -284,10 +357,14 @@ def _progress(summary: Mapping[str, Any]) -> str:
 
 
 def run_sweep(
-    configs: Sequence[RunConfig], sweep_dir: Path, out: TextIO | None = None
+    configs: Sequence[RunConfig],
+    sweep_dir: Path,
+    out: TextIO | None = None,
+    user_cmd: Sequence[str] | None = None,
 ) -> SweepResult:
     """Run each config to its end, one after the other, each in its own event loop. A signal
-    stops the current run (and a second one cancels it) and skips the rest."""
+    stops the current run (and a second one cancels it) and skips the rest. `user_cmd`: the
+    runs are the user's own script."""
     from ddptop.session import Session
 
     out = out or sys.stdout
@@ -303,7 +380,7 @@ def run_sweep(
         session_box: list[Session] = []
 
         async def one(config: RunConfig = config, box: list[Session] = session_box) -> None:
-            session = Session(config, sweep_dir)
+            session = Session(config, sweep_dir, user_cmd=list(user_cmd) if user_cmd else None)
             box.append(session)
             loop = asyncio.get_running_loop()
             task = asyncio.current_task()
@@ -388,8 +465,9 @@ def exit_code(result: SweepResult) -> int:
 
 def main_sweep(argv: list[str]) -> int:
     try:
-        args = sweep_parser().parse_args(argv)
-        configs = build_configs(args)
+        own, user_cmd = split_command(argv)
+        args = sweep_parser().parse_args(own)
+        configs = build_configs(args, script=user_cmd is not None)
         check_runnable(configs, args.runs_dir)
     except (UsageError, ConfigError) as exc:
         print(f"ddptop: error: {exc}", file=sys.stderr)
@@ -403,13 +481,14 @@ def main_sweep(argv: list[str]) -> int:
     sweep_dir.mkdir(parents=True, mode=0o700)
     first = configs[0]
     ranks = max(c.world_size for c in configs)
+    steps = steps_text(first)
+    what = f"script {' '.join(user_cmd)}" if user_cmd else f"seed {first.seed}"
     print(
-        f"ddptop sweep: {len(configs)} preset(s), {ranks} rank(s), {first.steps} steps "
-        f"({first.warmup} warmup), seed {first.seed}; records in {sweep_dir}",
+        f"ddptop sweep: {len(configs)} preset(s), {ranks} rank(s), {steps}, {what}; records in {sweep_dir}",
         flush=True,
     )
     started = time.time()
-    result = run_sweep(configs, sweep_dir)
+    result = run_sweep(configs, sweep_dir, user_cmd=user_cmd)
 
     rows = build_rows(result.summaries)
     advice = recommend_from_sweep(rows)
@@ -421,14 +500,17 @@ def main_sweep(argv: list[str]) -> int:
     notes = []
     if result.interrupted:
         notes.append(f"interrupted: {len(configs) - len(rows)} preset(s) not run")
-    if not any(r["preset"] == "single" for r in rows):
+    if not any(r["preset"] == "single" for r in rows) and not user_cmd:
         notes.append("scaling efficiency needs the `single` preset in the sweep")
+    if user_cmd:
+        notes.append("settings: the DDP arguments in effect, read back from each run's DDP object")
+        notes += sorted({re.sub(r"^rank \d+: ", "", n) for s in result.summaries for n in s.get("notes") or []})
     if all(r["comm_share"] is None for r in rows):
         notes.append("comm share and exposed comm are n/a: the runs reported no comm timings")
     backend = next((s.get("backend") for s in result.summaries if s.get("backend")), None)
     model = next((s.get("model") for s in result.summaries if s.get("model")), None)
     title = (
-        f"ddptop {sweep_dir.name}: {ranks} rank(s), {first.steps} steps, "
+        f"ddptop {sweep_dir.name}: {ranks} rank(s), {steps}, "
         f"{model or first.model}, {backend or first.backend}"
     )
     md = render_markdown(rows, advice, title, diagnosis, notes)
@@ -440,6 +522,7 @@ def main_sweep(argv: list[str]) -> int:
         "ended_at": time.time(),
         "interrupted": result.interrupted,
         "presets": [c.preset for c in configs],
+        "command": user_cmd,
         "reference": ref,
         "rows": [{**r, "run_dir": d} for r, d in zip(rows, result.run_dirs)],
         "advice": advice.to_dict(),
@@ -454,6 +537,12 @@ def main_sweep(argv: list[str]) -> int:
     if args.json:
         print(json.dumps(data, separators=(",", ":")), flush=True)
     return exit_code(result)
+
+
+def steps_text(config: RunConfig) -> str:
+    if config.script:
+        return f"{config.script_steps} steps after {config.warmup} warmup"
+    return f"{config.steps} steps ({config.warmup} warmup)"
 
 
 if __name__ == "__main__":

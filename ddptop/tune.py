@@ -6,6 +6,10 @@ NCCL transports, NVLink) where to start, always runs the advisor's presets (so t
 never slower than the best of them), then walks best-first: one knob at a time around the
 fastest configuration so far. Runs go through `ddptop.sweep.run_sweep`, one config at a time.
 
+With `-- CMD` it tunes the user's own script: the first run is the script as it is (`asis`,
+its DDP arguments read back from its DDP object are where the search starts), every later run
+sets all the tuned knobs on the script's DDP, and no run starts that the budget cannot hold.
+
 The search space, neighbours, ranking, command line and table are pure functions; only
 `run_tune` and `main_tune` start anything. Must not import torch or textual.
 """
@@ -17,6 +21,7 @@ import heapq
 import io
 import itertools
 import json
+import shlex
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,6 +32,7 @@ from typing import Any, TextIO
 from ddptop.advisor import LADDER, LOSSY_CAVEAT, NOISE, Advice, advise_run
 from ddptop.config import PRESETS, ConfigError, RunConfig, parse_value, validate
 from ddptop.sweep import (
+    SCRIPT_STEPS,
     _f,
     _pct,
     _progress,
@@ -34,7 +40,10 @@ from ddptop.sweep import (
     build_configs,
     build_rows,
     check_runnable,
+    rank_info,
     run_sweep,
+    split_command,
+    steps_text,
 )
 from ddptop.usage import USAGE_EXIT, OneLineParser, UsageError
 
@@ -52,7 +61,7 @@ POWERSGD_RANKS = (1, 2, 4)
 BUCKETS_MB = (25.0, 50.0, 100.0, 200.0, 2000.0)
 # Presets the tuner can start from or name in its command line: DDP settings only (not
 # `single`, no DDP; not `amp`, whose autocast changes the compute, not the communication).
-TUNE_PRESETS = tuple(p for p in PRESETS if p not in ("single", "amp"))
+TUNE_PRESETS = tuple(p for p in PRESETS if p not in ("single", "amp", "asis"))
 
 Point = dict[str, Any]  # one value per TUNE_KNOBS
 
@@ -178,10 +187,23 @@ def _set_value(value: Any) -> str:
     return _show(value)
 
 
-def command_line(point: Mapping[str, Any], nproc: int, extra_sets: Sequence[str] = ()) -> str:
+def command_line(
+    point: Mapping[str, Any],
+    nproc: int,
+    extra_sets: Sequence[str] = (),
+    user_cmd: Sequence[str] | None = None,
+) -> str:
     """`ddptop --nproc N --preset X --set k=v ...` that runs `point`; `extra_sets` are the
-    user's own --set pairs (kept unless they name a knob the tuner set)."""
+    user's own --set pairs (kept unless they name a knob the tuner set). With `user_cmd`, every
+    tuned knob the preset does not set is --set too (a script keeps its own value of a knob
+    nothing sets), and the command follows `--`."""
     name, diff = nearest_preset(point)
+    if user_cmd:
+        owned = PRESETS[name].settings
+        p = normalize(point)
+        diff = {k: p[k] for k in TUNE_KNOBS if k in diff or k not in owned}
+        if p["comm_hook"] != "powersgd":
+            diff.pop("powersgd_rank", None)
     parts = ["ddptop", "--nproc", str(nproc), "--preset", name]
     for k in TUNE_KNOBS:
         if k in diff:
@@ -189,7 +211,26 @@ def command_line(point: Mapping[str, Any], nproc: int, extra_sets: Sequence[str]
     for pair in extra_sets:
         if pair.split("=", 1)[0].strip() not in diff:
             parts += ["--set", pair]
+    if user_cmd:
+        parts += ["--", *(shlex.quote(a) for a in user_cmd)]
     return " ".join(parts)
+
+
+def point_read_back(summary: Mapping[str, Any]) -> Point | None:
+    """A script run's tuned knobs as its DDP had them (the instrument read them back after
+    DDP() returned); comm_hook `none` when the script registered no compression hook."""
+    info = rank_info(summary)
+    if not info or not isinstance(info.get("bucket_cap_mb"), (int, float)):
+        return None
+    hook = str(info.get("comm_hook") or "")
+    named = {"bf16_compress_hook": "bf16", "fp16_compress_hook": "fp16", "powerSGD_hook": "powersgd"}
+    return normalize({
+        "comm_hook": named.get(hook, "none"),
+        "powersgd_rank": RunConfig().powersgd_rank,
+        "bucket_cap_mb": float(info["bucket_cap_mb"]),
+        "static_graph": bool(info.get("static_graph")),
+        "gradient_as_bucket_view": bool(info.get("gradient_as_bucket_view")),
+    })
 
 
 def is_lossy(point: Mapping[str, Any]) -> bool:
@@ -209,6 +250,7 @@ class Trial:
     summary: dict[str, Any] = field(default_factory=dict)
     run_dir: str = ""
     wall_s: float = 0.0
+    label: str = ""  # the config's name in the table when not its preset's (asis: a script as it is)
 
     @property
     def rate(self) -> float | None:
@@ -254,6 +296,8 @@ def tune_rows(trials: Sequence[Trial]) -> list[dict[str, Any]]:
             wall_s=round(t.wall_s, 1),
             preset=preset_name(t.point),
         )
+        if t.label:
+            row.update(config=t.label, preset=t.label)
         if row["status"] is None:
             row["status"] = "not run"
     return rows
@@ -300,7 +344,12 @@ def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join([line(HEADERS), line(rule), *(line(c) for c in cells)])
 
 
-def verdict(trials: Sequence[Trial], nproc: int, extra_sets: Sequence[str] = ()) -> dict[str, Any]:
+def verdict(
+    trials: Sequence[Trial],
+    nproc: int,
+    extra_sets: Sequence[str] = (),
+    user_cmd: Sequence[str] | None = None,
+) -> dict[str, Any]:
     """The best configuration, its speedup and command line, and the fastest lossless one
     when the best compresses gradients."""
     best = best_trial(trials)
@@ -318,7 +367,9 @@ def verdict(trials: Sequence[Trial], nproc: int, extra_sets: Sequence[str] = ())
             "steps_per_s": t.rate,
             "speedup": (t.rate / base) if base and t.rate else None,
             "lossy": is_lossy(t.point),
-            "command": command_line(t.point, nproc, extra_sets),
+            "command": command_line(t.point, nproc, extra_sets, user_cmd)
+            if not (user_cmd and t.label == "asis")
+            else command_line_asis(nproc, extra_sets, user_cmd),
             "settings": RunConfig().with_changes(**t.point).describe(),
         }
 
@@ -345,6 +396,11 @@ def verdict(trials: Sequence[Trial], nproc: int, extra_sets: Sequence[str] = ())
             )
     out["text"] = text
     return out
+
+
+def command_line_asis(nproc: int, extra_sets: Sequence[str], user_cmd: Sequence[str]) -> str:
+    sets = [x for pair in extra_sets for x in ("--set", pair)]
+    return " ".join(["ddptop", "--nproc", str(nproc), *sets, "--", *(shlex.quote(a) for a in user_cmd)])
 
 
 def render_markdown(
@@ -393,6 +449,10 @@ class Tuner:
     """Best-first search. Each finished trial queues its neighbours with the trial's
     steps/s as priority, so the neighbours of the fastest configuration so far go first."""
 
+    # what a tuned point sets on a user's script's DDP: every tuned knob (a knob left out would
+    # be the script's own value, and the point would not be what ran)
+    SCRIPT_APPLY = (*TUNE_KNOBS, "powersgd_start_iter")
+
     def __init__(self, base: RunConfig, fixed: Iterable[str] = ()) -> None:
         self.base = base
         self.fixed = frozenset(fixed)
@@ -404,7 +464,10 @@ class Tuner:
         p = normalize(point)
         for k in self.fixed:  # the user's --set wins over the search
             p[k] = getattr(self.base, k)
-        return validate(self.base.with_changes(**p, preset=preset_name(p)))
+        extra: dict[str, Any] = {}
+        if self.base.script:
+            extra["ddp_apply"] = ",".join([*self.base.applied, *self.SCRIPT_APPLY])
+        return validate(self.base.with_changes(**p, **extra, preset=preset_name(p)))
 
     def fix(self, point: Mapping[str, Any]) -> Point:
         return point_of(self.config_for(point))
@@ -434,9 +497,11 @@ class Tuner:
         return None
 
 
-def run_one(config: RunConfig, tune_dir: Path) -> tuple[dict[str, Any], str, bool]:
+def run_one(
+    config: RunConfig, tune_dir: Path, user_cmd: Sequence[str] | None = None
+) -> tuple[dict[str, Any], str, bool]:
     """One run through the sweep's runner: (summary, run dir, interrupted)."""
-    result = run_sweep([config], tune_dir, out=io.StringIO())
+    result = run_sweep([config], tune_dir, out=io.StringIO(), user_cmd=user_cmd)
     return result.summaries[0], result.run_dirs[0], result.interrupted
 
 
@@ -451,17 +516,25 @@ def run_tune(
 ) -> TuneResult:
     """Baseline, the advisor's presets, then best-first search while the budget lasts (a
     run is not started when the mean run time so far would overshoot it). `runner` and
-    `clock` are injectable for tests."""
+    `clock` are injectable for tests.
+
+    A user's script (base.script): the baseline is the script as it is (its own DDP
+    arguments, read back, are the point the search starts from), and no run after it starts
+    when the longest run so far would overshoot the budget, the advisor's presets included:
+    a script's run time is not ddptop's to know."""
     out = out or sys.stdout
     tuner = Tuner(base, fixed)
     result = TuneResult()
     started = clock()
+    strict = base.script
 
-    def attempt(point: Mapping[str, Any], source: str) -> Trial | None:
-        if not tuner.visit(point):
-            return None
-        config = tuner.config_for(point)
-        trial = Trial(len(result.trials) + 1, point_of(config), source)
+    def attempt(point: Mapping[str, Any], source: str, config: RunConfig | None = None,
+                label: str = "") -> Trial | None:
+        if config is None:
+            if not tuner.visit(point):
+                return None
+            config = tuner.config_for(point)
+        trial = Trial(len(result.trials) + 1, point_of(config), source, label=label)
         print(
             f"[{trial.index:>2}] {config.preset:<12} {config.describe():<44} {source:<34} ",
             end="",
@@ -486,10 +559,18 @@ def run_tune(
 
     def budget_left() -> bool:
         walls = [t.wall_s for t in result.trials]
-        estimate = sum(walls) / len(walls) if walls else 0.0
+        estimate = (max(walls) if strict else sum(walls) / len(walls)) if walls else 0.0
         return clock() - started + estimate <= budget_s
 
-    base_trial = attempt(preset_point("baseline"), "baseline")
+    if base.script:
+        base_trial = attempt({}, "baseline", config=base, label="asis")
+        if base_trial is not None:
+            read = point_read_back(base_trial.summary)
+            if read is not None:
+                base_trial.point = read
+                tuner.visit(read)
+    else:
+        base_trial = attempt(preset_point("baseline"), "baseline")
     if base_trial is None or result.interrupted:
         return result
     if base_trial.rate is None:
@@ -502,15 +583,21 @@ def run_tune(
     tuner.expand(base_trial, compress)
     seeds = seed_sources(result.advice)
     for name, why in seeds:
+        if strict and not budget_left():
+            break
         trial = attempt(preset_point(name), why)
         if result.interrupted:
             return result
         if trial is not None:
             tuner.expand(trial, compress)
     if not budget_left():
+        ran = len(result.trials) - 1
         result.notes.append(
             f"the baseline and the advisor's presets took the whole budget ({budget_s:g}s): "
             "no search around them; give a larger --budget"
+            if ran >= len(seeds)
+            else f"the budget ({budget_s:g}s) held the baseline and {ran} of the advisor's "
+            f"{len(seeds)} presets: no search; give a larger --budget"
         )
     while budget_left():
         nxt = tuner.next_move()
@@ -558,7 +645,12 @@ def tune_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--nproc", type=int, help="ranks on this node (default: GPUs seen by NVML, else 2)"
     )
-    p.add_argument("--steps", type=int, help="optimizer steps per rank, every run")
+    p.add_argument(
+        "--steps",
+        type=int,
+        help="optimizer steps per rank, every run (a script: steps after warmup, default "
+        f"{SCRIPT_STEPS}; it is stopped at an agreed step)",
+    )
     p.add_argument("--warmup", type=int, help="steps left out of throughput figures")
     p.add_argument(
         "--budget",
@@ -582,8 +674,11 @@ def fixed_knobs(overrides: Sequence[str]) -> set[str]:
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, RunConfig]:
-    """Arguments and the baseline config; UsageError/ConfigError before anything runs."""
-    args = tune_parser().parse_args(list(argv))
+    """Arguments and the baseline config; UsageError/ConfigError before anything runs. The
+    user's command after `--`, if any, is `args.user_cmd`."""
+    own, user_cmd = split_command(argv)
+    args = tune_parser().parse_args(own)
+    args.user_cmd = user_cmd
     if args.budget <= 0:
         raise UsageError(f"--budget must be positive, got {args.budget:g}")
     for pair in args.overrides:
@@ -592,13 +687,13 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, RunConfig]:
             if key.strip() == "ddp" and parse_value("ddp", raw)[1] is False:
                 raise UsageError("ddptop tune needs DDP: --set ddp=false leaves nothing to tune")
     ns = argparse.Namespace(
-        presets="baseline",
+        presets="asis" if user_cmd else "baseline",
         nproc=args.nproc,
         steps=args.steps,
         warmup=args.warmup,
         overrides=args.overrides,
     )
-    (base,) = build_configs(ns)
+    (base,) = build_configs(ns, script=user_cmd is not None)
     if base.world_size < 2:
         raise UsageError(f"ddptop tune needs at least 2 ranks, got --nproc {base.nproc}")
     check_runnable([base], args.runs_dir)
@@ -624,19 +719,27 @@ def main_tune(argv: Sequence[str]) -> int:
         return USAGE_EXIT
     tune_dir = _tune_dir(args.runs_dir)
     fixed = fixed_knobs(args.overrides)
+    user_cmd = args.user_cmd
+    script = f", script {' '.join(user_cmd)}" if user_cmd else ""
     print(
-        f"ddptop tune: {base.nproc} rank(s), {base.steps} steps ({base.warmup} warmup), budget "
-        f"{args.budget:g}s{', fixed: ' + ', '.join(sorted(fixed)) if fixed else ''}; records in {tune_dir}",
+        f"ddptop tune: {base.nproc} rank(s), {steps_text(base)}, budget "
+        f"{args.budget:g}s{', fixed: ' + ', '.join(sorted(fixed)) if fixed else ''}{script}; records in {tune_dir}",
         flush=True,
     )
     started = time.time()
+    runner = run_one
+    if user_cmd:
+
+        def runner(config: RunConfig, tune_dir: Path) -> tuple[dict[str, Any], str, bool]:
+            return run_one(config, tune_dir, user_cmd)
+
     try:
-        result = run_tune(base, tune_dir, args.budget, fixed)
+        result = run_tune(base, tune_dir, args.budget, fixed, runner=runner)
     except KeyboardInterrupt:  # between runs, outside the runs' own signal handling
         result = TuneResult(interrupted=True)
     rows = tune_rows(result.trials)
     extra = [p for p in args.overrides if p.split("=", 1)[0].strip() not in TUNE_KNOBS]
-    best = verdict(result.trials, base.nproc, extra)
+    best = verdict(result.trials, base.nproc, extra, user_cmd)
     notes = list(result.notes)
     if result.interrupted:
         notes.append("interrupted: the search stopped early")
@@ -648,7 +751,7 @@ def main_tune(argv: Sequence[str]) -> int:
     )
     model = next((t.summary.get("model") for t in result.trials if t.summary.get("model")), None)
     title = (
-        f"ddptop {tune_dir.name}: {base.nproc} rank(s), {base.steps} steps, {model or base.model}, "
+        f"ddptop {tune_dir.name}: {base.nproc} rank(s), {steps_text(base)}, {model or base.model}, "
         f"{backend or base.backend}, {len(result.trials)} config(s) in {time.time() - started:.0f}s"
     )
     md = render_markdown(title, rows, best, notes)
@@ -657,6 +760,7 @@ def main_tune(argv: Sequence[str]) -> int:
         "dir": str(tune_dir),
         "argv": list(argv),
         "budget_s": args.budget,
+        "command": user_cmd,
         "fixed": sorted(fixed),
         "started_at": started,
         "ended_at": time.time(),

@@ -64,6 +64,7 @@ class Instrument:
         self.script = ScriptSettings.of(settings)  # None: ddptop's trainer applies its own settings
         self.step_limit = self.script.last_step if self.script is not None else None
         self._limit_reached = False
+        self._left = False  # the instrument destroyed the process group at the step limit
         self._applied_hooks: dict[int, str] = {}  # id(ddp) -> the comm hook ddptop set on it
         self._untimed: set[int] = set()  # timers that only carry a hook ddptop set (comm_timing off)
         self._autocast_checked = False
@@ -174,6 +175,8 @@ class Instrument:
         @functools.wraps(original)
         def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
             self._guard(self.flush)()
+            if self._left and not dist.is_initialized():
+                return None
             return original(*args, **kwargs)
 
         destroy_process_group._ddptop = True  # type: ignore[attr-defined]
@@ -369,6 +372,8 @@ class Instrument:
             why = (f"the run's {self.script.steps} steps after warmup are done" if self._limit_reached and self.script
                    else "as every rank agreed")
             print(f"ddptop: rank {self.rank} stops after step {step}, {why}", file=sys.stderr, flush=True)
+            if self._limit_reached:
+                self._guard(self._leave_together)()
             raise SystemExit(0)
 
     def _after_close(self, step: int) -> None:
@@ -589,6 +594,17 @@ class Instrument:
             previous(*exc_info)
 
         sys.excepthook = hook
+
+    def _leave_together(self) -> None:
+        """Every rank stops at the same step of its own accord (the step limit): they leave
+        the process group together, as a script that ends cleanly does (a gloo rank whose
+        peer has already gone can abort at exit)."""
+        dist = self.torch.distributed
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        dist.barrier()
+        dist.destroy_process_group()
+        self._left = True  # the script's own destroy_process_group() on its way out is a no-op
 
     def _blame_settings(self, exc: Any) -> None:
         """A crash that a setting ddptop applied caused says so (static_graph on a graph that
