@@ -9,10 +9,11 @@ import os
 import signal
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 from ddptop import report
 from ddptop.session import Session
+from ddptop.state import RunState
 
 EXIT_CODES = {"completed": 0, "failed": 1, "stopped": 130}
 
@@ -39,7 +40,13 @@ async def run_headless(session: Session, interval: float = 3.0, as_json: bool = 
         for sig in (*signals, signal.SIGUSR1):
             loop.remove_signal_handler(sig)
     summary = state.summary()
-    print(report.final_report(summary, str(session.run_dir)), file=out, flush=True)
+    print(closing_lines(state, session.run_dir, summary), file=out, flush=True)
     if as_json:
         print(json.dumps(summary, separators=(",", ":")), file=out, flush=True)
     return EXIT_CODES[state.status]
+
+
+def closing_lines(state: RunState, run_dir: str | os.PathLike[str], summary: dict[str, Any] | None = None) -> str:
+    """What a finished run prints last, headless or after the TUI: status, the final
+    table, where the records are."""
+    return report.final_report(summary if summary is not None else state.summary(), str(run_dir))

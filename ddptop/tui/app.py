@@ -18,11 +18,13 @@ from pathlib import Path
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
+from textual.driver import Driver
 from textual.screen import Screen
 from textual.widgets import Footer, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
 from ddptop.config import RunConfig
+from ddptop.headless import EXIT_CODES, closing_lines
 from ddptop.live import LiveRun
 from ddptop.session import Session
 from ddptop.state import RunState
@@ -39,6 +41,7 @@ from ddptop.tui.run_alerts import RunAlerts
 from ddptop.tui.run_header import RunHeader
 from ddptop.tui.runs_panel import RunsPanel
 from ddptop.tui.settings_screen import SettingsScreen
+from ddptop.tui.terminal import EXIT_SIGNALS, ExitSignals, TerminalLost, driver_for, silence_output
 from ddptop.tui.throughput_panel import ThroughputPanel
 from ddptop.tui.wiring_panel import WiringPanel
 from ddptop.viewer import RemoteSession
@@ -90,6 +93,12 @@ class DdpTopApp(App[int]):
         self.live = LiveFigures()
         self._capture_status: dict[tuple[str, int], str] = {}  # to notice captures finishing
         self.exit_note = ""  # printed by run_tui once the terminal is back (e.g. how to re-attach)
+        self.terminal_lost = ""  # why the terminal (or the page's server) went away, once it has
+        self._signals: ExitSignals | None = None
+        self._quitting = False  # a signal or `q` is already stopping the run to quit
+
+    def get_driver_class(self) -> type[Driver]:
+        return driver_for(super().get_driver_class())
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="run-header")
@@ -112,15 +121,14 @@ class DdpTopApp(App[int]):
 
     def on_mount(self) -> None:
         # A closed SSH session or a `kill` stops a run this terminal owns cleanly, as `q`
-        # would; a detached run (or someone else's) just loses this viewer.
-        self._signals = []
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            try:
-                loop.add_signal_handler(sig, self._signalled)
-                self._signals.append(sig)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass  # not the main thread, or no signals here
+        # would; a detached run (or someone else's) just loses this viewer. Plain Python
+        # handlers, with a deadline: they work even while the loop is stuck.
+        # Under a test's headless driver: no SIGINT (the test runner's) and no deadline.
+        headless = self.is_headless
+        signals = ExitSignals(asyncio.get_running_loop(), self._on_signal,
+                              (signal.SIGTERM, signal.SIGHUP) if headless else EXIT_SIGNALS,
+                              deadline=not headless)
+        self._signals = signals if signals.install() else None
         self.set_interval(self.refresh_s, self.refresh_views)
         if self.autostart:  # the run attached to, or a new one
             self.start_run(self.workbench.current or self.workbench.new_session())
@@ -129,15 +137,44 @@ class DdpTopApp(App[int]):
             self.notify(f"{READ_ONLY}: watching only (q leaves, the run goes on)", timeout=8)
 
     def on_unmount(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in self._signals:
-            loop.remove_signal_handler(sig)
+        if self._signals is not None:  # a lost terminal's deadline holds until the process ends
+            self._signals.uninstall(keep_deadline=bool(self.terminal_lost))
+
+    def _on_signal(self, signum: int) -> None:
+        if signum == signal.SIGHUP:
+            self.post_message(TerminalLost("SIGHUP"))
+        else:
+            self._signalled()
 
     def _signalled(self) -> None:
-        if self.read_only or (self.workbench.is_live() and not self.workbench.owns_current()):
+        """SIGTERM, SIGINT, ctrl+q: a run this TUI owns stops cleanly first (a second one
+        leaves at once: the supervisor still stops an owned run whose viewer is gone)."""
+        if self._quitting or self.read_only or not self._owns_live_run():
             self.exit(0)
         else:
+            self._quitting = True
             self.stop_and_exit()
+
+    def _owns_live_run(self) -> bool:
+        return self.workbench.is_live() and self.workbench.owns_current()
+
+    def on_terminal_lost(self, event: TerminalLost) -> None:
+        """Nothing can be shown or typed any more (SSH drop, closed tab): an owned run is
+        stopped cleanly, a viewer just ends. Nothing waits on the terminal from here on."""
+        if self.terminal_lost:
+            return
+        self.terminal_lost = event.reason
+        if not self.is_headless:
+            silence_output()
+        if self._signals is not None:
+            self._signals.arm(30.0, 129)  # whatever happens below, this process ends
+        if self.read_only or not self._owns_live_run():
+            self.exit(0)
+            return
+        # Seen to its end (the supervisor would stop it without us, but then nobody would
+        # reap it): the same clean stop as `q`, with nobody watching.
+        self._quitting = True
+        self.stop_and_exit(self._by(f"its terminal closed ({event.reason})"))
 
     # --- runs -------------------------------------------------------------------------
     def start_run(self, session: Session) -> None:
@@ -200,10 +237,10 @@ class DdpTopApp(App[int]):
         self.start_run(await self.workbench.restart(config, self._by(reason)))
 
     @work(group="control", exclusive=True, exit_on_error=False)
-    async def stop_and_exit(self) -> None:
+    async def stop_and_exit(self, reason: str = "") -> None:
         if self.workbench.is_live() and not self.read_only:
             self.notify("stopping the run, then quitting…")
-            await self.workbench.stop(self._by("quit"))
+            await self.workbench.stop(reason or self._by("quit"))
         self.exit(0)
 
     @work(group="control", exclusive=True, exit_on_error=False, name="detach")
@@ -400,12 +437,32 @@ def build_attach_app(entry: LiveRun, read_only: bool = False, viewer: str = "ter
 
 
 def run_app(app: DdpTopApp) -> int:
-    result = app.run()
+    """Run the TUI; then, as headless does, the closing lines of the run it owned and the
+    exit code of how that run ended (0 completed, 1 failed, 130 stopped)."""
+    app.run()
+    code = exit_code(app)
+    if app.terminal_lost:
+        return code  # nobody to tell
     if app.exit_note:
         print(f"ddptop: {app.exit_note}")
-    if app.return_code:
+    session = app.workbench.current
+    if session is not None and app.workbench.owns_current() and session.state.finished:
+        try:
+            print(closing_lines(session.state, session.run_dir), flush=True)
+        except OSError:  # the terminal went away just now
+            pass
+    return code
+
+
+def exit_code(app: DdpTopApp) -> int:
+    if app.return_code:  # Textual's own: 1 for an error inside the app
         return app.return_code
-    return int(result or 0)
+    session = app.workbench.current
+    if session is None or not app.workbench.owns_current():
+        return 0  # a viewer, or a run detached from here: it goes on
+    if not session.state.finished:
+        return EXIT_CODES["stopped"]  # left while its stop was on the way (a lost terminal)
+    return EXIT_CODES.get(session.state.status, 1)
 
 
 def run_tui(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None = None) -> int:
