@@ -404,8 +404,12 @@ class Session:
 
     async def _collect_stacks(self, stall: Stall) -> None:
         signalable = {r for r, rs in self.state.ranks.items() if rs.info.get("stacks")}
-        stall.stacks = await collect_stacks(self.run_dir / "stacks", self._rank_pids(), stall.process_status,
-                                            signalable)
+        # only processes of the run alive now (a finished rank's pid may be someone else's
+        # by now) and ranks still in their loop: one that said goodbye is tearing down
+        alive = {p.pid for p in self.launcher.run_processes()} if self.launcher is not None else set()
+        pids = {r: pid for r, pid in self._rank_pids().items()
+                if pid in alive and self.state.ranks[r].status in ("starting", "running", "lost")}
+        stall.stacks = await collect_stacks(self.run_dir / "stacks", pids, stall.process_status, signalable)
 
     def _poll_logs(self) -> None:
         to_rank = self._local_to_rank()

@@ -230,3 +230,67 @@ def test_a_rank_that_raises_before_connecting_is_named_with_its_last_stderr_line
     assert f"failed (rank 1 failed before connecting to ddptop: {cause}" in head
     assert "failed rank: 1; the end of its stderr (logs/.../1/stderr.log):" in lines
     assert f"  | {cause}" in lines
+
+
+HANGS = """
+import time
+import torch, torch.distributed as dist, torch.nn as nn
+dist.init_process_group("gloo")
+model = nn.parallel.DistributedDataParallel(nn.Linear(16, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(20):
+    model(torch.randn(8, 16)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    time.sleep(0.02)
+if dist.get_rank() == 1:
+    while True:  # hung: rank 0 has finished and left
+        time.sleep(1)
+"""
+
+
+@pytest.mark.e2e
+def test_a_hung_scripts_rank_gets_its_stacks_taken_not_killed_and_is_the_suspect(tmp_path):
+    import signal
+    import time
+
+    import psutil
+
+    script = tmp_path / "hangs.py"
+    script.write_text(HANGS)
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "ddptop", "--headless", "--json", "--interval", "1",
+                             "--runs-dir", str(runs), "--nproc", "2", "--", sys.executable, str(script)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        t0 = time.monotonic()
+        deadline = t0 + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if "STALLED" in line or not line:
+                break
+        assert "STALLED" in line and "suspects [1]" in line, line
+        print(f"\nstall flagged {time.monotonic() - t0:.1f}s after the start")
+        stacks = next(runs.glob("*/stacks"))
+        while time.monotonic() < deadline and not (stacks / "rank1.txt").stat().st_size:
+            time.sleep(0.2)
+        time.sleep(1.0)  # a process killed by SIGUSR1 would be gone by now
+        hung = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.cmdline()[1:2] == [str(script)]]
+        assert len(hung) == 1 and hung[0].status() != psutil.STATUS_ZOMBIE  # rank 1, alive; rank 0 left
+        t1 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        print(f"stacks after {t1 - t0:.1f}s, stopped {time.monotonic() - t1:.1f}s after SIGINT")
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["status"] == "stopped"
+    # rank 1 was ended by the stop (torchrun's SIGTERM), not by "Signal 10 (SIGUSR1)"
+    assert summary["ranks"][0]["status"] == "done" and summary["ranks"][1]["status"] in ("stopped", "lost")
+    assert "Signal 10" not in out + err
+    assert summary["error"] == "signal SIGINT"  # headless names the signal that stopped it
+    stall = summary["stall"]
+    assert stall["suspects"] == [1] and list(stall["stacks"]) == ["1"]  # rank 0 had finished: not asked
+    text = (stacks / "rank1.txt").read_text()
+    assert f'File "{script}", line 14 in <module>' in text, text
