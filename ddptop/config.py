@@ -215,6 +215,11 @@ PRESETS: dict[str, Preset] = {
 }
 
 
+# Presets that mean something for a user's script: `asis` (its own DDP arguments) first; no
+# `single` (its DDP cannot be taken away), no `amp` (ddptop does not change a script's compute).
+SCRIPT_PRESETS = ("asis", *(p for p in PRESETS if p not in ("asis", "single", "amp")))
+
+
 def preset_config(name: str, base: RunConfig | None = None) -> RunConfig:
     """The config for preset `name`: DDP knobs from the preset, run knobs (nproc,
     steps, model...) from `base`."""
@@ -293,7 +298,8 @@ def validate(config: RunConfig) -> RunConfig:
         (c.nproc <= 4096, f"nproc {c.nproc} is more than ddptop supports (4096)"),
         (c.steps >= 1, f"steps must be at least 1, got {c.steps}"),
         (c.warmup >= 0, f"warmup must be 0 or more, got {c.warmup}"),
-        (c.warmup < c.steps, f"warmup ({c.warmup}) must be smaller than steps ({c.steps}); pass --warmup"),
+        (c.script or c.warmup < c.steps,  # a script's steps are counted after its warmup
+         f"warmup ({c.warmup}) must be smaller than steps ({c.steps}); pass --warmup"),
         (c.batch_size >= 1, f"batch_size must be at least 1, got {c.batch_size}"),
         (c.bucket_cap_mb > 0, f"bucket_cap_mb must be positive, got {c.bucket_cap_mb:g}"),
         (c.powersgd_rank >= 1, f"powersgd_rank must be at least 1, got {c.powersgd_rank}"),

@@ -103,6 +103,46 @@ def what_ran(summary: dict[str, Any]) -> str:
     return "script " + (text if len(text) <= 60 else text[:57] + "...")
 
 
+def script_ddp(info: dict[str, Any]) -> dict[str, str]:
+    """What a user's script's DDP asked for, what ddptop changed and what was in effect,
+    as the rank's instrument read them off its DDP object; empty when it built none."""
+    if "static_graph" not in info:
+        return {}
+    parts = [f"static_graph={info.get('static_graph')}",
+             f"gradient_as_bucket_view={info.get('gradient_as_bucket_view')}"]
+    if isinstance(info.get("bucket_cap_mb"), (int, float)):
+        parts.append(f"bucket_cap_mb={info['bucket_cap_mb']:g}")
+    if info.get("comm_hook"):
+        parts.append(f"hook {info['comm_hook']}")
+    if info.get("autocast") not in (None, "none"):
+        parts.append(f"autocast {info['autocast']}")
+    out = {"in effect": ", ".join(parts)}
+    if info.get("ddp_asked"):
+        out["asked"] = str(info["ddp_asked"])
+    if info.get("ddp_set"):
+        out["set"] = str(info["ddp_set"])
+    return out
+
+
+def script_ddp_lines(summary: dict[str, Any]) -> list[str]:
+    """For a user's script: its DDP as asked, as changed by ddptop, as in effect (rank 0's,
+    and any rank whose DDP differs)."""
+    if not summary.get("command"):
+        return []
+    seen: dict[tuple, list[int]] = {}
+    for r in summary.get("ranks") or []:
+        ddp = script_ddp(r.get("info") or {})
+        if ddp:
+            seen.setdefault(tuple(sorted(ddp.items())), []).append(r["rank"])
+    lines = []
+    for key, ranks in seen.items():
+        ddp = dict(key)
+        who = "every rank" if len(seen) == 1 else "rank" + ("s " if len(ranks) > 1 else " ") + ",".join(map(str, ranks))
+        lines.append(f"DDP ({who}): the script asked {ddp.get('asked', 'n/a')}; ddptop set "
+                     f"{ddp.get('set', 'nothing')}; in effect {ddp['in effect']}")
+    return lines
+
+
 def final_report(summary: dict[str, Any], run_dir: str) -> str:
     params = summary.get("params")
     head = (
@@ -117,7 +157,7 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
         f"step p50 {fmt(summary['step_ms_p50'])} ms  p95 {fmt(summary['step_ms_p95'])} ms  "
         f"(after {summary['warmup']} warmup steps)"
     )
-    lines = [head, rates, ranks_table(summary)]
+    lines = [head, *script_ddp_lines(summary), rates, ranks_table(summary)]
     if summary.get("comm_share") is not None:
         busbw = [r.get("busbw_gbps") for r in summary["ranks"] if r.get("busbw_gbps") is not None]
         lines.append(f"gradient communication: {100 * summary['comm_share']:.1f}% of the step, "

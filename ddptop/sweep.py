@@ -30,14 +30,19 @@ from ddptop.advisor import (
     mean_ms,
     recommend_from_sweep,
 )
-from ddptop.config import PRESETS, ConfigError, RunConfig, apply_overrides, preset_config
+from ddptop.config import (
+    PRESETS,
+    SCRIPT_PRESETS,
+    ConfigError,
+    RunConfig,
+    apply_overrides,
+    preset_config,
+)
 from ddptop.usage import USAGE_EXIT, OneLineParser, UsageError
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-# A user's script: `asis` (its own DDP arguments) is the reference; no `single` (its DDP cannot
-# be taken away), no `amp` (ddptop does not change a script's compute precision).
+# A user's script runs SCRIPT_PRESETS by default; `asis` (its own DDP arguments) is the reference.
 DEMO_PRESETS = tuple(p for p in PRESETS if p != "asis")
-SCRIPT_PRESETS = ("asis", *(p for p in PRESETS if p not in ("asis", "single", "amp")))
 SCRIPT_STEPS = 50  # a script's default steps after warmup, per run
 
 

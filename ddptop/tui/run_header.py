@@ -37,6 +37,17 @@ def warm_up_text(cfg: dict) -> str:
     return f"{hook} hook warming up: plain all-reduce"
 
 
+def script_ddp_text(state: RunState) -> tuple[tuple[str, str], ...]:
+    """A user's script: what ddptop changed in its DDP() call, or what the script asked
+    for when ddptop changed nothing (as its instrument read them)."""
+    changed, asked = _hello_field(state, "ddp_set"), _hello_field(state, "ddp_asked")
+    if not changed:
+        return ()
+    if changed.startswith("nothing"):
+        return ("  DDP as the script asked ", "dim"), (asked or "?", "")
+    return ("  ddptop changed ", "dim"), (changed, "bold")
+
+
 class RunHeader(Static):
     """Run id, preset, world size, backend, model, status, elapsed, rates."""
 
@@ -66,6 +77,7 @@ class RunHeader(Static):
             ("  model ", "dim"), model,
             ("  step ", "dim"), f"{max(state.current_step + 1, 0)}" + (f"/{steps}" if steps else ""),
             ("  hook ", "dim"), (_hello_field(state, "comm_hook") or "?") if state.command else hook_text(cfg),
+            *(script_ddp_text(state) if state.command else ()),
         )
         connected = sum(1 for rs in state.ranks.values() if rs.hello is not None)
         line3 = Text()

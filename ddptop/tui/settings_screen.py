@@ -1,6 +1,8 @@
 """SettingsScreen: every RunConfig knob as a control, presets as starting points.
 Dismisses with the new, validated RunConfig (or None on cancel); the app then
-stops the current run and starts one with it."""
+stops the current run and starts one with it. For a user's own script (config.script)
+only what reaches it is shown: the DDP knobs ddptop can set on its DDP() call, each
+either the script's own or set by ddptop, and the run's ranks, warmup and stop."""
 
 from __future__ import annotations
 
@@ -16,7 +18,16 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Button, Footer, Input, Label, Select, Static, Switch
 
-from ddptop.config import CHOICES, DDP_KNOBS, PRESETS, ConfigError, RunConfig, preset_config
+from ddptop.config import (
+    CHOICES,
+    DDP_KNOBS,
+    PRESETS,
+    SCRIPT_KNOBS,
+    SCRIPT_PRESETS,
+    ConfigError,
+    RunConfig,
+    preset_config,
+)
 
 CUSTOM = "custom"
 SECTIONS = (
@@ -27,6 +38,15 @@ SECTIONS = (
     ("NCCL", ("nccl_env",)),
     ("Fault injection", ("delay_rank", "delay_ms", "fail_rank", "fail_step")),
 )
+# A user's script: the knobs that reach it (the demo's model, batch, data, steps, faults do not).
+SCRIPT_SECTIONS = (
+    ("Run", ("nproc", "warmup", "script_steps")),
+    ("DDP (applied to the script's own DDP() call)", SCRIPT_KNOBS),
+    ("Timing", ("comm_timing", "comm_timing_every")),
+    ("NCCL", ("nccl_env",)),
+)
+# What says which knobs reach a script: never a control of its own.
+SCRIPT_ONLY = ("script", "ddp_apply", "script_steps")
 HELP = {
     "nproc": "ranks on this node",
     "model": "auto: vit_l_32 on GPU, tiny_vit on CPU",
@@ -52,15 +72,28 @@ HELP = {
     "delay_ms": "extra ms per step on delay_rank",
     "fail_rank": "rank to crash (-1: none)",
     "fail_step": "step at which fail_rank crashes",
+    "script_steps": "stop after this many steps after warmup (0: the script's own end)",
+    "comm_timing": "time each gradient bucket's all-reduce",
+    "comm_timing_every": "read comm completions every N steps (GPU)",
 }
 _DEFAULTS = RunConfig()
 
 
-def knob_names() -> list[str]:
-    """Every RunConfig field but the preset, in display order (new fields last)."""
+def knob_names(script: bool = False) -> list[str]:
+    """The fields shown, in display order: for ddptop's trainer every RunConfig field but
+    the preset and the script-only ones (new fields last); for a script, what reaches it."""
+    if script:
+        return [n for _, names in SCRIPT_SECTIONS for n in names]
     listed = [name for _, names in SECTIONS for name in names]
-    extra = [f.name for f in dataclasses.fields(RunConfig) if f.name not in listed and f.name != "preset"]
+    extra = [f.name for f in dataclasses.fields(RunConfig)
+             if f.name not in listed and f.name not in ("preset", *SCRIPT_ONLY)]
     return [n for n in listed if hasattr(_DEFAULTS, n)] + extra
+
+
+def sections(script: bool) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    if script:
+        return SCRIPT_SECTIONS
+    return (*SECTIONS, ("Other", tuple(knob_names())))
 
 
 def parse_env(raw: str) -> dict[str, str]:
@@ -111,23 +144,33 @@ class SettingsScreen(Screen["RunConfig | None"]):
     def __init__(self, config: RunConfig) -> None:
         super().__init__()
         self.config = config
+        self.script = config.script
+        self.names = knob_names(self.script)
+        self.presets = list(SCRIPT_PRESETS if self.script else PRESETS)
+        # a script's DDP knobs ddptop sets; the others stay what the script passes to DDP()
+        self.applied = set(config.applied)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="settings-body"):
             yield Static(Text.assemble(
                 ("Settings", "bold"), " for the next run. A preset sets the DDP knobs; "
                 "change any knob after it. ", ("ctrl+s", "bold"), " applies: the current run "
-                "stops cleanly and a new one starts. ", ("esc", "bold"), " cancels."),
+                "stops cleanly and a new one starts", " with the same command" if self.script else "",
+                ". ", ("esc", "bold"), " cancels.",
+                *(("\nYour script's own DDP arguments are kept for every knob marked ",
+                   ("script's", "bold"), "; a knob you change or a preset sets is ", ("set", "bold"),
+                   " by ddptop where the script calls DDP(). Preset ", ("asis", "bold"),
+                   " sets nothing.") if self.script else ())),
                 id="settings-intro")
             with Horizontal(classes="knob"):
                 yield Label("preset", classes="knob-name")
-                options = [(name, name) for name in PRESETS] + [(CUSTOM, CUSTOM)]
-                preset = self.config.preset if self.config.preset in PRESETS else CUSTOM
+                options = [(name, name) for name in self.presets] + [(CUSTOM, CUSTOM)]
+                preset = self.config.preset if self.config.preset in self.presets else CUSTOM
                 yield Select(options, value=preset, allow_blank=False, compact=True, id="knob-preset")
                 yield Label(self._preset_help(preset), classes="knob-help", id="preset-help")
             listed: set[str] = set()
-            for title, names in (*SECTIONS, ("Other", tuple(knob_names()))):
-                names = [n for n in names if n in knob_names() and n not in listed]
+            for title, names in sections(self.script):
+                names = [n for n in names if n in self.names and n not in listed]
                 if not names:
                     continue
                 yield Label(title, classes="knob-section")
@@ -141,6 +184,8 @@ class SettingsScreen(Screen["RunConfig | None"]):
                             # The word, too: a switch's colour alone is lost on some terminals.
                             yield Label(on_off(control.value), id=f"state-{name}",
                                         classes="switch-state")
+                        if self.script and name in SCRIPT_KNOBS:
+                            yield Label(self._whose(name), id=f"whose-{name}", classes="switch-state")
                         yield Label(help_text(name), classes="knob-help")
             yield Static("", id="settings-error")
             with Horizontal(id="settings-buttons"):
@@ -152,6 +197,13 @@ class SettingsScreen(Screen["RunConfig | None"]):
     def _preset_help(name: str) -> str:
         return PRESETS[name].description if name in PRESETS else "your own combination of knobs"
 
+    def _whose(self, name: str) -> str:
+        return "set" if name in self.applied else "script's"
+
+    def _show_whose(self) -> None:
+        for name in SCRIPT_KNOBS:
+            self.query_one(f"#whose-{name}", Label).update(self._whose(name))
+
     # --- reading and writing the controls ----------------------------------------------
     def _control(self, name: str) -> Any:
         return self.query_one(f"#knob-{name}")
@@ -159,7 +211,10 @@ class SettingsScreen(Screen["RunConfig | None"]):
     def values(self) -> dict[str, Any]:
         """The controls as a RunConfig dict (raises ConfigError on unparsable input)."""
         data: dict[str, Any] = {"preset": self._control("preset").value}
-        for name in knob_names():
+        if self.script:  # what is not shown stays the run's (the trainer's fields mean nothing to it)
+            data = {**self.config.to_dict(), **data,
+                    "ddp_apply": ",".join(k for k in SCRIPT_KNOBS if k in self.applied)}
+        for name in self.names:
             control = self._control(name)
             default = getattr(_DEFAULTS, name)
             raw = control.value
@@ -180,9 +235,17 @@ class SettingsScreen(Screen["RunConfig | None"]):
             data[name] = raw
         return data
 
+    def on_mount(self) -> None:
+        self._remember()
+
+    def _remember(self) -> None:
+        """What each script knob's control shows now: a Changed event that leaves it so
+        (a control announcing its first value) is no change by the user."""
+        self._shown = {name: self._control(name).value for name in SCRIPT_KNOBS} if self.script else {}
+
     def _fill(self, config: RunConfig) -> None:
         with self.prevent(Input.Changed, Select.Changed, Switch.Changed):
-            for name in knob_names():
+            for name in self.names:
                 control = self._control(name)
                 value = getattr(config, name)
                 if isinstance(control, Switch):
@@ -196,6 +259,7 @@ class SettingsScreen(Screen["RunConfig | None"]):
                     control.value = f"{value:g}"
                 else:
                     control.value = str(value)
+        self._remember()
 
     def current(self) -> RunConfig:
         return RunConfig.from_dict(self.values())
@@ -214,7 +278,11 @@ class SettingsScreen(Screen["RunConfig | None"]):
             base = self.config
         # `single` forced nproc to 1; leaving it restores the rank count.
         nproc = base.nproc if base.ddp else (self.config.nproc if self.config.ddp else 2)
-        self._fill(preset_config(name, base.with_changes(nproc=nproc)))
+        config = preset_config(name, base.with_changes(nproc=nproc))
+        self._fill(config)
+        if self.script:
+            self.applied = set(config.applied)
+            self._show_whose()
         self._error("")
 
     @on(Switch.Changed)
@@ -225,6 +293,9 @@ class SettingsScreen(Screen["RunConfig | None"]):
         if isinstance(event.control, Switch):
             self.query_one(f"#state-{ident}", Label).update(on_off(event.control.value))
         preset = self._control("preset").value
+        if self.script and ident in SCRIPT_KNOBS and event.control.value != self._shown.get(ident):
+            self.applied.add(ident)  # changed by hand: ddptop sets it
+            self.query_one(f"#whose-{ident}", Label).update(self._whose(ident))
         if ident not in DDP_KNOBS or preset not in PRESETS:
             return
         try:
@@ -232,7 +303,8 @@ class SettingsScreen(Screen["RunConfig | None"]):
         except ConfigError:
             return  # half-typed input; judged again on the next change
         wanted = preset_config(str(preset), shown)
-        if any(getattr(shown, k) != getattr(wanted, k) for k in DDP_KNOBS):
+        if any(getattr(shown, k) != getattr(wanted, k) for k in DDP_KNOBS) or (
+                self.script and shown.applied != wanted.applied):
             # Hand-tuned DDP knobs are no longer the preset: say so in the run's name.
             with self.prevent(Select.Changed):
                 self._control("preset").value = CUSTOM
