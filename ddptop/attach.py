@@ -22,6 +22,7 @@ from ddptop.live import (
     find_run,
     live_runs,
     start_supervisor,
+    supervisor_alive,
     supervisor_spec,
     wait_ready,
 )
@@ -146,6 +147,20 @@ def check_port(port: int) -> None:
             raise UsageError(f"--port {port}: {WEB_HOST}:{port} is not free ({exc.strerror or exc})") from None
 
 
+def ended_note(entry: LiveRun) -> str:
+    """'' while `entry`'s run is live; once it has ended, what a page opened then says."""
+    if supervisor_alive(entry.pid):
+        return ""
+    status = "ended"
+    try:
+        status = json.loads((Path(entry.run_dir) / "summary.json").read_text()).get("status", status)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return (f"ddptop: run {entry.run_id} has ended ({status}); nothing more to show here.\n"
+            f"its records: {entry.run_dir}\n"
+            f"this server can be stopped (Ctrl-C where `ddptop attach --web` runs).")
+
+
 def serve_web(entry: LiveRun, port: int, read_only: bool = False) -> int:
     """Serve `ddptop attach RUN_ID` to browsers that hold this server's secret: each page
     load runs one viewer of the run (never its owner: closing a tab leaves the run alone).
@@ -154,8 +169,10 @@ def serve_web(entry: LiveRun, port: int, read_only: bool = False) -> int:
 
     # The token is made here and stays in this process: never in a viewer's argv.
     flags = ["--read-only"] if read_only else []
-    command = shlex.join([sys.executable, "-m", "ddptop", "attach", *flags, entry.run_id])
-    server = WebServer(command, port, new_token(), title=f"ddptop {entry.run_id}")
+    # exec: the viewer is the shell's process itself, which the server ends with its page
+    command = "exec " + shlex.join([sys.executable, "-m", "ddptop", "attach", *flags, entry.run_id])
+    server = WebServer(command, port, new_token(), title=f"ddptop {entry.run_id}",
+                       ended=lambda: ended_note(entry))
     mode = "read-only: no page can stop, restart or change the run" if read_only else \
         "every page can stop and restart the run; --read-only for watchers"
     print(f"ddptop: serving run {entry.run_id} at {server.url}\n"
