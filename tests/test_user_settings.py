@@ -143,6 +143,21 @@ def test_a_script_with_its_own_comm_hook_keeps_it_timed_and_the_run_says_so_once
     assert "note: rank " in res.stdout and "Traceback" not in res.stderr
 
 
+@pytest.mark.e2e
+def test_static_graph_on_a_script_whose_graph_changes_is_said_and_blamed_not_silent(tmp_path):
+    res = subprocess.run(
+        [sys.executable, "-m", "ddptop", "--nproc", "2", "--headless", "--json", "--preset", "static",
+         "--steps", "10", "--warmup", "2", "--runs-dir", str(tmp_path),
+         "--", sys.executable, str(SCRIPT), "--changing-graph"],
+        capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    notes = " | ".join(summary["notes"])
+    assert "static_graph=True set by ddptop on a DDP built with find_unused_parameters=True" in notes
+    assert "static_graph=True, set by ddptop, does not fit this script: its graph changes" in notes
+    assert summary["status"] == "failed" and "graph has changed" in summary["error"]
+
+
 async def wait_for(pilot, predicate: Callable[[], bool], timeout: float, what: str) -> None:  # noqa: ANN001
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -188,7 +203,11 @@ def test_settings_ctrl_s_restarts_the_same_command_with_the_new_ddp_arguments(tm
             assert "ddptop set static_graph False->True, bucket_cap_mb 25->50" in final_report(summary, "")
             await pilot.press("3")
             await pilot.pause(0.3)
-            assert app.query_one("#runs-table").row_count == 2
+            table = app.query_one("#runs-table")
+            assert table.row_count == 2
+            headers = [str(c.label) for c in table.columns.values()]
+            speed = [str(table.get_row_at(i)[headers.index("speedup")]) for i in range(2)]
+            assert speed[0] == "1.00x (ref)" and float(speed[1].rstrip("x")) > 0, speed
             await pilot.press("q")
             await pilot.pause()
 

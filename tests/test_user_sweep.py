@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ddptop.advisor import recommend_from_sweep
 from ddptop.config import RunConfig, preset_config
 from ddptop.sweep import build_rows, in_effect, markdown_table
 from ddptop.tune import Trial, command_line, point_read_back, preset_point, run_tune
@@ -116,6 +117,19 @@ def test_rows_describe_what_the_scripts_ddp_had_and_measure_against_asis():
     assert rows[1]["settings"] == "bucket 25MB, hook my" and rows[1]["ddp_set"] == "nothing (as is)"
     assert "speedup vs asis" in markdown_table(rows)
     assert in_effect({"ranks": []}) == "-"
+
+
+def test_a_script_sweep_won_by_a_compression_hook_says_it_is_lossy_and_names_the_fastest_lossless():
+    plain = {"static_graph": True, "gradient_as_bucket_view": True, "bucket_cap_mb": 100.0, "comm_hook": "allreduce"}
+    rows = build_rows([
+        script_summary("asis", 10.0, {**plain, "static_graph": False, "bucket_cap_mb": 25.0}),
+        script_summary("bf16", 14.0, {**plain, "bucket_cap_mb": 2000.0, "comm_hook": "bf16_compress_hook"}),
+        script_summary("overlap", 12.0, plain),
+    ])
+    advice = recommend_from_sweep(rows)
+    assert advice.preset == "bf16" and advice.lossy
+    assert "1.40x asis" in advice.reason and "lossy: check that accuracy holds" in advice.reason
+    assert "Fastest lossless: overlap (1.20x asis)" in advice.reason
 
 
 def test_tune_points_and_command_lines_for_a_script():
