@@ -36,6 +36,7 @@ STEP_FIELDS = (
     "comm_bytes",
     "buckets",
     "samples",
+    "tokens",  # what the script says it processed this step (Probe.tick(tokens=...)), if it does
     "loss",
     "compressing",  # 1 when gradients travel compressed this step (PowerSGD: after warm-up)
     "profiled",  # 1 inside a capture window and the step after it: left out of throughput

@@ -78,6 +78,7 @@ class RankState:
     measured: int = 0
     measured_ms: float = 0.0
     measured_samples: float = 0.0
+    measured_tokens: float = 0.0  # only from a script that reports tokens through the probe
     phase_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     extra_ms: dict[str, float] = field(default_factory=dict)  # comm_ms, exposed_comm_ms, ...
     step_hist: Histogram = field(default_factory=Histogram)
@@ -105,6 +106,7 @@ class RankState:
         self.measured += 1
         self.measured_ms += step_ms
         self.measured_samples += rec.get("samples", 0.0)
+        self.measured_tokens += rec.get("tokens", 0.0)
         self.step_hist.add(step_ms)
         phase_ms, extra = self.phase_ms, self.extra_ms
         for phase, key in _PHASE_KEYS:
@@ -127,6 +129,12 @@ class RankState:
     @property
     def samples_per_s(self) -> float | None:
         return self.measured_samples / (self.measured_ms / 1000.0) if self.measured_ms > 0 else None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """None unless the script reported tokens."""
+        ok = self.measured_ms > 0 and self.measured_tokens > 0
+        return self.measured_tokens / (self.measured_ms / 1000.0) if ok else None
 
     def share(self, key: str) -> float | None:
         """Fraction of measured step time spent in `key` (comm_ms, exposed_comm_ms)."""
@@ -354,6 +362,10 @@ class RunState:
         rates = [rs.samples_per_s for rs in self.ranks.values()]
         return sum(rates) if rates and None not in rates else None
 
+    def tokens_per_s(self) -> float | None:
+        rates = [rs.tokens_per_s for rs in self.ranks.values()]
+        return sum(rates) if rates and None not in rates else None
+
     def live_steps_per_s(self) -> float | None:
         medians = [rs.recent_pct(50) for rs in self.ranks.values()]
         medians = [m for m in medians if m]
@@ -452,6 +464,7 @@ class RunState:
                 "last_step": rs.last_step,
                 "steps_per_s": _round(rs.steps_per_s),
                 "samples_per_s": _round(rs.samples_per_s),
+                "tokens_per_s": _round(rs.tokens_per_s),
                 "step_ms_p50": _round(rs.step_hist.percentile(50)),
                 "step_ms_p95": _round(rs.step_hist.percentile(95)),
                 "phases_ms": {p: _round(v) for p, v in rs.phases_mean().items()},
@@ -495,6 +508,7 @@ class RunState:
             "warmup": self.warmup,
             "steps_per_s": _round(self.steps_per_s()),
             "samples_per_s": _round(self.samples_per_s()),
+            "tokens_per_s": _round(self.tokens_per_s()),
             "step_ms_p50": _round(p50),
             "step_ms_p95": _round(p95),
             "slowest_rank": self.slowest_rank(),

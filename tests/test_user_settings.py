@@ -212,3 +212,20 @@ def test_settings_ctrl_s_restarts_the_same_command_with_the_new_ddp_arguments(tm
             await pilot.pause()
 
     asyncio.run(main())
+
+
+@pytest.mark.e2e
+def test_a_script_that_reports_tokens_gets_tokens_per_s_in_its_summary_and_the_sweep_table(tmp_path):
+    res = subprocess.run(
+        [sys.executable, "-m", "ddptop", "--nproc", "2", "--headless", "--json", "--steps", "10", "--warmup", "2",
+         "--runs-dir", str(tmp_path), "--", sys.executable, str(SCRIPT), "--tokens", "32"],
+        capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    # 32 tokens a sample, reported once a step through Probe.tick(tokens=...); samples from the batch
+    assert summary["tokens_per_s"] == pytest.approx(32 * summary["samples_per_s"], rel=0.02)
+    assert [r["steps"] for r in summary["ranks"]] == [12, 12]  # tick() and the instrument: one count
+    assert " tokens/s  step p50" in res.stdout
+    from ddptop.sweep import build_rows, markdown_table
+
+    assert "tokens/s" in markdown_table(build_rows([{**summary, "status": "completed"}]))

@@ -1,9 +1,11 @@
 """A DDP training loop with no step limit of its own: it trains until it is stopped.
 
 Run with:  torchrun --standalone --nproc-per-node 2 endless_ddp.py [--own-hook] [--find-unused] [--changing-graph]
+                                                                  [--tokens N]
 
 --own-hook registers the script's own gradient-averaging comm hook; --find-unused builds DDP
-with find_unused_parameters=True; --changing-graph skips one layer on odd iterations.
+with find_unused_parameters=True; --changing-graph skips one layer on odd iterations; --tokens N
+reports N tokens per sample through ddptop's optional probe (the only flag that mentions ddptop).
 """
 
 import argparse
@@ -43,7 +45,13 @@ def main():
     parser.add_argument("--own-hook", action="store_true", help="register our own comm hook")
     parser.add_argument("--find-unused", action="store_true", help="find_unused_parameters=True")
     parser.add_argument("--changing-graph", action="store_true", help="skip a layer on odd iterations")
+    parser.add_argument("--tokens", type=int, default=0, help="report this many tokens per sample to ddptop")
     args = parser.parse_args()
+    probe = None
+    if args.tokens:
+        from ddptop.probe import Probe
+
+        probe = Probe.connect()
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -63,6 +71,8 @@ def main():
         loss.backward()
         optimizer.step()
         it += 1
+        if probe is not None and probe.tick(tokens=args.tokens * args.batch_size):
+            break  # ddptop asks the run to stop
         if it % 50 == 0 and rank == 0:
             print(f"iteration {it}: loss {loss.item():.4f}", flush=True)
         if os.environ.get("ENDLESS_MAX_ITERS") and it >= int(os.environ["ENDLESS_MAX_ITERS"]):
