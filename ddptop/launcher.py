@@ -8,9 +8,11 @@ imports torch: torchrun is a child process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -84,6 +86,11 @@ def build_plan(
     env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
     env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(run_dir / "stacks" / "nccl_trace_rank_"))
     env.setdefault("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", str(run_dir / "stacks" / "nccl_pipe_rank_"))
+    if config.comm_timing:
+        # NCCL times each collective itself (CUDA events around its kernels): the instrument
+        # reads those times from a completion hook, so DDP keeps its C++ all-reduce (a Python
+        # comm hook per bucket cost ~3% of a ViT-L step on one H100)
+        env.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, minus its warning
     env.update(config.nccl_env)
     # the boot dir first: its sitecustomize attaches ddptop's instrument to every rank (and
@@ -110,6 +117,7 @@ def rendezvous_args(node: NodeOptions) -> list[str]:
 
 
 PR_SET_CHILD_SUBREAPER = 36
+CENSUS_S = 1.0  # how often the keeper hears of the run's new processes
 
 
 def become_subreaper() -> bool:
@@ -141,9 +149,13 @@ class Launcher:
         self.started_at = 0.0
         self._before: set[int] = set()  # our children before the run: not the run's to sweep
         self._seen: dict[int, psutil.Process] = {}  # every process of the run seen so far
+        self._keeper: subprocess.Popen[bytes] | None = None  # ends the run if ddptop is killed
+        self._told: set[int] = set()  # pids the keeper knows of
+        self._census: asyncio.Task[None] | None = None
 
     async def start(self) -> int:
         become_subreaper()
+        self._keeper = _start_keeper()
         self._before = {p.pid for p in psutil.Process().children()}
         with open(self.plan.log_path, "ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
@@ -156,7 +168,47 @@ class Launcher:
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
         self.started_at = time.monotonic()
+        self.run_processes()  # torchrun, to the keeper at once
+        self._census = asyncio.create_task(self._take_census())
         return self.proc.pid
+
+    async def _take_census(self) -> None:
+        """Every CENSUS_S, what the run has started since goes to the keeper."""
+        while True:
+            await asyncio.sleep(CENSUS_S)
+            await asyncio.to_thread(self.run_processes)
+
+    def _tell_keeper(self, procs: list[psutil.Process]) -> None:
+        if self._keeper is None or self._keeper.stdin is None:
+            return
+        lines = []
+        for p in procs:
+            if p.pid not in self._told:
+                try:
+                    lines.append(f"{p.pid} {p.create_time()!r}\n")
+                    self._told.add(p.pid)
+                except psutil.Error:
+                    pass
+        if lines:
+            try:
+                self._keeper.stdin.write("".join(lines).encode())
+                self._keeper.stdin.flush()
+            except (OSError, ValueError):  # the keeper is gone: nothing to be done about it here
+                self._keeper = None
+
+    async def _dismiss_keeper(self) -> None:
+        """At the end of the sweep: nothing it knows of is alive, so it just leaves."""
+        if self._census is not None:
+            self._census.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._census
+            self._census = None
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            with contextlib.suppress(OSError, ValueError):
+                keeper.stdin.close()  # type: ignore[union-attr]
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                await asyncio.to_thread(keeper.wait, 10)
 
     async def wait(self) -> int:
         assert self.proc is not None
@@ -190,6 +242,7 @@ class Launcher:
             pass
         for p in procs:
             self._seen.setdefault(p.pid, p)
+        self._tell_keeper(procs)
         return procs
 
     async def sweep(self, grace_s: float = 2.0) -> int:
@@ -213,6 +266,7 @@ class Launcher:
                 except psutil.Error:
                     pass
             await asyncio.to_thread(psutil.wait_procs, alive, 3)
+        await self._dismiss_keeper()
         return len(left)
 
     async def stop(self, grace_s: float = 5.0) -> None:
@@ -243,6 +297,16 @@ class Launcher:
         await asyncio.to_thread(psutil.wait_procs, others, 3)
         if self.running:
             await self.proc.wait()
+
+
+def _start_keeper() -> subprocess.Popen[bytes] | None:
+    """ddptop.keeper in a session of its own (a terminal's signals are not for it)."""
+    try:
+        return subprocess.Popen([sys.executable, "-m", "ddptop.keeper"], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True, cwd=PACKAGE_ROOT)
+    except OSError:
+        return None
 
 
 def _alive(p: psutil.Process) -> bool:

@@ -108,6 +108,23 @@ def test_kill_9_of_torchrun_takes_the_ranks_and_their_children_down(tmp_path):
     assert not [pid for pid in ranks if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
 
 
+def test_kill_9_of_ddptop_leaves_nothing_of_the_run(tmp_path):
+    """No sweep can run in a SIGKILLed ddptop: its keeper ends what the run started, the
+    script's SIGTERM-ignoring child and setsid daemon included."""
+    proc, tag = start(tmp_path, 100000)
+    wait_running(tmp_path, proc)
+    time.sleep(1.5)  # a census: the keeper has heard of the script's children
+    assert len(tagged(tag)) >= 2 + 2 * 3  # torchrun, ddptop, two ranks, each with three children
+    keeper = [c for c in psutil.Process(proc.pid).children() if "ddptop.keeper" in " ".join(c.cmdline())]
+    assert len(keeper) == 1
+    proc.kill()
+    proc.communicate()
+    t0 = time.monotonic()
+    assert gone_within(tag, 10) == []
+    print(f"\nkill -9 of ddptop: every process of the run gone in {time.monotonic() - t0:.1f}s")
+    assert psutil.wait_procs(keeper, timeout=5)[1] == []  # and the keeper too
+
+
 def test_a_full_disk_stops_the_run_says_so_and_keeps_whole_lines(tmp_path):
     mnt = tmp_path / "small"
     mnt.mkdir()
