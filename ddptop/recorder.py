@@ -13,6 +13,7 @@ crash leaves a readable record.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import IO, Any
@@ -100,6 +101,21 @@ class Recorder:
             return
         self._good += len(data)
         self.records_written += len(records)
+
+    def check(self) -> str:
+        """Notices the run's directory removed under it (steps.jsonl unlinked, or the
+        directory gone): what is written from then on would be lost, so it is a records
+        error like a full disk. Returns `error`."""
+        if not self.error:
+            try:
+                gone = os.fstat(self._steps.fileno()).st_nlink == 0 or not self.run_dir.is_dir()
+            except ValueError:  # closed: nothing more is written
+                return self.error
+            except OSError:
+                gone = True
+            if gone:
+                self.error = f"the run's directory {self.run_dir} was removed: its records cannot be kept"
+        return self.error
 
     def write_summary(self, summary: dict[str, Any]) -> str:
         """Write summary.json; returns why it could not be written ("" when it was)."""

@@ -300,7 +300,7 @@ class Session:
             self._poll_logs()
             now = time.time()
             self.state.tick(now)
-            if self.recorder is not None and self.recorder.error and not self._stop_requested.is_set():
+            if self.recorder is not None and self.recorder.check() and not self._stop_requested.is_set():
                 # records can no longer be kept: stop at an agreed step rather than lose them
                 self.state.add_log(-1, f"[ddptop] {self.recorder.error}: stopping the run")
                 self.state.error = self.recorder.error  # on every view at once

@@ -149,6 +149,25 @@ def test_a_full_disk_stops_the_run_says_so_and_keeps_whole_lines(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
+def test_a_run_dir_removed_mid_run_stops_the_run_and_says_so(tmp_path):
+    import shutil
+
+    proc, tag = start(tmp_path, 100000)
+    wait_running(tmp_path, proc)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    shutil.rmtree(run_dir)
+    t0 = time.monotonic()
+    out, err = proc.communicate(timeout=60)
+    took = time.monotonic() - t0
+    assert proc.returncode == 1, out[-2000:] + err[-2000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["status"] == "failed"
+    assert summary["error"] == f"the run's directory {run_dir} was removed: its records cannot be kept"
+    assert f": failed ({summary['error']})" in out  # the final report's status line
+    assert took < 15, took
+    assert gone_within(tag, 10) == []
+
+
 def test_a_stopped_rank_does_not_hold_up_a_stop(tmp_path):
     proc, tag = start(tmp_path, 100000)
     wait_running(tmp_path, proc)
