@@ -4,16 +4,18 @@ that ends them all once its input closes, that is once ddptop is gone, however i
 
 Needed because what ddptop's own ending does (the sweep) cannot run after a SIGKILL, and
 PDEATHSIG only reaches torchrun: a script's own children, a SIGTERM-ignoring one, a
-`setsid` daemon would otherwise go to init and live on. At a normal end everything it was
-told of is already gone, so it has nothing to do. No torch, no ddptop imports: it starts
-in a few tens of milliseconds.
+`setsid` daemon would otherwise go to init and live on. It also removes what ddptop
+would have (the hub's private socket directory). At a normal end everything it was told
+of is already gone, so it has nothing to do. No torch, no ddptop imports: it starts in a
+few tens of milliseconds.
 
-    python -m ddptop.keeper      (stdin: lines "PID START_TIME"; EOF: end them all)
+    python -m ddptop.keeper      (stdin: lines "PID START_TIME" or "rm PATH"; EOF: end them all)
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import time
@@ -94,11 +96,17 @@ def main() -> int:
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     told: dict[int, float] = {}
+    leftovers: list[str] = []
     for line in sys.stdin:
+        if line.startswith("rm "):
+            leftovers.append(line[3:].rstrip("\n"))
+            continue
         got = parse(line)
         if got is not None:
             told[got[0]] = got[1]
     end_all(told)
+    for path in leftovers:
+        shutil.rmtree(path, ignore_errors=True)
     return 0
 
 

@@ -86,10 +86,9 @@ def build_plan(
     env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
     env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(run_dir / "stacks" / "nccl_trace_rank_"))
     env.setdefault("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", str(run_dir / "stacks" / "nccl_pipe_rank_"))
-    if config.comm_timing:
+    if config.comm_timing and config.nccl_timing:
         # NCCL times each collective itself (CUDA events around its kernels): the instrument
-        # reads those times from a completion hook, so DDP keeps its C++ all-reduce (a Python
-        # comm hook per bucket cost ~3% of a ViT-L step on one H100)
+        # reads those times from a completion hook while DDP keeps its C++ all-reduce
         env.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, minus its warning
     env.update(config.nccl_env)
@@ -143,8 +142,9 @@ class Launcher:
     """Runs one LaunchPlan as ddptop's single child, in its own session so a
     terminal's Ctrl-C reaches ddptop first and ddptop stops the ranks in order."""
 
-    def __init__(self, plan: LaunchPlan) -> None:
+    def __init__(self, plan: LaunchPlan, leftovers: tuple[str, ...] = ()) -> None:
         self.plan = plan
+        self.leftovers = leftovers  # paths to remove should ddptop be killed (the hub's socket dir)
         self.proc: asyncio.subprocess.Process | None = None
         self.started_at = 0.0
         self._before: set[int] = set()  # our children before the run: not the run's to sweep
@@ -156,6 +156,9 @@ class Launcher:
     async def start(self) -> int:
         become_subreaper()
         self._keeper = _start_keeper()
+        if self._keeper is not None and self._keeper.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._keeper.stdin.write("".join(f"rm {path}\n" for path in self.leftovers).encode())
         self._before = {p.pid for p in psutil.Process().children()}
         with open(self.plan.log_path, "ab") as log:
             self.proc = await asyncio.create_subprocess_exec(

@@ -169,7 +169,7 @@ class Session:
                 self.config.to_dict(), run_id=self.run_id, argv=plan.argv, host=socket.gethostname(),
                 user_cmd=self.user_cmd, **self._node_facts(),
             )
-            self.launcher = Launcher(plan)
+            self.launcher = Launcher(plan, leftovers=(self._sock_dir,) if self._sock_dir else ())
             for start, count in self.capture.windows:
                 await self.request_capture(count, start)
             await self.launcher.start()

@@ -12,6 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ddptop.protocol import ENV_ADDR
+
 pytestmark = pytest.mark.e2e
 
 SPAWNER = """
@@ -117,12 +119,16 @@ def test_kill_9_of_ddptop_leaves_nothing_of_the_run(tmp_path):
     assert len(tagged(tag)) >= 2 + 2 * 3  # torchrun, ddptop, two ranks, each with three children
     keeper = [c for c in psutil.Process(proc.pid).children() if "ddptop.keeper" in " ".join(c.cmdline())]
     assert len(keeper) == 1
+    (torchrun,) = [c for c in psutil.Process(proc.pid).children() if "torch.distributed.run" in " ".join(c.cmdline())]
+    sock_dir = Path(torchrun.environ()[ENV_ADDR].removeprefix("unix:")).parent  # the hub's private socket dir
+    assert sock_dir.is_dir() and sock_dir.name.startswith("ddptop-")
     proc.kill()
     proc.communicate()
     t0 = time.monotonic()
     assert gone_within(tag, 10) == []
     print(f"\nkill -9 of ddptop: every process of the run gone in {time.monotonic() - t0:.1f}s")
     assert psutil.wait_procs(keeper, timeout=5)[1] == []  # and the keeper too
+    assert not sock_dir.exists()  # nothing left in /tmp either
 
 
 def test_a_full_disk_stops_the_run_says_so_and_keeps_whole_lines(tmp_path):
