@@ -215,11 +215,11 @@ ovhpairs() {  # the same script plain under torchrun vs under ddptop, alternatin
 }
 
 ovhsplit() {  # where the instrument's cost goes: host us/step of a launch-bound loop, then ViT-L pairs with variants
-  $PY bench/instrument_host_cost.py --device cuda --rounds ${HC_ROUNDS:-3} --steps 300 \
+  [ "${HC_ROUNDS:-3}" -gt 0 ] && $PY bench/instrument_host_cost.py --device cuda --rounds ${HC_ROUNDS:-3} --steps 300 \
     --variants plain,instrument,nocomm,timed 2>&1 | tee -a "$OUT/host_cost.txt" | tail -7
   for w in ${OVH_WORKLOADS:-vit}; do
     timeout ${OVHP_TIMEOUT:-420} $PY bench/overhead_pairs.py --workload $w --nproc "$N" --pairs ${OVH_PAIRS:-2} \
-      --steps ${OVH_STEPS:-200} --warmup 10 ${OVH_ARGS:-} --variant nofr:TORCH_NCCL_TRACE_BUFFER_SIZE=0 \
+      --steps ${OVH_STEPS:-200} --warmup 10 ${OVH_ARGS:-} ${OVH_VARIANTS---variant nofr:TORCH_NCCL_TRACE_BUFFER_SIZE=0} \
       --json-out "$OUT/ovhsplit_$w.json" 2>&1 | tee -a "$OUT/overhead_split.txt" | tail -12
   done
 }
@@ -240,6 +240,9 @@ for rank, r in sorted(s.get('ranks', {}).items()):
           f\" (comm by {r.get('comm_by')}); window {r.get('window_ms')} busy {r.get('busy_ms')} idle {r.get('idle_ms')}\"
           f\" ({r.get('idle_pct')}%) compute {r.get('compute_ms')} memory {r.get('memory_ms')} overlap {r.get('overlap_ms')}\")
 " 2>&1 | head -20
+  local steps; steps=$(ls "$RUNS"/trace/*/steps.jsonl 2>/dev/null | tail -1)
+  [ -n "$steps" ] && { echo "records $(wc -l < "$steps"), with comm_ms $(grep -c '"comm_ms"' "$steps")"; tail -2 "$steps" | cut -c1-400; }
+  tail -1 /tmp/trace.out | $PY -c "import json,sys; d=json.loads(sys.stdin.read()); print('comm_timing:', [r.get('info', {}).get('comm_timing') for r in d['ranks']])" 2>&1 | tail -1
   local dir; dir=$(ls -d "$RUNS"/trace/*/captures/1 2>/dev/null | tail -1)
   [ -n "$dir" ] && { ls -la "$dir"; $PY -m ddptop trace "$dir" | tee "$OUT/trace.txt" | head -30; cp "$dir"/*.json.gz "$OUT"/ 2>/dev/null; }
 }

@@ -79,7 +79,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "under ddptop with the rank-side instrument off")
     p.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
                    help="one more ddptop run per pair with this environment added, to split the cost "
-                   "in one alternation, e.g. noinst:DDPTOP_BOOT=0 or nofr:TORCH_NCCL_TRACE_BUFFER_SIZE=0")
+                   "in one alternation, e.g. noinst:DDPTOP_BOOT=0, nofr:TORCH_NCCL_TRACE_BUFFER_SIZE=0; set.KEY=VALUE "
+                   "is a ddptop setting instead (nocomm:set.comm_timing=false)")
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--script-args" in argv[:-1]:  # its value starts with "-": argparse would take it for an option
         i = argv.index("--script-args")
@@ -163,11 +164,17 @@ def measure(args: argparse.Namespace, work: Path, pair: int, mode: str) -> Run:
     out = work / f"pair{pair}-{mode}.json"
     out.unlink(missing_ok=True)
     argv = commands(args, work, out)[mode != "plain"]
+    # a variant's set.KEY=VALUE entries are ddptop settings (--set KEY=VALUE), the rest environment
+    variant = args.variants.get(mode, [])
+    sets = [arg for kv in variant if kv.startswith("set.") for arg in ("--set", kv[4:])]
+    if sets:
+        at = argv.index("--") if "--" in argv else len(argv)
+        argv = [*argv[:at], *sets, *argv[at:]]
     t0 = time.monotonic()
     env = child_env()
     if mode != "plain":
         env.update(kv.split("=", 1) for kv in args.ddptop_env if "=" in kv)
-        env.update(kv.split("=", 1) for kv in args.variants.get(mode, []) if "=" in kv)
+        env.update(kv.split("=", 1) for kv in variant if "=" in kv and not kv.startswith("set."))
     rc, stdout, stderr = run_child(argv, env, args.timeout)
     run.wall_s = round(time.monotonic() - t0, 1)
     if rc is None:

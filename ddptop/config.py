@@ -42,7 +42,7 @@ SCRIPT_KNOBS = tuple(k for k in DDP_KNOBS if k != "ddp")
 # communication is timed, the ranks' NCCL environment, when it is stopped, which DDP knobs are
 # applied to its DDP (their values are added by script_dict).
 SCRIPT_FIELDS = ("preset", "script", "nproc", "warmup", "script_steps", "backend", "comm_timing",
-                 "comm_timing_every", "nccl_env", "ddp_apply")
+                 "comm_timing_every", "nccl_timing", "nccl_env", "ddp_apply")
 
 
 # What `nccl_env` may set in the ranks' environment: communication and device settings, never
@@ -87,6 +87,10 @@ class RunConfig:
     # On GPU, when each bucket's all-reduce completes is timed every Nth step (1: every step):
     # that CUDA event costs 1.5-3% of a ViT-L step; hand-over and exposed comm are timed every step
     comm_timing_every: int = 10
+    # On NCCL with DDP's own all-reduce (no comm hook): NCCL times every collective itself
+    # (TORCH_NCCL_ENABLE_TIMING), so comm_ms and the hidden share are live; costs ~1% of a
+    # ViT-L step on one H100. Off: exposed communication only, every step, at no cost.
+    nccl_timing: bool = False
     lr: float = 1e-3
     nccl_env: dict[str, str] = field(default_factory=dict)
     # A user's own script (`ddptop ... -- CMD`): ddptop applies to its DDP only the knobs named

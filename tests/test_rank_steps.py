@@ -172,3 +172,17 @@ def test_comm_entries_go_with_the_step_they_were_handed_over_in():
                 t.add_comm([clock.now, clock.now + 2, 10 * (i + 1)])
     recs = t.ready(flush=True)
     assert [r["comm_bytes"] for r in recs] == [10.0, 20.0, 30.0]
+
+
+def test_comm_timed_elsewhere_gives_exposed_comm_from_backwards_events_every_step():
+    clock = FakeClock()
+    tracker = StepTracker(clock)
+    tracker.comm_elsewhere = True  # NCCL's own timing: no per-bucket entries come
+    steps = [(1, "fwd"), (2, "fwd_end"), (0, "bwd"), (5, "bwd_end"), (1.5, "bwd_ret"), (0, "opt"), (1, "opt_end")]
+    run(tracker, clock, steps * 2)
+    recs = tracker.ready(flush=True)
+    assert [r["exposed_comm_ms"] for r in recs] == [1.5, 1.5]
+    assert all("comm_ms" not in r and "buckets" not in r for r in recs)
+    plain = StepTracker(FakeClock())  # no DDP: nothing about communication
+    run(plain, plain.clock, steps * 2)
+    assert all("exposed_comm_ms" not in r for r in plain.ready(flush=True))

@@ -22,13 +22,14 @@ import functools
 import inspect
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from ddptop.probe import Probe
 from ddptop.rank.capture import CaptureRunner
 from ddptop.rank.clock import CudaClock, HostClock
-from ddptop.rank.comm import CommTimer
+from ddptop.rank.comm import CommTimer, NcclTimes
 from ddptop.rank.steps import StepTracker
 
 NOT_DDP = {  # the wrapper classes whose communication ddptop does not time, and what they are
@@ -48,6 +49,12 @@ class Instrument:
         self.captures: CaptureRunner | None = None
         self.ddps: list[Any] = []
         self.timers: dict[int, CommTimer] = {}  # id(ddp) -> its timer
+        # NCCL's own timing where DDP keeps its C++ all-reduce: id(process group) -> its times
+        self.nccl_times: dict[int, NcclTimes] = {}
+        self._nccl_timed: dict[int, int] = {}  # id(ddp) -> its gradient bytes per step (0: a hook changes them)
+        self._exposed_only: set[int] = set()  # id(ddp): DDP's C++ all-reduce, exposed comm only
+        self._closed_at: dict[int, float] = {}  # step -> host time it closed (steady clock)
+        self._held: list[dict[str, Any]] = []  # records waiting for NCCL to report their all-reduces
         self._top: dict[int, Any] = {}  # id -> module seen as outermost in the first step (no DDP)
         self._depth = 0
         self._global_hooks: list[Any] = []
@@ -141,7 +148,13 @@ class Instrument:
         @functools.wraps(register)
         def register_comm_hook(self: Any, state: Any, hook: Any) -> Any:
             timer = inst.timers.get(id(self))
-            if timer is None:  # comm timing off, or not our DDP
+            if timer is None and id(self) in inst._exposed_only:  # a Python hook now: time around it
+                timer = inst._guard(inst._make_timer)(self)
+                inst.send_facts({"comm_timing": "per-bucket hook around the script's comm hook"})
+            if timer is None:  # NCCL times it, comm timing off, or not our DDP
+                if id(self) in inst._nccl_timed:
+                    inst._nccl_timed[id(self)] = 0  # its hook decides what travels: bytes unknown
+                    inst.send_facts({"comm_hook": getattr(hook, "__qualname__", None) or repr(hook)[:80]})
                 return register(self, state, hook)
             inst._guard(inst._script_hook_wins)(self, hook)
             first = timer.user is None and not getattr(self, "_ddptop_hooked", False)
@@ -156,7 +169,10 @@ class Instrument:
         def register_builtin(self: Any, comm_hook_type: Any) -> Any:
             inst._guard(inst._script_hook_wins)(self, comm_hook_type)
             inst.timers.pop(id(self), None)
-            inst.note("DDP's built-in C++ comm hook is registered: per-bucket communication is not timed")
+            if id(self) in inst._nccl_timed:
+                inst._nccl_timed[id(self)] = 0
+            else:
+                inst.note("DDP's built-in C++ comm hook is registered: per-bucket communication is not timed")
             return builtin(self, comm_hook_type)
 
         __init__._ddptop = True  # type: ignore[attr-defined]
@@ -233,12 +249,19 @@ class Instrument:
         if isinstance(cap, int):
             facts["bucket_cap_mb"] = round(cap / 2**20, 3)
         hook = self._script_hook(ddp) if self.script is not None else None
-        if self.comm_timing or hook is not None:
-            cuda = self.clock is not None and isinstance(self.clock, CudaClock)
-            timer = CommTimer(dist, self.tracker.clock.stamp, self.tracker.add_comm, average_in_nccl=cuda,
-                              group=ddp.process_group)
-            timer.timed = self._timed(self.tracker.step) and self.comm_timing
-            self.timers[id(ddp)] = timer
+        cuda = self.clock is not None and isinstance(self.clock, CudaClock)
+        if self.comm_timing and hook is None and cuda:
+            # DDP keeps its C++ all-reduce: a Python hook per bucket cost ~3.5% of a ViT-L step
+            # on one H100 (docs/BENCHMARKS.md); backward's events give exposed comm every step
+            self.tracker.comm_elsewhere = True
+            if self._time_by_nccl(ddp):
+                facts["comm_timing"] = "NCCL's own timing of each all-reduce (nccl_timing), DDP's C++ all-reduce"
+            else:
+                self._exposed_only.add(id(ddp))
+                facts["comm_timing"] = ("exposed communication from backward's events, DDP's C++ all-reduce "
+                                        "(nccl_timing=true: all-reduce time too)")
+        elif self.comm_timing or hook is not None:
+            timer = self._make_timer(ddp)
             if hook is not None:  # the run's hook, through the timer as if the script had registered it
                 timer.user = hook
                 if not self.comm_timing:
@@ -251,6 +274,27 @@ class Instrument:
         self.send_facts(facts)
         if self.script is not None:
             self._send_script_facts(ddp)
+
+    def _make_timer(self, ddp: Any) -> CommTimer:
+        cuda = isinstance(self.clock, CudaClock)
+        timer = CommTimer(self.torch.distributed, self.tracker.clock.stamp, self.tracker.add_comm,
+                          average_in_nccl=cuda, group=ddp.process_group)
+        timer.timed = self._timed(self.tracker.step) and self.comm_timing
+        self.timers[id(ddp)] = timer
+        self._exposed_only.discard(id(ddp))
+        return timer
+
+    def _time_by_nccl(self, ddp: Any) -> bool:
+        """NCCL times this DDP's all-reduces (its group's completion hook, shared by every
+        DDP on the group), where the run asked for it (TORCH_NCCL_ENABLE_TIMING)."""
+        pg = ddp.process_group
+        times = self.nccl_times.get(id(pg)) or NcclTimes.attach(self.torch.distributed, pg)
+        if times is None:
+            return False
+        self.nccl_times[id(pg)] = times
+        self._nccl_timed[id(ddp)] = sum(p.numel() * p.element_size() for p in ddp.module.parameters()
+                                        if p.requires_grad)
+        return True
 
     def _register_timer(self, ddp: Any) -> None:
         timer = self.timers.get(id(ddp))
@@ -358,6 +402,8 @@ class Instrument:
 
     def _closed(self, step: int) -> None:
         """Step `step` ended: report, stop if agreed, open/close capture windows."""
+        if self.nccl_times:
+            self._closed_at[step] = time.monotonic()
         try:
             self._after_close(step)
         except Exception as exc:  # noqa: BLE001
@@ -430,6 +476,8 @@ class Instrument:
         self.send_facts(facts)
 
     def _report(self, records: list[dict[str, Any]], flush: bool = False) -> None:
+        if self.nccl_times:
+            records = self._with_nccl_times(records, flush)
         for rec in records:
             for key, value in list(rec.items()):
                 if isinstance(value, _Copy):
@@ -444,6 +492,38 @@ class Instrument:
                     except Exception:  # noqa: BLE001
                         del rec[key]
             self.probe.record(int(rec.pop("step")), **rec)
+
+    def _with_nccl_times(self, records: list[dict[str, Any]], flush: bool) -> list[dict[str, Any]]:
+        """Records whose all-reduces NCCL has reported (one issued after the step closed has
+        been: they complete in order), with comm_ms (the kernels' time), buckets and bytes.
+        A record waits at most a few steps; one still unreported then goes without comm_ms,
+        like a step the Python hook does not time."""
+        self._held.extend(records)
+        if flush and self._held:
+            time.sleep(0.25)  # the end of the run: NCCL's watchdog reports every ~0.1 s
+        out = []
+        while self._held:
+            rec = self._held[0]
+            closed = self._closed_at.get(int(rec["step"]))
+            times = list(self.nccl_times.values())
+            reported = closed is not None and all(t.reported_after(closed) for t in times)
+            if not (reported or flush or len(self._held) > 4 or closed is None):
+                break
+            self._held.pop(0)
+            self._closed_at.pop(int(rec["step"]), None)
+            if closed is not None and (reported or flush):
+                durations = [d for t in times for d in t.take(closed)]
+                if durations:
+                    rec["comm_ms"] = sum(durations)  # one stream per group: they do not overlap
+                    rec["buckets"] = float(len(durations))
+                    per_step = list(self._nccl_timed.values())
+                    if all(per_step):
+                        rec["comm_bytes"] = float(sum(per_step))
+            elif closed is not None:
+                for t in times:
+                    t.take(closed)  # too late for this step: its all-reduces are dropped
+            out.append(rec)
+        return out
 
     # --- the script's own probe calls ----------------------------------------------------
     def user_values(self, values: dict[str, Any]) -> bool:

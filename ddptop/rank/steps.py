@@ -59,6 +59,9 @@ class StepTracker:
         self._last_end: int | None = None  # index in marks of the last opt_end
         self._opt_depth = 0  # GradScaler.step -> optimizer.step: only the outer one counts
         self.seen_opt = False
+        # the all-reduce is timed elsewhere (NCCL's own timing): no comm entries come, and
+        # each step's exposed communication is taken from backward's events
+        self.comm_elsewhere = False
 
     # --- events -------------------------------------------------------------------------
     def mark(self, kind: str, samples: float = 0.0) -> None:
@@ -136,7 +139,7 @@ class StepTracker:
             if not flush and not self.clock.done(marks[-1][1]):
                 break
             self.pending.popleft()
-            out.append(record(step, marks, comm, extra, self.clock.elapsed))
+            out.append(record(step, marks, comm, extra, self.clock.elapsed, self.comm_elsewhere))
         return out
 
     @property
@@ -146,7 +149,7 @@ class StepTracker:
 
 
 def record(step: int, marks: list[tuple[str, Any, float]], comm: list[list[Any]], extra: dict[str, Any],
-           elapsed: Callable[[Any, Any], float]) -> dict[str, Any]:
+           elapsed: Callable[[Any, Any], float], comm_elsewhere: bool = False) -> dict[str, Any]:
     rec: dict[str, Any] = dict.fromkeys(PHASE_KEYS.values(), 0.0)
     for (kind, a, _), (following, b, _) in zip(marks, marks[1:]):
         rec[PHASE_KEYS[phase_of(kind, following)]] += elapsed(a, b)
@@ -156,6 +159,10 @@ def record(step: int, marks: list[tuple[str, Any, float]], comm: list[list[Any]]
         rec["samples"] = samples
     if comm:
         rec.update(summarize_comm(comm, marks, elapsed))
+    elif comm_elsewhere:
+        exposed = exposed_from_marks(marks, elapsed)
+        if exposed is not None:
+            rec["exposed_comm_ms"] = exposed
     for key, value in extra.items():
         if value is not None:
             rec[key] = value
@@ -168,8 +175,7 @@ def summarize_comm(entries: list[list[Any]], marks: list[tuple[str, Any, float]]
     """Buckets, bytes, exposed_comm_ms (communication backward could not hide) and, when
     every bucket's hand-over and completion were stamped, comm_ms (time any all-reduce was
     in flight). Exposed: from the last hand-over to the last completion when stamped; else
-    from the end of backward's compute to backward's return, which DDP holds until every
-    all-reduce is done (and copied back: a bound a little above the true end)."""
+    from backward's events (`exposed_from_marks`)."""
     start = marks[0][1]
     out = {"buckets": float(len(entries)), "comm_bytes": float(sum(e[2] for e in entries))}
     if all(e[0] is not None and e[1] is not None for e in entries):
@@ -177,11 +183,20 @@ def summarize_comm(entries: list[list[Any]], marks: list[tuple[str, Any, float]]
         out["comm_ms"] = union_length(spans)
         out["exposed_comm_ms"] = max(0.0, max(b for _, b in spans) - max(a for a, _ in spans))
         return out
+    exposed = exposed_from_marks(marks, elapsed)
+    if exposed is not None:
+        out["exposed_comm_ms"] = exposed
+    return out
+
+
+def exposed_from_marks(marks: list[tuple[str, Any, float]], elapsed: Callable[[Any, Any], float]) -> float | None:
+    """From the end of backward's compute to backward's return, which DDP holds until every
+    all-reduce is done (and copied back: a bound a little above the true end)."""
     ends = [stamp for kind, stamp, _ in marks if kind == "bwd_end"]
     rets = [stamp for kind, stamp, _ in marks if kind == "bwd_ret"]
     if ends and rets:
-        out["exposed_comm_ms"] = max(0.0, elapsed(ends[-1], rets[-1]))
-    return out
+        return max(0.0, elapsed(ends[-1], rets[-1]))
+    return None
 
 
 def union_length(spans: list[tuple[float, float]]) -> float:

@@ -42,7 +42,7 @@ SECTIONS = (
 SCRIPT_SECTIONS = (
     ("Run", ("nproc", "warmup", "script_steps")),
     ("DDP (applied to the script's own DDP() call)", SCRIPT_KNOBS),
-    ("Timing", ("comm_timing", "comm_timing_every")),
+    ("Timing", ("comm_timing", "comm_timing_every", "nccl_timing")),
     ("NCCL", ("nccl_env",)),
 )
 # What says which knobs reach a script: never a control of its own.
@@ -75,6 +75,7 @@ HELP = {
     "script_steps": "stop after this many steps after warmup (0: the script's own end)",
     "comm_timing": "time each gradient bucket's all-reduce",
     "comm_timing_every": "read comm completions every N steps (GPU)",
+    "nccl_timing": "NCCL times every all-reduce: total comm live (~1%; off: exposed only)",
 }
 _DEFAULTS = RunConfig()
 
