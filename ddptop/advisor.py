@@ -198,6 +198,9 @@ def advise(
         evidence.append(f"all-reduce {share:.0%} of the step")
     if exposed is not None:
         evidence.append(f"exposed (not overlapped) all-reduce {exposed:.0%} of the step")
+        if share is None:  # a GPU run without nccl_timing: what backward could not hide is a lower bound
+            share = exposed
+            evidence.append("all-reduce total not timed (nccl_timing off): its exposed part stands in, a lower bound")
     if transports:
         evidence.append("NCCL transports: " + ", ".join(_ordered(transports)))
     if hw:

@@ -249,3 +249,13 @@ def test_advisor_is_pure():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     mods = set(out.stdout.split())
     assert not {"torch", "textual", "asyncio", "socket", "subprocess", "pynvml"} & mods
+
+
+def test_exposed_share_stands_in_for_an_untimed_total_and_says_so():
+    from ddptop.advisor import advise
+
+    summary = {"world_size": 2, "backend": "nccl", "step_ms_p50": 100.0, "exposed_comm_share": 0.4,
+               "config": {"preset": "baseline", "bucket_cap_mb": 2000.0}}
+    advice = advise(summary, transports={"shm"})
+    assert any("lower bound" in e for e in advice.evidence), advice.evidence
+    assert advice.preset != "baseline" and "not measured" not in advice.reason, advice
