@@ -11,7 +11,10 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import re
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -300,6 +303,48 @@ class Launcher:
         await asyncio.to_thread(psutil.wait_procs, others, 3)
         if self.running:
             await self.proc.wait()
+
+
+SOCKET_DIR_PREFIX = "ddptop-"  # tempfile.mkdtemp(prefix=...): the hub's private socket dir
+_SOCKET_DIR = re.compile(r"ddptop-[a-z0-9_]{8}")  # mkdtemp's 8 characters, nothing else
+STALE_AFTER_S = 60.0  # a younger dir may be a ddptop that has not bound its socket yet
+
+
+def remove_stale_socket_dirs(tmp: Path) -> list[Path]:
+    """Hub socket directories left in `tmp` by ddptops killed together with their keeper
+    (an OOM kill, a kill of the whole session): this user's, of mkdtemp's shape, holding
+    at most a hub.sock that nobody listens on, and older than a minute. Returns those
+    removed."""
+    removed = []
+    try:
+        candidates = [d for d in tmp.iterdir()  # ddptop-UID is the live registry (ddptop.live)
+                      if _SOCKET_DIR.fullmatch(d.name) and d.name != f"ddptop-{os.getuid()}"]
+    except OSError:
+        return removed
+    for d in candidates:
+        try:
+            st = d.lstat()
+            if (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid()
+                    or time.time() - st.st_mtime < STALE_AFTER_S):
+                continue
+            names = [e.name for e in d.iterdir()]
+            if names not in ([], ["hub.sock"]) or (names and _listening(d / "hub.sock")):
+                continue
+            shutil.rmtree(d)
+            removed.append(d)
+        except OSError:
+            continue
+    return removed
+
+
+def _listening(path: Path) -> bool:
+    """Some process has a socket bound to `path` (from /proc/net/unix: no connection made,
+    which a live hub would log as refused). Where that cannot be read: assume so."""
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
+            return any(line.rstrip("\n").endswith(" " + str(path)) for line in f)
+    except OSError:
+        return True
 
 
 def _start_keeper() -> subprocess.Popen[bytes] | None:

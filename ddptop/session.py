@@ -31,7 +31,7 @@ from ddptop.config import RunConfig
 from ddptop.failures import ErrorFile, blame, last_exception, last_words, parse_error_file
 from ddptop.hardware import HardwareSampler
 from ddptop.hub import Hub
-from ddptop.launcher import Launcher, build_plan
+from ddptop.launcher import SOCKET_DIR_PREFIX, Launcher, build_plan, remove_stale_socket_dirs
 from ddptop.logtail import LogTail, rank_log_files
 from ddptop.multinode import hub_bind_host, join_instructions
 from ddptop.nccl import NcclParser
@@ -161,7 +161,8 @@ class Session:
                 for line in join_instructions(self.config, self.node, self.user_cmd).splitlines():
                     self.state.add_log(-1, "[ddptop] " + line.removeprefix("ddptop: "))
             else:
-                self._sock_dir = tempfile.mkdtemp(prefix="ddptop-")
+                remove_stale_socket_dirs(Path(tempfile.gettempdir()))  # of ddptops killed outright
+                self._sock_dir = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX)
                 addr = await self.hub.start_unix(str(Path(self._sock_dir) / "hub.sock"))
             plan = build_plan(self.config, self.run_dir, addr, self.token, self.run_id, self.user_cmd,
                               nsys=self.capture.nsys, node=self.node)
