@@ -295,6 +295,9 @@ def run_subcommand(name: str, argv: list[str]) -> int:
     if name == "presets":
         from ddptop.report import presets_table
 
+        if argv:
+            raise UsageError(f"presets takes no arguments, got {' '.join(argv)!r}")
+
         print(presets_table())
         return 0
     if name == "nccl":

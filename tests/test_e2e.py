@@ -99,6 +99,19 @@ def test_bad_usage_exits_2_with_one_line_and_starts_nothing(tmp_path, args, frag
     assert not runs.exists() or not any(runs.iterdir())
 
 
+@pytest.mark.parametrize("args, fragment", [
+    (["presets", "extra"], "presets takes no arguments"),
+    (["nccl", "--bogus", "x.log"], "unrecognized arguments"),
+    (["nccl"], "LOGFILE"),
+    (["trace"], "error"),
+])
+def test_subcommand_usage_errors_are_one_line_exit_2(args, fragment):
+    res = subprocess.run([sys.executable, "-m", "ddptop", *args], capture_output=True, text=True, timeout=30)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith("ddptop") and "error:" in lines[0], res.stderr
+    assert fragment in lines[0] and res.stdout == ""
+
+
 def test_unwritable_runs_dir_is_a_usage_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
