@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ddptop.config import PRESETS, RunConfig, preset_config
+from ddptop.snapshot import snapshot
 from ddptop.state import RunState
 
 
@@ -43,6 +44,8 @@ def presets_table() -> str:
 
 
 def status_line(state: RunState, now: float) -> str:
+    """The headless status line, from the same Snapshot the TUI shows."""
+    snap = snapshot(state, now)
     steps = state.config.get("steps", 0)
     connected = sum(1 for rs in state.ranks.values() if rs.hello is not None)
     parts = [f"[{state.elapsed(now):6.1f}s]", f"{state.status:<9}"]
@@ -51,28 +54,22 @@ def status_line(state: RunState, now: float) -> str:
     else:
         parts += [
             f"step {max(state.current_step + 1, 0)}" + (f"/{steps}" if steps else ""),
-            f"{fmt(state.live_steps_per_s(), '.2f')} steps/s",
-            f"p50 {fmt(_live_p50(state))} ms",
+            f"{fmt(snap.steps_per_s, '.2f')} steps/s",
+            f"{fmt(snap.samples_per_s, '.1f')} samples/s",
+            f"p50 {fmt(snap.p50_ms)} ms",
         ]
-        share = state.mean_share("comm_ms")
-        if share is not None:
-            parts.append(f"comm {100 * share:.0f}% (exposed {100 * (state.mean_share('exposed_comm_ms') or 0):.0f}%)")
-        straggler = state.straggler()
-        if straggler is not None:
-            parts.append(f"straggler rank {straggler.rank} ({straggler.phase} +{straggler.excess_ms:.0f} ms)")
-        if state.stall is not None and state.stall.cleared_at is None:
-            parts.append(f"STALLED since {now - state.stall.since:.0f}s, suspects {state.stall.suspects}")
+        if snap.comm is not None:
+            parts.append(f"comm {100 * snap.comm[0]:.0f}% (exposed {100 * snap.comm[1]:.0f}%)")
+        if snap.straggler is not None:
+            s = snap.straggler
+            parts.append(f"straggler rank {s.rank} ({s.phase} +{s.excess_ms:.0f} ms)")
+        if snap.stall is not None:
+            parts.append(f"STALLED since {now - snap.stall.since:.0f}s, suspects {snap.stall.suspects}")
     if state.total_dropped:
         parts.append(f"dropped frames {state.total_dropped}")
     if state.error and not state.finished:
         parts.append(f"ERROR: {state.error}")
     return "  ".join(parts)
-
-
-def _live_p50(state: RunState) -> float | None:
-    values = [rs.recent_pct(50) for rs in state.ranks.values()]
-    values = [v for v in values if v is not None]
-    return max(values) if values else None
 
 
 def ranks_table(summary: dict[str, Any]) -> str:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddptop import figures
+from ddptop.figures import STALL_MIN_S, STALL_STEPS, RankFigures, RankWindow, Straggler
 from ddptop.protocol import PHASES, Bye, Hello, Info, Steps
+
+__all__ = ["STALL_MIN_S", "STALL_STEPS", "Histogram", "RankState", "RunState", "Stall", "Straggler"]
 
 RECENT = 256  # records kept per rank for live views
 LOG_LINES = 2000  # log lines kept per rank for live views (all of them are on disk)
@@ -153,39 +156,6 @@ class RankState:
     def recent_pct(self, q: float, key: str = "step_ms") -> float | None:
         return _pct(self.recent_values(key), q)
 
-    def recent_phases(self) -> dict[str, float]:
-        """Mean phase times over the recent window (live phase bar)."""
-        recs = list(self.recent)
-        if not recs:
-            return dict.fromkeys(PHASES, 0.0)
-        return {p: sum(r.get(p + "_ms", 0.0) for r in recs) / len(recs) for p in PHASES}
-
-    def own_ms(self) -> float | None:
-        """Median of the time this rank spends on its own work (step minus time it
-        waits for others in exposed communication): what ranks a straggler."""
-        own = [r["step_ms"] - r.get("exposed_comm_ms", 0.0) for r in self.recent if "step_ms" in r]
-        return statistics.median(own) if own else None
-
-
-STRAGGLER_WINDOW = 50  # recent steps a straggler verdict looks at
-STRAGGLER_RATIO = 1.2  # own work this much above the others' median...
-STRAGGLER_MIN_MS = 2.0  # ...and at least this much, to be named
-STALL_MIN_S = 10.0
-STALL_STEPS = 20  # a stall is this many median steps with no progress (at least STALL_MIN_S)
-
-
-@dataclass(frozen=True)
-class Straggler:
-    rank: int
-    own_ms: float  # median own work per step (step minus waiting in exposed comm)
-    others_ms: float  # median of the other ranks' own work
-    phase: str  # the phase where the extra time goes
-    excess_ms: float
-
-    def describe(self) -> str:
-        return (f"rank {self.rank} is a straggler: {self.own_ms:.1f} ms of own work per step vs "
-                f"{self.others_ms:.1f} ms on the others, +{self.excess_ms:.1f} ms in {self.phase}")
-
 
 @dataclass
 class Stall:
@@ -204,16 +174,6 @@ class Stall:
             "suspects": self.suspects, "process_status": self.process_status,
             "stacks": self.stacks, "cleared_at": self.cleared_at, "cause": self.cause,
         }
-
-
-def _own_phases(recs: list[dict[str, float]]) -> dict[str, float]:
-    """Median per phase of a rank's own work; backward minus its exposed comm wait."""
-    out = {}
-    for phase in PHASES:
-        values = [r.get(phase + "_ms", 0.0) - (r.get("exposed_comm_ms", 0.0) if phase == "backward" else 0.0)
-                  for r in recs]
-        out[phase] = statistics.median(values) if values else 0.0
-    return out
 
 
 @dataclass
@@ -358,18 +318,40 @@ class RunState:
         rates = [rs.steps_per_s for rs in self.ranks.values()]
         return min(rates) if rates and None not in rates else None
 
+    def _per_step(self, attr: str) -> float | None:
+        """Samples (or tokens) one step of the whole job processes: the sum over ranks."""
+        counts = [(rs.measured, getattr(rs, attr)) for rs in self.ranks.values()]
+        if not counts or any(n == 0 for n, _ in counts):
+            return None
+        total = sum(v / n for n, v in counts)
+        return total if total > 0 else None
+
     def samples_per_s(self) -> float | None:
-        rates = [rs.samples_per_s for rs in self.ranks.values()]
-        return sum(rates) if rates and None not in rates else None
+        """steps_per_s() x samples per step: the same steps, the same statistic."""
+        rate, per_step = self.steps_per_s(), self._per_step("measured_samples")
+        return rate * per_step if rate is not None and per_step is not None else None
 
     def tokens_per_s(self) -> float | None:
-        rates = [rs.tokens_per_s for rs in self.ranks.values()]
-        return sum(rates) if rates and None not in rates else None
+        """None unless every rank's script reported tokens."""
+        if not all(rs.measured_tokens > 0 for rs in self.ranks.values()):
+            return None
+        rate, per_step = self.steps_per_s(), self._per_step("measured_tokens")
+        return rate * per_step if rate is not None and per_step is not None else None
+
+    def rank_figures(self) -> dict[int, RankFigures]:
+        """Every rank's recent-window figures (ddptop.figures), each recomputed only
+        when its rank sent records since the last call."""
+        # rank -> its window over `recent`, caught up on read: a cache, not the run's data
+        # (no dataclass field, so viewers' snapshots and equality never see it)
+        windows: dict[int, RankWindow] = self.__dict__.setdefault("_windows", {})
+        if len(windows) > len(self.ranks):
+            for r in [r for r in windows if r not in self.ranks]:
+                del windows[r]
+        return {r: windows.setdefault(r, RankWindow()).update(rs) for r, rs in self.ranks.items()}
 
     def live_steps_per_s(self) -> float | None:
-        medians = [rs.recent_pct(50) for rs in self.ranks.values()]
-        medians = [m for m in medians if m]
-        return 1000.0 / max(medians) if medians else None
+        """The recent rate (the slowest rank's median step): the throughput history."""
+        return figures.live_steps_per_s(self.rank_figures())
 
     def step_ms_pct(self, q: float) -> float | None:
         """Whole-run percentile over all ranks' measured steps."""
@@ -389,36 +371,15 @@ class RunState:
         return sum(shares) / len(shares) if shares else None
 
     def slowest_rank(self) -> int | None:
-        """The rank doing the most own work per step (ties: lowest rank); None
-        with fewer than two reporting ranks."""
-        own = {r: rs.own_ms() for r, rs in self.ranks.items()}
-        own = {r: v for r, v in own.items() if v is not None}
-        if len(own) < 2:
-            return None
-        return max(sorted(own), key=lambda r: own[r])
+        """ddptop.figures.slowest: the rank doing the most own work per step."""
+        return figures.slowest(self.rank_figures())
 
     def straggler(self) -> Straggler | None:
-        """A rank whose own work per step stays above the others' (medians over the
-        last STRAGGLER_WINDOW steps), with the phase its extra time goes to."""
-        recent = {r: list(rs.recent)[-STRAGGLER_WINDOW:] for r, rs in self.ranks.items()}
-        recent = {r: v for r, v in recent.items() if len(v) >= 5 and all("step_ms" in x for x in v)}
-        if len(recent) < 2:
-            return None
-        own = {r: statistics.median(x["step_ms"] - x.get("exposed_comm_ms", 0.0) for x in v)
-               for r, v in recent.items()}
-        worst = max(sorted(own), key=lambda r: own[r])
-        others = statistics.median(v for r, v in own.items() if r != worst)
-        if own[worst] < others * STRAGGLER_RATIO or own[worst] - others < STRAGGLER_MIN_MS:
-            return None
-        mine = _own_phases(recent[worst])
-        theirs = {p: statistics.median(_own_phases(recent[r])[p] for r in recent if r != worst) for p in PHASES}
-        phase = max(PHASES, key=lambda p: mine[p] - theirs[p])
-        return Straggler(worst, own[worst], others, phase, own[worst] - others)
+        """ddptop.figures.straggler: the slowest rank, when it is clearly slower."""
+        return figures.straggler(self.rank_figures())
 
     def stall_bound_s(self) -> float:
-        medians = [rs.recent_pct(50) for rs in self.ranks.values()]
-        medians = [m for m in medians if m]
-        return max(STALL_MIN_S, STALL_STEPS * max(medians) / 1000.0) if medians else STALL_MIN_S
+        return figures.stall_bound_s(self.rank_figures())
 
     def check_stall(self, now: float, process_status: dict[int, str]) -> Stall | None:
         """Flag a stall when no rank has finished a step for stall_bound_s(); clear it

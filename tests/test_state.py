@@ -35,7 +35,9 @@ def test_run_throughput_is_bounded_by_the_slowest_rank():
     assert st.steps_per_s() is None  # rank 1 has not reported: no honest number yet
     st.apply(Steps(1, [rec(i, 20.0) for i in range(5)]), 0)
     assert st.steps_per_s() == pytest.approx(50.0)
-    assert st.samples_per_s() == pytest.approx(3200 + 1600)
+    # samples/s is steps/s x samples per step (32 on each rank): the slowest rank bounds
+    # both, not the sum of each rank's own rate (3200 + 1600)
+    assert st.samples_per_s() == pytest.approx(50.0 * 64)
 
 
 def test_percentiles_from_histogram_are_within_two_percent():
