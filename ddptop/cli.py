@@ -236,10 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     if headless:
         return run_headless_main(config, args, user_cmd, node)
     if node.multi:
-        return run_node0_tui(config, args.runs_dir, user_cmd, node)
+        return run_node0_tui(config, args.runs_dir, user_cmd, node, capture_options(args, config))
     from ddptop.tui.app import run_tui
 
-    return run_tui(config, args.runs_dir, user_cmd)  # captures: the `c` key
+    return run_tui(config, args.runs_dir, user_cmd, capture_options(args, config))
 
 
 def check_detach(args: argparse.Namespace, node: NodeOptions) -> Path:
@@ -254,14 +254,15 @@ def check_detach(args: argparse.Namespace, node: NodeOptions) -> Path:
     return check_live_dir()
 
 
-def run_node0_tui(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None, node: NodeOptions) -> int:
+def run_node0_tui(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None, node: NodeOptions,
+                  capture: CaptureOptions | None = None) -> int:
     """Node 0's TUI runs its session in this process: the hub every node reports to lives
     and ends with it, like a plain run that belongs to its terminal."""
     from ddptop.session import Session
     from ddptop.tui.app import DdpTopApp
     from ddptop.workbench import Workbench
 
-    app = DdpTopApp(Workbench(config, runs_dir, user_cmd, lambda c, d, u: Session(c, d, user_cmd=u, node=node)))
+    app = DdpTopApp(Workbench(config, runs_dir, user_cmd, lambda c, d, u: Session(c, d, user_cmd=u, node=node, capture=capture)))
     result = app.run()
     return app.return_code or int(result or 0)
 

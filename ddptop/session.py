@@ -267,8 +267,8 @@ class Session:
             await self._records_arrived(window[-1])
             compare_with_timer(summary, {r: list(rs.recent) for r, rs in self.state.ranks.items()}, window)
             cap.summary = summary
+            cap.status = "done"  # before writing: the file on disk says how the capture ended
             write_json(Path(cap.out_dir) / "summary.json", cap.to_dict())
-            cap.status = "done"
         except Exception as exc:  # noqa: BLE001 - a bad trace must not take the run down
             cap.status, cap.error = "failed", f"summary: {type(exc).__name__}: {exc}"
 

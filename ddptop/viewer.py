@@ -27,6 +27,7 @@ from ddptop.live import (
     supervisor_alive,
     supervisor_spec,
 )
+from ddptop.options import CaptureOptions
 from ddptop.session import new_run_id
 from ddptop.state import RunState
 
@@ -46,8 +47,9 @@ class RemoteSession:
 
     def __init__(self, config: RunConfig, runs_dir: Path, run_id: str, live: Path,
                  user_cmd: list[str] | None = None, entry: LiveRun | None = None,
-                 detached: bool = False, owner: bool = False) -> None:
+                 detached: bool = False, owner: bool = False, capture: CaptureOptions | None = None) -> None:
         self.config = config
+        self.capture = capture or CaptureOptions()  # what the supervisor's session captures (--capture)
         self.user_cmd = user_cmd
         self.run_id = run_id
         self.run_dir = Path(runs_dir) / run_id
@@ -67,11 +69,12 @@ class RemoteSession:
 
     @classmethod
     def spawn(cls, config: RunConfig, runs_dir: Path, user_cmd: list[str] | None = None,
-              detached: bool = False, live: Path | None = None) -> RemoteSession:
+              detached: bool = False, live: Path | None = None,
+              capture: CaptureOptions | None = None) -> RemoteSession:
         """A run this viewer will start (in `run()`) and own, unless `detached`."""
         live = ensure_live_dir(live)
         return cls(config, runs_dir, new_run_id(config.preset), live, user_cmd,
-                   detached=detached, owner=not detached)
+                   detached=detached, owner=not detached, capture=capture)
 
     @classmethod
     def attach(cls, entry: LiveRun, live: Path | None = None) -> RemoteSession:
@@ -131,7 +134,7 @@ class RemoteSession:
 
     async def _start(self) -> None:
         spec = supervisor_spec(self.config, self.run_dir.parent, self.run_id, self.live, self._detached,
-                               self.user_cmd)
+                               self.user_cmd, self.capture)
         self.proc = start_supervisor(spec, self.live)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:

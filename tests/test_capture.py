@@ -1,3 +1,4 @@
+import asyncio
 import gzip
 import json
 import subprocess
@@ -133,3 +134,51 @@ def test_one_rank_nccl_kernel_counts_as_communication_and_gz_traces_read(tmp_pat
                                          k("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 20),
                                          k("broadcast_elementwise", 40, {"Collective name": "broadcast"})]})
     assert g["compute_ms"] == 0.01 and g["comm_ms"] == 0.02 and g["comm_by"] == {"name": 1, "args": 1}
+
+
+def test_a_tui_run_gets_the_capture_options_of_its_command_line(monkeypatch, tmp_path):
+    """--capture/--profiler reach the TUI's runs (they used to be validated, then dropped)."""
+    from ddptop import cli
+    from ddptop.tui import app as tui_app
+
+    got = {}
+
+    def fake_run_tui(config, runs_dir, user_cmd=None, capture=None):
+        got["capture"] = capture
+        return 0
+
+    monkeypatch.setattr(tui_app, "run_tui", fake_run_tui)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    code = cli.main(["--runs-dir", str(tmp_path), "--nproc", "2", "--steps", "40", "--capture", "10:3",
+                     "--profiler", "torch"])
+    assert code == 0
+    assert got["capture"].windows == [(10, 3)] and got["capture"].profiler == "torch"
+
+
+@pytest.mark.e2e
+def test_capture_window_of_a_tui_run_and_its_summary_on_disk_says_done(tmp_path):
+    """A TUI run (through its supervisor, as the CLI starts it) records the --capture
+    window; captures/<n>/summary.json says done, not processing."""
+    from test_tui import START_TIMEOUT, cpu_config, wait_for
+
+    from ddptop.options import CaptureOptions
+    from ddptop.tui.app import build_app
+    from ddptop.tui.messages import RunEnded
+
+    seen = []
+
+    async def main():
+        app = build_app(cpu_config(steps=14), tmp_path, capture=CaptureOptions(windows=[(6, 2)]))
+        async with app.run_test(size=(120, 40), message_hook=seen.append) as pilot:
+            session = app.workbench.current
+            await wait_for(pilot, lambda: any(isinstance(m, RunEnded) for m in seen), START_TIMEOUT + 60,
+                           "the run to end")
+            await pilot.pause(0.2)  # the app handles its RunEnded before it is torn down
+            return session.state, session.run_dir
+
+    state, run_dir = asyncio.run(main())
+    assert state.status == "completed", state.error
+    cap = state.captures[1]
+    assert (cap.status, cap.steps, cap.profiler) == ("done", "6-7", "torch"), cap.error
+    on_disk = json.loads((run_dir / "captures" / "1" / "summary.json").read_text())
+    assert on_disk["status"] == "done" and on_disk["steps"] == "6-7"

@@ -26,6 +26,7 @@ from textual.worker import Worker, WorkerState
 from ddptop.config import RunConfig
 from ddptop.headless import EXIT_CODES, closing_lines
 from ddptop.live import LiveRun
+from ddptop.options import CaptureOptions
 from ddptop.session import Session
 from ddptop.state import RunState
 from ddptop.tui.captures_panel import CapturesPanel
@@ -407,20 +408,23 @@ class DdpTopApp(App[int]):
                                 lambda tab=tab: self.action_show_tab(tab))
 
 
-def supervised(detached: bool = False) -> SessionFactory:
+def supervised(detached: bool = False, capture: CaptureOptions | None = None) -> SessionFactory:
     """Each run in a supervisor process of its own (owned by this TUI unless `detached`)."""
     def factory(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None) -> RemoteSession:
-        return RemoteSession.spawn(config, runs_dir, user_cmd, detached=detached)
+        return RemoteSession.spawn(config, runs_dir, user_cmd, detached=detached, capture=capture)
 
     return factory  # type: ignore[return-value]
 
 
 def build_app(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None = None,
-              in_process: bool = False, **kwargs: object) -> DdpTopApp:
+              in_process: bool = False, capture: CaptureOptions | None = None,
+              **kwargs: object) -> DdpTopApp:
     """The one factory for the CLI, the tests and the screenshot script. Runs go through
-    a supervisor (so they can be detached) unless `in_process`."""
-    bench = Workbench(config, Path(runs_dir), user_cmd) if in_process else Workbench(
-        config, Path(runs_dir), user_cmd, session_factory=supervised())
+    a supervisor (so they can be detached) unless `in_process`; each run takes `capture`
+    (--capture windows, --profiler)."""
+    bench = Workbench(config, Path(runs_dir), user_cmd, session_factory=(
+        (lambda c, d, u: Session(c, d, user_cmd=u, capture=capture)) if in_process
+        else supervised(capture=capture)))
     return DdpTopApp(bench, **kwargs)  # type: ignore[arg-type]
 
 
@@ -465,5 +469,6 @@ def exit_code(app: DdpTopApp) -> int:
     return EXIT_CODES.get(session.state.status, 1)
 
 
-def run_tui(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None = None) -> int:
-    return run_app(build_app(config, runs_dir, user_cmd))
+def run_tui(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None = None,
+            capture: CaptureOptions | None = None) -> int:
+    return run_app(build_app(config, runs_dir, user_cmd, capture=capture))
