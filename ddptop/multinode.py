@@ -25,6 +25,7 @@ from ddptop.launcher import Launcher, build_plan
 from ddptop.logtail import LogTail
 from ddptop.options import NodeOptions
 from ddptop.recorder import new_run_dir, write_json
+from ddptop.run_ids import new_run_id
 
 STOPPED_EXIT = 130  # as a headless run stopped by a signal
 TAIL_ON_FAILURE = 20  # torchrun.log lines printed when the local torchrun fails
@@ -118,7 +119,6 @@ async def run_worker_node(config: RunConfig, node: NodeOptions, runs_dir: Path,
                           out: TextIO = sys.stdout) -> int:
     """Node `node.node_rank` > 0: its torchrun joins the rendezvous and its ranks report to
     node 0's hub. Returns torchrun's exit code (130 when a signal here stopped it)."""
-    from ddptop.session import new_run_id  # the session module is node 0's; only its naming here
 
     run_id = f"{new_run_id(config.preset)}-node{node.node_rank}"
     run_dir = new_run_dir(Path(runs_dir), run_id)

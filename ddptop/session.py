@@ -38,6 +38,7 @@ from ddptop.nccl import NcclParser
 from ddptop.nsys import attach_nsys, nsys_report
 from ddptop.options import CaptureOptions, NodeOptions
 from ddptop.recorder import Recorder, disk_error, new_run_dir, write_json
+from ddptop.run_ids import new_run_id
 from ddptop.stacks import collect_stacks
 from ddptop.state import RunState, Stall
 
@@ -47,10 +48,6 @@ DRAIN_S = 0.5  # after torchrun exits, let the last frames arrive
 STOP_GRACE_S = 5.0  # after the agreed stop step, before signals
 STOP_DEADLINE_S = 8.0  # a stop never takes longer than this (plus the final sweep of strays)
 STOP_KILL_S = 2.0  # from torchrun's SIGTERM to SIGKILL
-
-
-def new_run_id(preset: str) -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + f"-{preset}-{secrets.token_hex(2)}"
 
 
 def _pid_of(nccl_log_name: str) -> int:

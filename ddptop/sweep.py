@@ -38,6 +38,8 @@ from ddptop.config import (
     apply_overrides,
     preset_config,
 )
+from ddptop.devices import default_nproc, visible_gpus
+from ddptop.report import fmt
 from ddptop.usage import USAGE_EXIT, OneLineParser, UsageError
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -123,7 +125,6 @@ def build_configs(args: argparse.Namespace, script: bool = False) -> list[RunCon
     names = parse_presets(args.presets, script)
     nproc = args.nproc
     if nproc is None:
-        from ddptop.cli import default_nproc
 
         nproc = default_nproc()
     base = RunConfig(nproc=nproc, script=script)
@@ -140,7 +141,6 @@ def build_configs(args: argparse.Namespace, script: bool = False) -> list[RunCon
 
 
 def check_runnable(configs: Sequence[RunConfig], runs_dir: Path) -> None:
-    from ddptop.cli import visible_gpus
     from ddptop.recorder import check_writable
 
     problem = check_writable(runs_dir)
@@ -252,11 +252,11 @@ def reference_preset(rows: Sequence[Mapping[str, Any]]) -> str | None:
     return ref["preset"] if ref else None
 
 
-def _f(value: float | None, spec: str, suffix: str = "") -> str:
-    return "n/a" if value is None else format(value, spec) + suffix
+def ratio_text(value: float | None) -> str:
+    return fmt(value, ".2f") + ("x" if value is not None else "")
 
 
-def _pct(value: float | None) -> str:
+def share_text(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:.0f}%"
 
 
@@ -285,18 +285,18 @@ def table_cells(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list
         row = [
             str(r["preset"]),
             r["settings"],
-            _f(r["world_size"], "d"),
+            fmt(r["world_size"], "d"),
             str(r["status"]),
-            _f(r["steps_per_s"], ".2f"),
-            _f(r["samples_per_s"], ".1f"),
-            *([_f(r.get("tokens_per_s"), ".0f")] if has_tokens else []),
-            _f(r["step_ms_p50"], ".1f"),
-            _pct(r["comm_share"]),
-            _f(r["exposed_comm_ms"], ".1f"),
-            _f(r["speedup"], ".2f", "x"),
+            fmt(r["steps_per_s"], ".2f"),
+            fmt(r["samples_per_s"], ".1f"),
+            *([fmt(r.get("tokens_per_s"), ".0f")] if has_tokens else []),
+            fmt(r["step_ms_p50"], ".1f"),
+            share_text(r["comm_share"]),
+            fmt(r["exposed_comm_ms"], ".1f"),
+            ratio_text(r["speedup"]),
         ]
         if has_single:
-            row.append(_pct(r["efficiency"]))
+            row.append(share_text(r["efficiency"]))
         cells.append(row)
     return headers, cells
 
@@ -346,14 +346,14 @@ class SweepResult:
     interrupted: bool = False
 
 
-def _progress(summary: Mapping[str, Any]) -> str:
+def progress_line(summary: Mapping[str, Any]) -> str:
     share, _ = comm_shares(summary)
     bits = [f"{summary.get('status')}"]
     if summary.get("steps_per_s") is not None:
         bits += [
             f"{summary['steps_per_s']:.2f} steps/s",
-            f"p50 {_f(summary.get('step_ms_p50'), '.1f')} ms",
-            f"comm {_pct(share)}",
+            f"p50 {fmt(summary.get('step_ms_p50'), '.1f')} ms",
+            f"comm {share_text(share)}",
         ]
     if summary.get("error"):
         bits.append(f"({summary['error']})")
@@ -425,7 +425,7 @@ def run_sweep(
             summary["error"] = error
         result.summaries.append(summary)
         result.run_dirs.append(str(session.run_dir) if session is not None else "")
-        print(_progress(summary), file=out, flush=True)
+        print(progress_line(summary), file=out, flush=True)
         if result.interrupted:
             break
     return result

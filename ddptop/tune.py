@@ -31,17 +31,18 @@ from typing import Any, TextIO
 
 from ddptop.advisor import LADDER, LOSSY_CAVEAT, NOISE, Advice, advise_run
 from ddptop.config import PRESETS, ConfigError, RunConfig, parse_value, validate
+from ddptop.report import fmt
 from ddptop.sweep import (
     SCRIPT_STEPS,
-    _f,
-    _pct,
-    _progress,
     add_batch_args,
     build_configs,
     build_rows,
     check_runnable,
+    progress_line,
     rank_info,
+    ratio_text,
     run_sweep,
+    share_text,
     split_command,
     steps_text,
 )
@@ -326,10 +327,10 @@ def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
             str(r["settings"]),
             str(r["source"]),
             str(r["status"]),
-            _f(r["steps_per_s"], ".2f"),
-            _f(r["step_ms_p50"], ".1f"),
-            _pct(r["comm_share"]),
-            _f(r["speedup"], ".2f", "x"),
+            fmt(r["steps_per_s"], ".2f"),
+            fmt(r["step_ms_p50"], ".1f"),
+            share_text(r["comm_share"]),
+            ratio_text(r["speedup"]),
         ]
         for r in rows
     ]
@@ -554,7 +555,7 @@ def run_tune(
         trial.wall_s = clock() - t0
         result.trials.append(trial)
         result.interrupted = result.interrupted or interrupted
-        print(_progress({**trial.summary, "elapsed_s": trial.wall_s}), file=out, flush=True)
+        print(progress_line({**trial.summary, "elapsed_s": trial.wall_s}), file=out, flush=True)
         return trial
 
     def budget_left() -> bool:
