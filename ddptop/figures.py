@@ -111,7 +111,7 @@ class RankWindow:
         self.steps: collections.deque[float] = collections.deque()
         self.own: collections.deque[float] = collections.deque()
         self.sums = [0.0] * len(_FIELDS)
-        self.n_samples = self.n_comm = self.added = 0
+        self.n_samples = self.n_comm = self.n_exposed = self.added = 0
         self.comm_step = 0.0  # step time of the rows that carry comm_ms (timed every Nth step on GPU)
         self.tail: list[dict[str, float]] = []  # the last WINDOW records
         self.figures = EMPTY
@@ -134,6 +134,8 @@ class RankWindow:
                 self.own.popleft()
         if row[_SAMPLES] is not None:
             self.n_samples += sign
+        if row[_EXPOSED] is not None:
+            self.n_exposed += sign
         if row[_COMM] is not None:
             self.n_comm += sign
             self.comm_step += sign * (row[_STEP] or 0.0)
@@ -150,7 +152,7 @@ class RankWindow:
             self.steps.clear()
             self.own.clear()
             self.sums = [0.0] * len(_FIELDS)
-            self.n_samples = self.n_comm = self.added = 0
+            self.n_samples = self.n_comm = self.n_exposed = self.added = 0
             self.comm_step = 0.0
             for row in self.rows:
                 self._add(row, 1)
@@ -179,7 +181,8 @@ class RankWindow:
         ranked = len(tail) >= MIN_RECORDS and all("step_ms" in r for r in tail)
         own = sorted(list(self.own)[-WINDOW:])
         means = {p: sums[1 + i] / n for i, p in enumerate(PHASES)}
-        has_comm = self.n_comm > 0
+        # exposed comm alone (a GPU run without nccl_timing) still splits out of backward
+        has_comm = self.n_comm > 0 or self.n_exposed > 0
         step_total = sums[_STEP]
         if has_comm:
             ex_mean = sums[_EXPOSED] / n
@@ -194,7 +197,7 @@ class RankWindow:
             samples_per_step=per_step,
             samples_per_s=per_step * 1000.0 / p50 if per_step and p50 else None,
             phases=means, has_comm=has_comm,
-            comm_share=sums[_COMM] / self.comm_step if has_comm and self.comm_step > 0 else None,
+            comm_share=sums[_COMM] / self.comm_step if self.n_comm and self.comm_step > 0 else None,
             exposed_share=sums[_EXPOSED] / step_total if has_comm and step_total > 0 else None,
             compressing=tail[-1].get("compressing") if tail else None,
             step_ms=steps,
@@ -253,12 +256,14 @@ def stall_bound_s(figures: Mapping[int, RankFigures]) -> float:
     return max(STALL_MIN_S, STALL_STEPS * p50 / 1000.0) if p50 else STALL_MIN_S
 
 
-def comm_shares(figures: Mapping[int, RankFigures]) -> tuple[float, float] | None:
-    """(in flight, exposed) share of step time, mean over the ranks that time comm."""
+def comm_shares(figures: Mapping[int, RankFigures]) -> tuple[float | None, float] | None:
+    """(in flight, exposed) share of step time, mean over the ranks that time comm; in flight
+    is None where only exposed comm is measured (GPU, DDP's own all-reduce, no nccl_timing)."""
     shares = [(f.comm_share, f.exposed_share or 0.0) for f in figures.values() if f.comm_share is not None]
-    if not shares:
-        return None
-    return (sum(a for a, _ in shares) / len(shares), sum(b for _, b in shares) / len(shares))
+    if shares:
+        return (sum(a for a, _ in shares) / len(shares), sum(b for _, b in shares) / len(shares))
+    exposed = [f.exposed_share for f in figures.values() if f.exposed_share is not None]
+    return (None, sum(exposed) / len(exposed)) if exposed else None
 
 
 def warming_up(config: Mapping[str, Any], figures: Mapping[int, RankFigures], current_step: int) -> bool:

@@ -58,7 +58,9 @@ def status_line(state: RunState, now: float) -> str:
             f"{fmt(snap.samples_per_s, '.1f')} samples/s",
             f"p50 {fmt(snap.p50_ms)} ms",
         ]
-        if snap.comm is not None:
+        if snap.comm is not None and snap.comm[0] is None:
+            parts.append(f"exposed comm {100 * snap.comm[1]:.0f}%")
+        elif snap.comm is not None:
             parts.append(f"comm {100 * snap.comm[0]:.0f}% (exposed {100 * snap.comm[1]:.0f}%)")
         if snap.straggler is not None:
             s = snap.straggler
@@ -168,6 +170,9 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
                          f"{fmt(t.get('iteration'), '.0f')}) backward comm {fmt(t['backward_comm_ms'], '.1f')} ms, "
                          f"overlapped with compute {fmt(t.get('overlap_ms'), '.1f')} ms; ddptop comm p50 "
                          f"{fmt(ddp.get('comm_ms_p50'), '.1f')} ms, exposed {fmt(ddp.get('exposed_comm_ms_p50'), '.1f')} ms")
+    elif summary.get("exposed_comm_share") is not None:
+        lines.append(f"gradient communication: {100 * summary['exposed_comm_share']:.1f}% of the step exposed "
+                     "(not hidden by backward); the all-reduce total is not timed here (--set nccl_timing=true)")
     if summary.get("straggler"):
         lines.append(summary["straggler"]["text"])
     for note in summary.get("notes") or []:

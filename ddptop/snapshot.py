@@ -24,7 +24,8 @@ class Snapshot:
     steps_per_s: float | None  # RunState.steps_per_s: after warmup, bounded by the slowest rank
     samples_per_s: float | None  # steps_per_s x samples per step
     p50_ms: float | None  # the slowest rank's recent median step
-    comm: tuple[float, float] | None  # (in flight, exposed) share of step time, mean over ranks
+    comm: tuple[float | None, float] | None  # (in flight, exposed) share of step, mean over ranks; in flight
+    # is None where only exposed comm is measured (GPU, DDP's own all-reduce, no nccl_timing)
     warming_up: bool  # a comm hook is configured but gradients still travel uncompressed
     straggler: Straggler | None = None
     stall: Stall | None = None  # state.stall while it is not cleared

@@ -140,3 +140,18 @@ def test_figures_are_recomputed_only_for_ranks_that_sent_records() -> None:
     second = state.rank_figures()
     assert second[1] is first[1] and second[0] is not first[0]
     assert second[0].step_ms[-1] == 10.0 and len(second[0].step_ms) == 101
+
+
+def test_exposed_comm_alone_splits_out_of_backward_and_says_the_total_is_not_timed() -> None:
+    """A GPU run with DDP's own all-reduce and no nccl_timing: exposed comm every step, no comm_ms."""
+    state = state_of({0: [rec(i, 100.0, exposed=20.0) for i in range(30)],
+                      1: [rec(i, 100.0, exposed=20.0) for i in range(30)]})
+    snap = snapshot(state, NOW)
+    assert snap.with_comm and snap.comm is not None
+    assert snap.comm[0] is None and snap.comm[1] == pytest.approx(0.2)
+    fig = snap.ranks[0]
+    assert fig.comm_share is None and fig.exposed_share == pytest.approx(0.2)
+    assert fig.phases["comm"] == pytest.approx(20.0) and fig.phases["backward"] == pytest.approx(76.0)
+    assert "exposed comm 20%" in report.status_line(state, NOW)
+    lines = report.final_report(state.summary(), "/runs/x")
+    assert "20.0% of the step exposed" in lines and "nccl_timing=true" in lines

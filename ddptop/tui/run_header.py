@@ -93,7 +93,11 @@ class RunHeader(Static):
                 line3.append("  slowest ", style="dim")
                 line3.append(f"rank {slow}", style=SLOW_STYLE)
         comm = snap.comm
-        if comm is not None:
+        if comm is not None and comm[0] is None:
+            line3.append("  exposed comm ", style="dim")
+            line3.append(f"{comm[1]:.0%}", style="bold")
+            line3.append(" of step (total: nccl_timing)", style="dim")
+        elif comm is not None:
             line3.append("  comm ", style="dim")
             line3.append(f"{comm[0]:.0%}", style="bold")
             line3.append(" of step, exposed ", style="dim")
