@@ -373,6 +373,7 @@ def test_two_nodes_on_one_machine_report_four_ranks_to_node0(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_sigint_on_node0_stops_every_rank_on_both_nodes(tmp_path):
     node0, node1 = start_two_nodes(tmp_path)
     procs: list[psutil.Process] = []
@@ -400,6 +401,7 @@ def test_sigint_on_node0_stops_every_rank_on_both_nodes(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_sigterm_on_another_node_stops_its_local_tree(tmp_path):
     node0, node1 = start_two_nodes(tmp_path)
     procs: list[psutil.Process] = []

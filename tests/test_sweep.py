@@ -154,6 +154,7 @@ def test_sweep_module_does_not_import_torch_or_textual():
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_real_cpu_sweep_prints_table_and_writes_sweep_json(tmp_path, capsys):
     rc = main_sweep(
         [

@@ -247,6 +247,7 @@ def test_tune_module_does_not_import_torch_or_textual():
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_real_cpu_tune_tries_several_configs_and_reports_the_best(tmp_path):
     runs = tmp_path / "runs"
     proc = subprocess.run(
