@@ -191,6 +191,7 @@ def test_detached_run_survives_viewers_and_stops_from_one(tmp_path: Path, live: 
             pids = tree(session.pid)
             assert len(pids) >= 4  # supervisor, torchrun, 2 ranks
             await pilot.press("x")
+            await pilot.press("y")  # `x` asks first on a live run
             t0 = time.monotonic()
             await wait_for(pilot, lambda: state.status == "stopped", 40, "the run to stop")
             stopped_s = time.monotonic() - t0

@@ -64,6 +64,9 @@ class DdpTopApp(App[int]):
     TITLE = "ddptop"
     BINDINGS = [
         Binding("q", "request_quit", "Quit"),
+        # Textual's own ctrl+c only says "press ctrl+q to quit"; here it is `q`. Not a
+        # priority binding: a focused input or a text selection still copies first.
+        Binding("ctrl+c", "request_quit", "Quit", show=False),
         Binding("s", "settings", "Settings"),
         Binding("x", "stop_run", "Stop run"),
         Binding("n", "rerun", "Run again"),
@@ -338,12 +341,30 @@ class DdpTopApp(App[int]):
         self.push_screen(SettingsScreen(self.workbench.config), applied)
 
     def action_stop_run(self) -> None:
-        if not self._refused("stop the run"):
-            self.post_message(StopRequested())
+        if self._refused("stop the run"):
+            return
+        if not self.workbench.is_live():
+            self.notify("no live run to stop", severity="warning")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.post_message(StopRequested())
+
+        self.push_screen(ConfirmScreen("Stop the live run? (ddptop stays open)"), answered)
 
     def action_rerun(self) -> None:
-        if not self._refused("start a run"):
+        if self._refused("start a run"):
+            return
+        if not self.workbench.is_live():  # nothing to lose: start at once
             self.restart(None, "run again")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.restart(None, "run again")
+
+        self.push_screen(ConfirmScreen("A run is live. Stop it and start it again?"), answered)
 
     def action_capture(self) -> None:
         if not self._refused("capture"):

@@ -1,0 +1,117 @@
+"""Issue 21's usability fixes, driven through the pilot with scripted state: destructive
+keys ask first and Ctrl-C behaves like `q`; the settings screen says what is wrong with
+what was typed; the alert row keeps its place; the selected rank keeps its phase bar."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddptop.config import RunConfig
+from ddptop.tui.app import DdpTopApp
+from ddptop.tui.confirm_screen import ConfirmScreen
+from ddptop.tui.synthetic import StaticSession, synthetic_state, synthetic_workbench
+
+
+@dataclass
+class LiveSession(StaticSession):
+    """A run that is live as far as the app can tell; records the stops it is asked for."""
+
+    done: bool = False
+    stops: list[str] | None = None
+
+    def request_stop(self, reason: str = "") -> None:
+        self.stops = [*(self.stops or []), reason]
+
+
+def live_app(tmp_path: Path, live: bool = True) -> tuple[DdpTopApp, StaticSession, list[str]]:
+    """The app on a scripted 2-rank run (live or ended); its restarts are recorded, not run."""
+    state = synthetic_state(2)
+    bench = synthetic_workbench(state, tmp_path)
+    if live:
+        bench.sessions[-1] = LiveSession(state, RunConfig.from_dict(state.config),  # type: ignore[call-overload]
+                                         tmp_path / state.run_id)
+    app = DdpTopApp(bench, autostart=False, refresh_s=3600)
+    restarts: list[str] = []
+    app.restart = lambda config=None, reason="": restarts.append(reason)  # type: ignore[method-assign]
+    return app, bench.sessions[-1], restarts
+
+
+def notices(app: DdpTopApp) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+# --- 1. destructive keys ask first ----------------------------------------------------------
+
+
+def test_x_asks_before_stopping_a_live_run_and_n_cancels(tmp_path: Path) -> None:
+    async def main() -> None:
+        app, session, _ = live_app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("x")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmScreen)
+            assert "Stop the live run?" in app.screen.question
+            await pilot.press("n")  # changed our mind
+            await pilot.pause()
+            assert app.screen is app.screen_stack[0]
+            assert session.stops is None and app.workbench.is_live()
+
+            await pilot.press("x")
+            await pilot.press("y")
+            await pilot.pause()
+            assert app.screen is app.screen_stack[0]
+            assert session.stops == ["stopped by user"]
+
+    asyncio.run(main())
+
+
+def test_n_asks_before_restarting_a_live_run_but_not_an_ended_one(tmp_path: Path) -> None:
+    async def main() -> None:
+        app, _, restarts = live_app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("n")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmScreen)
+            await pilot.press("escape")
+            await pilot.pause()
+            assert app.screen is app.screen_stack[0] and restarts == []
+            await pilot.press("n")
+            await pilot.press("y")
+            await pilot.pause()
+            assert restarts == ["run again"]
+
+        app, _, restarts = live_app(tmp_path, live=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("n")  # nothing live to lose: no question
+            await pilot.pause()
+            assert app.screen is app.screen_stack[0] and restarts == ["run again"]
+            await pilot.press("x")
+            await pilot.pause()
+            assert app.screen is app.screen_stack[0]
+            assert "no live run to stop" in notices(app)
+
+    asyncio.run(main())
+
+
+def test_ctrl_c_asks_like_q_instead_of_textuals_notice(tmp_path: Path) -> None:
+    async def main() -> None:
+        app, session, _ = live_app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("ctrl+c")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmScreen)
+            assert "Stop it and quit ddptop?" in app.screen.question
+            assert not any("to quit" in n for n in notices(app))  # not Textual's hint
+            await pilot.press("n")
+            await pilot.pause()
+            assert app.is_running and session.stops is None
+
+        app, _, _ = live_app(tmp_path, live=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("ctrl+c")  # nothing live: leaves at once, as `q` does
+            await pilot.pause()
+            assert not app.is_running
+
+    asyncio.run(main())
