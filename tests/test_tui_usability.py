@@ -8,9 +8,13 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
+from textual.color import Color
+from textual.widgets import Input
+
 from ddptop.config import RunConfig
 from ddptop.tui.app import DdpTopApp
 from ddptop.tui.confirm_screen import ConfirmScreen
+from ddptop.tui.settings_screen import SettingsScreen
 from ddptop.tui.synthetic import StaticSession, synthetic_state, synthetic_workbench
 
 
@@ -113,5 +117,95 @@ def test_ctrl_c_asks_like_q_instead_of_textuals_notice(tmp_path: Path) -> None:
             await pilot.press("ctrl+c")  # nothing live: leaves at once, as `q` does
             await pilot.pause()
             assert not app.is_running
+
+    asyncio.run(main())
+
+
+# --- 2. the settings screen says what is wrong with what was typed -------------------------
+
+
+def test_settings_keep_letters_typed_in_number_fields_mark_them_and_say_why(tmp_path: Path) -> None:
+    results: list[RunConfig | None] = []
+
+    async def main() -> None:
+        app, _, _ = live_app(tmp_path, live=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = SettingsScreen(RunConfig(nproc=2, steps=400, warmup=2, workers=0))
+            await app.push_screen(screen, results.append)
+            await pilot.pause()
+            steps, help_line = screen.query_one("#knob-steps", Input), screen.query_one("#help-steps")
+            steps.focus()
+            steps.value = ""
+            await pilot.press("1", "2", "x")
+            await pilot.pause()
+            assert steps.value == "12x"  # kept, not dropped
+            assert steps.has_class("bad")
+            assert "steps: '12x' is not a whole number" in str(help_line.render())
+            await pilot.press("ctrl+s")  # refused, with the same reason
+            await pilot.pause()
+            assert app.screen is screen
+            assert "'12x' is not a whole number" in str(screen.query_one("#settings-error").render())
+            assert not any("valid" in n for n in notices(app))
+
+            steps.value = ""
+            await pilot.pause()
+            assert "steps is empty: type a whole number" in str(help_line.render())
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+            assert app.screen is screen
+            assert "steps is empty" in str(screen.query_one("#settings-error").render())
+
+            await pilot.press("5", "0")
+            await pilot.pause()
+            assert not steps.has_class("bad") and "optimizer steps" in str(help_line.render())
+
+            lr = screen.query_one("#knob-lr", Input)
+            lr.value = "0.1e"
+            await pilot.pause()
+            assert lr.has_class("bad")
+            assert "lr: '0.1e' is not a number" in str(screen.query_one("#help-lr").render())
+            lr.value = "0.05"
+
+            env = screen.query_one("#knob-nccl_env", Input)
+            env.value = "garbage"
+            await pilot.pause()
+            assert env.has_class("bad")
+            assert "NAME=VALUE" in str(screen.query_one("#help-nccl_env").render())
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+            said = str(screen.query_one("#settings-error").render())
+            assert "nccl_env wants NAME=VALUE pairs" in said and "'garbage'" in said
+            assert "not a valid dict" not in said
+            env.value = "NCCL_ALGO=Ring"
+            await pilot.pause()
+            assert not env.has_class("bad")
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+            assert app.screen is not screen
+
+    asyncio.run(main())
+    (config,) = results
+    assert config is not None and (config.steps, config.lr, config.nccl_env) == (
+        50, 0.05, {"NCCL_ALGO": "Ring"})
+
+
+def test_settings_focused_field_stands_out(tmp_path: Path) -> None:
+    def contrast(a: Color, b: Color) -> int:
+        return abs(a.r - b.r) + abs(a.g - b.g) + abs(a.b - b.b)
+
+    async def main() -> None:
+        app, _, _ = live_app(tmp_path, live=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = SettingsScreen(RunConfig(nproc=2))
+            await app.push_screen(screen)
+            await pilot.pause()
+            steps, seed = screen.query_one("#knob-steps", Input), screen.query_one("#knob-seed", Input)
+            steps.focus()
+            await pilot.pause()
+            focused, other = steps.background_colors[1], seed.background_colors[1]
+            assert contrast(focused, other) >= 60, (focused, other)
+            row_names = [lbl for lbl in screen.query(".knob-name") if str(lbl.render()) in ("steps", "seed")]
+            bold = {str(lbl.render()): bool(lbl.styles.text_style.bold) for lbl in row_names}
+            assert bold == {"steps": True, "seed": False}
 
     asyncio.run(main())

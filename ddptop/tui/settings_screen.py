@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -100,11 +100,30 @@ def sections(script: bool) -> tuple[tuple[str, tuple[str, ...]], ...]:
 def parse_env(raw: str) -> dict[str, str]:
     env = {}
     for item in raw.replace(",", " ").split():
-        if "=" not in item:
-            raise ConfigError(f"nccl_env: expected NAME=VALUE, got {item!r}")
-        key, value = item.split("=", 1)
+        key, _, value = item.partition("=")
+        if not key.strip() or "=" not in item:
+            raise ConfigError(f"nccl_env wants NAME=VALUE pairs (e.g. NCCL_ALGO=Ring), got {item!r}")
         env[key.strip()] = value.strip()
     return env
+
+
+def parse_knob(name: str, raw: str) -> Any:
+    """What an Input control's text means for knob `name`, by the type of its default;
+    ConfigError with a one-line reason when it means nothing (empty, letters in a number)."""
+    default = getattr(_DEFAULTS, name)
+    raw = raw.strip()
+    if isinstance(default, dict):
+        return parse_env(raw)
+    if isinstance(default, bool) or not isinstance(default, int | float):
+        return raw
+    whole = isinstance(default, int)
+    wanted = "a whole number" if whole else "a number"
+    if not raw:
+        raise ConfigError(f"{name} is empty: type {wanted}")
+    try:
+        return int(raw) if whole else float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: {raw!r} is not {wanted}") from None
 
 
 def help_text(name: str) -> str:
@@ -128,10 +147,12 @@ def make_control(name: str, value: Any) -> Widget:
     if isinstance(default, dict):
         return Input(" ".join(f"{k}={v}" for k, v in value.items()), compact=True, id=ident,
                      placeholder="none, e.g. NCCL_ALGO=Ring")
+    # Number fields keep what was typed (no `type=` filter, which drops letters without a
+    # word); the screen marks the field and says what is wrong while typing.
     if isinstance(default, int):
-        return Input(str(value), type="integer", compact=True, id=ident)
+        return Input(str(value), compact=True, id=ident)
     if isinstance(default, float):
-        return Input(f"{value:g}", type="number", compact=True, id=ident)
+        return Input(f"{value:g}", compact=True, id=ident)
     return Input(str(value), compact=True, id=ident)
 
 
@@ -187,7 +208,7 @@ class SettingsScreen(Screen["RunConfig | None"]):
                                         classes="switch-state")
                         if self.script and name in SCRIPT_KNOBS:
                             yield Label(self._whose(name), id=f"whose-{name}", classes="switch-state")
-                        yield Label(help_text(name), classes="knob-help")
+                        yield Label(help_text(name), classes="knob-help", id=f"help-{name}")
             yield Static("", id="settings-error")
             with Horizontal(id="settings-buttons"):
                 yield Button("Apply & restart", variant="primary", id="apply", compact=True)
@@ -217,27 +238,30 @@ class SettingsScreen(Screen["RunConfig | None"]):
                     "ddp_apply": ",".join(k for k in SCRIPT_KNOBS if k in self.applied)}
         for name in self.names:
             control = self._control(name)
-            default = getattr(_DEFAULTS, name)
-            raw = control.value
-            if isinstance(control, Input):
-                raw = raw.strip()
-                try:
-                    if isinstance(default, dict):
-                        raw = parse_env(raw)
-                    elif isinstance(default, bool):
-                        raw = bool(raw)
-                    elif isinstance(default, int):
-                        raw = int(raw)
-                    elif isinstance(default, float):
-                        raw = float(raw)
-                except ValueError:
-                    raise ConfigError(f"{name}: {control.value!r} is not a valid "
-                                      f"{type(default).__name__}") from None
-            data[name] = raw
+            data[name] = parse_knob(name, control.value) if isinstance(control, Input) else control.value
         return data
 
     def on_mount(self) -> None:
         self._remember()
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        # The row being edited is marked by a class: Textual does not restyle a focused
+        # widget's siblings on :focus-within, so the row's name would not change.
+        for row in self.query(".knob"):
+            row.set_class(event.widget in row.children, "editing")
+
+    def _judge(self, control: Input) -> None:
+        """Mark an Input whose text means nothing, and say why in place of its help line."""
+        name = (control.id or "").removeprefix("knob-")
+        try:
+            parse_knob(name, control.value)
+            reason = ""
+        except ConfigError as exc:
+            reason = str(exc)
+        control.set_class(bool(reason), "bad")
+        label = self.query_one(f"#help-{name}", Label)
+        label.set_class(bool(reason), "knob-bad")
+        label.update(reason or help_text(name))
 
     def _remember(self) -> None:
         """What each script knob's control shows now: a Changed event that leaves it so
@@ -260,6 +284,8 @@ class SettingsScreen(Screen["RunConfig | None"]):
                     control.value = f"{value:g}"
                 else:
                     control.value = str(value)
+        for control in self.query(Input):  # a preset's values are good: clear the marks
+            self._judge(control)
         self._remember()
 
     def current(self) -> RunConfig:
@@ -291,6 +317,8 @@ class SettingsScreen(Screen["RunConfig | None"]):
     @on(Input.Changed)
     def _knob_changed(self, event: Switch.Changed | Select.Changed | Input.Changed) -> None:
         ident = (event.control.id or "").removeprefix("knob-")
+        if isinstance(event.control, Input):
+            self._judge(event.control)
         if isinstance(event.control, Switch):
             self.query_one(f"#state-{ident}", Label).update(on_off(event.control.value))
         preset = self._control("preset").value
