@@ -5,6 +5,7 @@ what was typed; the alert row keeps its place; the selected rank keeps its phase
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,8 +13,11 @@ from textual.color import Color
 from textual.widgets import Input
 
 from ddptop.config import RunConfig
+from ddptop.state import Stall
 from ddptop.tui.app import DdpTopApp
 from ddptop.tui.confirm_screen import ConfirmScreen
+from ddptop.tui.rank_table import RankTable
+from ddptop.tui.run_alerts import ALERT_ROWS, RunAlerts
 from ddptop.tui.settings_screen import SettingsScreen
 from ddptop.tui.synthetic import StaticSession, synthetic_state, synthetic_workbench
 
@@ -40,6 +44,10 @@ def live_app(tmp_path: Path, live: bool = True) -> tuple[DdpTopApp, StaticSessio
     restarts: list[str] = []
     app.restart = lambda config=None, reason="": restarts.append(reason)  # type: ignore[method-assign]
     return app, bench.sessions[-1], restarts
+
+
+def screen_text(app: DdpTopApp) -> str:
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
 
 
 def notices(app: DdpTopApp) -> list[str]:
@@ -207,5 +215,46 @@ def test_settings_focused_field_stands_out(tmp_path: Path) -> None:
             row_names = [lbl for lbl in screen.query(".knob-name") if str(lbl.render()) in ("steps", "seed")]
             bold = {str(lbl.render()): bool(lbl.styles.text_style.bold) for lbl in row_names}
             assert bold == {"steps": True, "seed": False}
+
+    asyncio.run(main())
+
+
+# --- 3. the alert slot keeps its height -----------------------------------------------------
+
+
+def test_alerts_that_come_and_go_do_not_move_the_views(tmp_path: Path) -> None:
+    state = synthetic_state(4, slow_rank=None)  # nothing to say at first
+    assert state.straggler() is None and not state.notes
+
+    async def main() -> None:
+        app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600)
+        async with app.run_test(size=(80, 24)) as pilot:
+            def table_top() -> int:
+                return app.query_one(RankTable).region.y
+
+            app.refresh_views()
+            await pilot.pause()
+            quiet = table_top()
+            assert app.query_one(RunAlerts).region.height == ALERT_ROWS
+            assert "▲" not in str(app.query_one(RunAlerts).render())
+
+            state.notes.append("exposed comm only: nccl_timing is off")
+            app.refresh_views()
+            await pilot.pause()
+            assert "exposed comm only" in screen_text(app) and table_top() == quiet
+
+            # A stall (two lines) on top of the note: the slot keeps its rows, counts the rest.
+            state.stall = Stall(since=time.time() - 12, bound_s=10.0, last_steps={r: 9 for r in range(4)},
+                                suspects=[2], stacks={})
+            app.refresh_views()
+            await pilot.pause()
+            text = screen_text(app)
+            assert "STALLED" in text and "(+1 more)" in text and table_top() == quiet
+
+            state.stall = None
+            state.notes.clear()
+            app.refresh_views()
+            await pilot.pause()
+            assert "STALLED" not in screen_text(app) and table_top() == quiet
 
     asyncio.run(main())

@@ -1,6 +1,7 @@
 """RunAlerts: what needs the user's eye now, under the header on every view: a loud
 STALLED line while no rank makes progress (seconds since, suspects, where stacks
-went) and the straggler verdict. Hidden when there is nothing to say."""
+went), the straggler verdict and the run's notes. Its rows are always there, empty when
+there is nothing to say, so a verdict that comes and goes does not move the views."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ddptop.tui.live import Snapshot
 
 STALL_STYLE = "bold #ffffff on #b03a2e"
 STRAGGLER_STYLE = "bold #d7503c"
+ALERT_ROWS = 2  # the slot's height (app.tcss says the same): what does not fit is counted
 
 
 def _stacks_text(stacks: dict[int, str]) -> str:
@@ -48,16 +50,23 @@ def alert_lines(snap: Snapshot) -> list[Text]:
     return lines
 
 
+def fit_rows(lines: list[Text], rows: int = ALERT_ROWS) -> list[Text]:
+    """The first `rows` lines, the last one saying how many more did not fit."""
+    if len(lines) <= rows:
+        return lines
+    last = lines[rows - 1].copy()
+    last.append(f"  (+{len(lines) - rows} more)", style="dim")
+    return [*lines[:rows - 1], last]
+
+
 class RunAlerts(Static):
-    """Call `show(snapshot)`; displays itself only when it has something to say."""
+    """Call `show(snapshot)`; a fixed slot of ALERT_ROWS rows, blank when all is well."""
 
     _shown: Text | None = None
 
     def show(self, snap: Snapshot) -> None:
-        lines = alert_lines(snap)
-        text = Text("\n").join(lines)
+        text = Text("\n").join(fit_rows(alert_lines(snap)))
         if text == self._shown:
             return
         self._shown = text
-        self.display = bool(lines)
         self.update(text)
