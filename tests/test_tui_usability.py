@@ -9,13 +9,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.style import Style
 from textual.color import Color
+from textual.strip import Strip
 from textual.widgets import Input
 
 from ddptop.config import RunConfig
 from ddptop.state import Stall
 from ddptop.tui.app import DdpTopApp
 from ddptop.tui.confirm_screen import ConfirmScreen
+from ddptop.tui.lines_view import LinesView
 from ddptop.tui.rank_table import RankTable
 from ddptop.tui.run_alerts import ALERT_ROWS, RunAlerts
 from ddptop.tui.settings_screen import SettingsScreen
@@ -256,5 +259,37 @@ def test_alerts_that_come_and_go_do_not_move_the_views(tmp_path: Path) -> None:
             app.refresh_views()
             await pilot.pause()
             assert "STALLED" not in screen_text(app) and table_top() == quiet
+
+    asyncio.run(main())
+
+
+# --- 4. the selected rank keeps its phase bar -----------------------------------------------
+
+
+def test_the_selected_rank_row_keeps_its_phase_bar_colours(tmp_path: Path) -> None:
+    def cells(strip: Strip) -> list[tuple[str, Style]]:
+        return [(ch, seg.style or Style()) for seg in strip for ch in seg.text]
+
+    async def main() -> None:
+        app = DdpTopApp(synthetic_workbench(synthetic_state(2), tmp_path), autostart=False,
+                        refresh_s=3600)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.refresh_views()
+            await pilot.pause()
+            body = app.query_one("#rank-rows", LinesView)
+            assert body.has_focus and body.cursor == 0
+            selected = cells(body.render_line(0))
+            await pilot.press("down")  # rank 1 selected: rank 0's row as everyone else sees it
+            await pilot.pause()
+            assert body.cursor == 1
+            plain = cells(body.render_line(0))
+            assert "".join(c for c, _ in selected) == "".join(c for c, _ in plain)
+            bar = [i for i, (c, _) in enumerate(plain) if c == "█"]
+            assert len(bar) >= 8
+            bar_colours = {plain[i][1].color for i in bar}
+            assert len(bar_colours) >= 3  # data, forward, backward, ... each its own colour
+            # the selection changes the background only: every block keeps its phase colour
+            assert [selected[i][1].color for i in bar] == [plain[i][1].color for i in bar]
+            assert selected[0][1].bgcolor != plain[0][1].bgcolor  # and it is still seen
 
     asyncio.run(main())

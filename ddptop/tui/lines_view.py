@@ -101,11 +101,17 @@ class LinesView(ScrollView, can_focus=True):
             strip = strip.apply_style(self._base)
             self._strips[index] = strip
         if self.show_cursor and index == self.cursor:
-            # On top of each segment's own style (apply_style would put it underneath).
-            cursor = self.get_component_rich_style("lines-view--cursor")
-            strip = Strip(list(Segment.apply_style(strip, post_style=cursor)), strip.cell_length)
+            # On top of each segment's own style (apply_style would put it underneath), but
+            # the background and weight only: the component style also carries the text
+            # colour, which would paint a phase bar's coloured blocks all one colour.
+            strip = Strip(list(Segment.apply_style(strip, post_style=self._cursor_style())),
+                          strip.cell_length)
         x = int(self.scroll_x)
         return strip.crop_extend(x, x + width, self._base)
+
+    def _cursor_style(self) -> Style:
+        style = self.get_component_rich_style("lines-view--cursor")
+        return Style(bgcolor=style.bgcolor, bold=style.bold)
 
     def watch_cursor(self, old: int, new: int) -> None:
         top = int(self.scroll_y)
