@@ -246,7 +246,9 @@ def test_a_stopped_run_exits_130_with_the_closing_lines_of_headless(
         if how == "sigterm":
             term.proc.terminate()
         else:
-            term.type("x")  # stop the run; the TUI stays...
+            term.type("x")  # stop the run (asked first: yes); the TUI stays...
+            time.sleep(0.5)
+            term.type("y")
             until(lambda: (runs / entry.run_id / "summary.json").exists(), RUN_GONE_S + 5, "the stop")
             time.sleep(1)  # the final state reaches the TUI
             term.type("q")  # ...until `q` (nothing live: no question)
