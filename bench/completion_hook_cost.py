@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 
+from instrument_host_cost import step_seconds
+
 
 def one(variant: str, layers: int, steps: int) -> dict:
     import torch
@@ -46,22 +48,10 @@ def one(variant: str, layers: int, steps: int) -> dict:
         ddp.register_comm_hook(None, hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     x = torch.randn(64, 256, device=dev)
-    times = []
-    for i in range(steps + 50):
-        t0 = time.perf_counter()
-        loss = ddp(x).square().mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        torch.cuda.synchronize()
-        if i >= 50:
-            times.append((time.perf_counter() - t0) * 1e3)
+    times = [t * 1e3 for t in step_seconds(torch, ddp, opt, x, steps, cuda=True)]
     time.sleep(0.5)
     n = len(infos)
-    fields = []
-    if variant == "completion":
-        n = len(infos)
-        fields = [str(x) for x in infos[-1]] if infos else []
+    fields = [str(v) for v in infos[-1]] if infos else []
     dist.destroy_process_group()
     return {"median_ms": statistics.median(times), "completions": n, "last": fields,
             "mean_duration_us": (statistics.mean(d[1].total_seconds() for d in infos[-100:]) * 1e6) if infos else None}

@@ -31,6 +31,22 @@ ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = {"instrument": {}, "nocomm": {"comm_timing": False}, "timed": {"comm_timing_every": 1}}
 
 
+def step_seconds(torch, ddp, opt, x, steps: int, cuda: bool, warmup: int = 50) -> list[float]:
+    """Host seconds of each of `steps` training steps after `warmup` (synchronized on CUDA)."""
+    times = []
+    for i in range(steps + warmup):
+        t0 = time.perf_counter()
+        loss = ddp(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if cuda:
+            torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return times
+
+
 def one(variant: str, device: str, layers: int, steps: int) -> dict[str, float]:
     import torch
     import torch.distributed as dist
@@ -52,17 +68,7 @@ def one(variant: str, device: str, layers: int, steps: int) -> dict[str, float]:
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=64 * 65 * 4 / 2**20)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     x = torch.randn(8, 64, device=dev)
-    times = []
-    for i in range(steps + 50):
-        t0 = time.perf_counter()
-        loss = ddp(x).square().mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if cuda:
-            torch.cuda.synchronize()
-        if i >= 50:
-            times.append((time.perf_counter() - t0) * 1e6)
+    times = [t * 1e6 for t in step_seconds(torch, ddp, opt, x, steps, cuda)]
     buckets = len(ddp._get_ddp_logging_data().get("bucket_sizes", "").split(",")) if hasattr(
         ddp, "_get_ddp_logging_data") else 0
     dist.destroy_process_group()
