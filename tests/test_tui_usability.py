@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from rich.style import Style
+from test_web import LiveSession
 from textual.color import Color
 from textual.strip import Strip
 from textual.widgets import Input
@@ -23,17 +23,6 @@ from ddptop.tui.rank_table import RankTable
 from ddptop.tui.run_alerts import ALERT_ROWS, RunAlerts
 from ddptop.tui.settings_screen import SettingsScreen
 from ddptop.tui.synthetic import StaticSession, synthetic_state, synthetic_workbench
-
-
-@dataclass
-class LiveSession(StaticSession):
-    """A run that is live as far as the app can tell; records the stops it is asked for."""
-
-    done: bool = False
-    stops: list[str] | None = None
-
-    def request_stop(self, reason: str = "") -> None:
-        self.stops = [*(self.stops or []), reason]
 
 
 def live_app(tmp_path: Path, live: bool = True) -> tuple[DdpTopApp, StaticSession, list[str]]:

@@ -9,11 +9,10 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_tui import wait_for
 
 from ddptop.config import RunConfig, preset_config
 from ddptop.report import final_report, script_ddp_lines
@@ -156,14 +155,6 @@ def test_static_graph_on_a_script_whose_graph_changes_is_said_and_blamed_not_sil
     assert "static_graph=True set by ddptop on a DDP built with find_unused_parameters=True" in notes
     assert "static_graph=True, set by ddptop, does not fit this script: its graph changes" in notes
     assert summary["status"] == "failed" and "graph has changed" in summary["error"]
-
-
-async def wait_for(pilot, predicate: Callable[[], bool], timeout: float, what: str) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await pilot.pause(0.2)
 
 
 def rank_info(session) -> dict:  # noqa: ANN001
