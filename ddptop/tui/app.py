@@ -18,6 +18,7 @@ from pathlib import Path
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.driver import Driver
 from textual.screen import Screen
 from textual.widgets import Footer, TabbedContent, TabPane
@@ -257,9 +258,13 @@ class DdpTopApp(App[int]):
         session = self.workbench.current
         if session is None:
             return
+        try:
+            header = self.query_one(RunHeader)
+        except NoMatches:  # exit() has begun taking the views down; a tick can fall in that gap
+            return
         now = time.time()
         snap = self.live.snapshot(session.state, now)
-        self.query_one(RunHeader).show(snap)
+        header.show(snap)
         self.query_one(RunAlerts).show(snap)
         self._notice_captures(session.state)
         tab = self.query_one(TabbedContent).active
