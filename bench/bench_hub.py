@@ -1,5 +1,5 @@
 """Telemetry pipeline benchmark: synthetic ranks (separate processes, raw sockets speaking
-ddptop.protocol) flood a real Hub whose sink is a real Session (RunState.apply +
+ddptop.wire.protocol) flood a real Hub whose sink is a real Session (RunState.apply +
 Recorder.record_steps into a temporary run directory), over the real Unix socket.
 
     .venv/bin/python bench/bench_hub.py [--records 1000000] [--ranks 4] [--batch 100]
@@ -34,10 +34,10 @@ from pathlib import Path
 
 import psutil
 
-from ddptop import protocol
-from ddptop.config import RunConfig
-from ddptop.recorder import Recorder, new_run_dir
-from ddptop.session import Session
+from ddptop.model.config import RunConfig
+from ddptop.run.recorder import Recorder, new_run_dir
+from ddptop.run.session import Session
+from ddptop.wire import protocol
 
 TARGET_RATE = 50_000.0
 TARGET_P99_MS = 50.0

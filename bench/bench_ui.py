@@ -22,10 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddptop.protocol import Steps
-from ddptop.report import table
+from ddptop.model.report import table
 from ddptop.tui.app import DdpTopApp
 from ddptop.tui.synthetic import synthetic_state, synthetic_workbench
+from ddptop.wire.protocol import Steps
 
 BUDGET_MS = 50.0
 

@@ -36,7 +36,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from ddptop.config import ConfigError, RunConfig, apply_overrides, preset_config  # noqa: E402
+from ddptop.model.config import ConfigError, RunConfig, apply_overrides, preset_config  # noqa: E402
 
 OWN_CLOCK = re.compile(r"\[trainer\] rank 0 completed after step \d+; own clock: ([\d.]+) steps/s")
 SEED_RESULT = re.compile(r"RESULT (\{.*\})")

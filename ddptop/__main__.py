@@ -4,4 +4,5 @@ import sys
 
 from ddptop.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing this module (a tool walking the package) runs nothing
+    sys.exit(main())

@@ -13,11 +13,12 @@ import secrets
 import sys
 from pathlib import Path
 
-from ddptop import __version__, protocol
-from ddptop.config import ConfigError, RunConfig, apply_overrides, preset_config
-from ddptop.devices import visible_gpus
-from ddptop.options import CaptureOptions, NodeOptions, parse_endpoint
-from ddptop.usage import USAGE_EXIT, OneLineParser, UsageError
+from ddptop import __version__
+from ddptop.hw.devices import visible_gpus
+from ddptop.model.config import ConfigError, RunConfig, apply_overrides, preset_config
+from ddptop.model.options import CaptureOptions, NodeOptions, parse_endpoint
+from ddptop.model.usage import USAGE_EXIT, OneLineParser, UsageError
+from ddptop.wire import protocol
 
 SUBCOMMANDS = ("presets", "nccl", "topo", "sweep", "tune", "ls", "attach", "trace")
 
@@ -128,7 +129,7 @@ def check_node(node: NodeOptions, config: RunConfig, args: argparse.Namespace) -
         if args.json:
             raise UsageError("--json: the summary is on node 0; other nodes only run their ranks")
         return
-    from ddptop.multinode import hub_bind_host, port_free
+    from ddptop.run.multinode import hub_bind_host, port_free
 
     bind = hub_bind_host(node)
     for flag, port in (("rendezvous", node.rdzv_port), ("hub", node.hub_port)):
@@ -152,9 +153,9 @@ def build_config(args: argparse.Namespace, script: bool = False) -> RunConfig:
 
 
 def check_runnable(config: RunConfig, args: argparse.Namespace) -> None:
-    from ddptop.capture import parse_capture_spec
-    from ddptop.nsys import find_nsys
-    from ddptop.recorder import check_writable
+    from ddptop.analysis.capture import parse_capture_spec
+    from ddptop.run.nsys import find_nsys
+    from ddptop.run.recorder import check_writable
 
     if args.json and not args.headless and sys.stdout.isatty():
         raise UsageError("--json needs --headless (the TUI owns the terminal)")
@@ -201,15 +202,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ddptop: error: {exc}", file=sys.stderr)
         return USAGE_EXIT
     if live is not None:
-        from ddptop.attach import start_detached
+        from ddptop.commands.attach import start_detached
 
         return start_detached(config, args.runs_dir, user_cmd, capture_options(args, config), live)
     if node.multi and node.node_rank > 0:
-        from ddptop.multinode import run_worker_node
+        from ddptop.run.multinode import run_worker_node
 
         return asyncio.run(run_worker_node(config, node, args.runs_dir, user_cmd, interval=args.interval))
     if node.multi:
-        from ddptop.multinode import join_instructions
+        from ddptop.run.multinode import join_instructions
 
         print(join_instructions(config, node, user_cmd), flush=True)
     headless = args.headless or not sys.stdout.isatty()
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def check_detach(args: argparse.Namespace, node: NodeOptions) -> Path:
     """--detach: what it cannot be combined with, and a usable live directory."""
-    from ddptop.attach import check_live_dir
+    from ddptop.commands.attach import check_live_dir
 
     for flag, given in (("--headless", args.headless), ("--json", args.json)):
         if given:
@@ -238,9 +239,9 @@ def run_node0_tui(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None,
                   capture: CaptureOptions | None = None) -> int:
     """Node 0's TUI runs its session in this process: the hub every node reports to lives
     and ends with it, like a plain run that belongs to its terminal."""
-    from ddptop.session import Session
+    from ddptop.run.session import Session
+    from ddptop.run.workbench import Workbench
     from ddptop.tui.app import DdpTopApp
-    from ddptop.workbench import Workbench
 
     app = DdpTopApp(Workbench(config, runs_dir, user_cmd, lambda c, d, u: Session(c, d, user_cmd=u, node=node, capture=capture)))
     result = app.run()
@@ -249,16 +250,16 @@ def run_node0_tui(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None,
 
 def run_headless_main(config: RunConfig, args: argparse.Namespace, user_cmd: list[str] | None,
                       node: NodeOptions | None = None) -> int:
-    from ddptop.headless import run_headless
-    from ddptop.session import Session
+    from ddptop.commands.headless import run_headless
+    from ddptop.run.session import Session
 
     session = Session(config, args.runs_dir, user_cmd=user_cmd, capture=capture_options(args, config), node=node)
     return asyncio.run(run_headless(session, interval=args.interval, as_json=args.json))
 
 
 def capture_options(args: argparse.Namespace, config: RunConfig) -> CaptureOptions:
-    from ddptop.capture import parse_capture_spec
-    from ddptop.nsys import find_nsys
+    from ddptop.analysis.capture import parse_capture_spec
+    from ddptop.run.nsys import find_nsys
 
     nsys = find_nsys(args.nsys_path) if args.profiler in ("auto", "nsys") and config.backend != "gloo" else None
     profiler = "nsys" if args.profiler == "nsys" or (args.profiler == "auto" and nsys and has_gpus()) else "torch"
@@ -278,7 +279,7 @@ def has_gpus() -> bool:
 
 def run_subcommand(name: str, argv: list[str]) -> int:
     if name == "presets":
-        from ddptop.report import presets_table
+        from ddptop.model.report import presets_table
 
         if argv:
             raise UsageError(f"presets takes no arguments, got {' '.join(argv)!r}")
@@ -286,27 +287,27 @@ def run_subcommand(name: str, argv: list[str]) -> int:
         print(presets_table())
         return 0
     if name == "nccl":
-        from ddptop.nccl import main_nccl
+        from ddptop.analysis.nccl import main_nccl
 
         return main_nccl(argv)
     if name == "topo":
-        from ddptop.gpu import main_topo
+        from ddptop.hw.gpu import main_topo
 
         return main_topo(argv)
     if name == "sweep":
-        from ddptop.sweep import main_sweep
+        from ddptop.commands.sweep import main_sweep
 
         return main_sweep(argv)
     if name in ("ls", "attach"):
-        from ddptop.attach import main_attach, main_ls
+        from ddptop.commands.attach import main_attach, main_ls
 
         return (main_ls if name == "ls" else main_attach)(argv)
     if name == "trace":
-        from ddptop.trace_files import main_trace
+        from ddptop.commands.trace import main_trace
 
         return main_trace(argv)
     if name == "tune":
-        from ddptop.tune import main_tune
+        from ddptop.commands.tune import main_tune
 
         return main_tune(argv)
     raise UsageError(f"unknown subcommand {name}")

@@ -10,7 +10,7 @@ its own numbers, or end its loop itself when ddptop asks, in three lines:
 
 Under the instrument, tick()/record() add to the step it measured (never a second step).
 
-Imports only the standard library and `ddptop.protocol`; torch is read from
+Imports only the standard library and `ddptop.wire.protocol`; torch is read from
 `sys.modules` when the script already imported it, never imported here.
 """
 
@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ddptop import protocol
+from ddptop.wire import protocol
 
 FLUSH_S = 0.2  # how stale the hub's view may get; one send per interval, not per step
 MAX_BATCH = 1000  # records per frame, well under protocol.MAX_FRAME

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ddptop.cli import visible_gpus
-from ddptop.config import PRESETS, RunConfig, preset_config
+from ddptop.model.config import PRESETS, RunConfig, preset_config
 from ddptop.tui.app import DdpTopApp, build_app
 
 REPO = Path(__file__).resolve().parent.parent

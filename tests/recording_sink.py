@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddptop import protocol
+from ddptop.wire import protocol
 
 
 class Sink:

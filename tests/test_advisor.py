@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptop.advisor import (
+from ddptop.analysis.advisor import (
     Advice,
     advise,
     advise_run,
@@ -18,9 +18,9 @@ from ddptop.advisor import (
     recommend_from_sweep,
     transport_classes,
 )
-from ddptop.config import RunConfig, preset_config
-from ddptop.gpu import TopologyMatrix, TopoReading
-from ddptop.nccl import NcclParser
+from ddptop.analysis.nccl import NcclParser
+from ddptop.hw.gpu import TopologyMatrix, TopoReading
+from ddptop.model.config import RunConfig, preset_config
 
 NCCL_LOGS = Path(__file__).parent / "fixtures" / "nccl"
 
@@ -245,14 +245,14 @@ def test_sweep_lossless_winner_and_noise():
 
 
 def test_advisor_is_pure():
-    code = "import sys, ddptop.advisor; print('\\n'.join(sys.modules))"
+    code = "import sys, ddptop.analysis.advisor; print('\\n'.join(sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     mods = set(out.stdout.split())
     assert not {"torch", "textual", "asyncio", "socket", "subprocess", "pynvml"} & mods
 
 
 def test_exposed_share_stands_in_for_an_untimed_total_and_says_so():
-    from ddptop.advisor import advise
+    from ddptop.analysis.advisor import advise
 
     summary = {"world_size": 2, "backend": "nccl", "step_ms_p50": 100.0, "exposed_comm_share": 0.4,
                "config": {"preset": "baseline", "bucket_cap_mb": 2000.0}}

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-NO_TORCH = ["ddptop.cli", "ddptop.session", "ddptop.headless", "ddptop.probe", "ddptop.hub",
-            "ddptop.state", "ddptop.config", "ddptop.protocol", "ddptop.launcher", "ddptop.report",
-            "ddptop.sweep", "ddptop.advisor", "ddptop.capture", "ddptop.nccl", "ddptop.gpu",
-            "ddptop.live", "ddptop.supervisor", "ddptop.viewer", "ddptop.viewer_protocol", "ddptop.attach",
-            "ddptop.workbench", "ddptop.nsys"]
-PURE = ["ddptop.config", "ddptop.protocol", "ddptop.state", "ddptop.figures", "ddptop.snapshot", "ddptop.failures", "ddptop.advisor", "ddptop.nccl",
-        "ddptop.viewer_protocol", "ddptop.state_codec", "ddptop.nsys_stats"]
+NO_TORCH = ["ddptop.cli", "ddptop.run.session", "ddptop.commands.headless", "ddptop.probe", "ddptop.run.hub",
+            "ddptop.model.state", "ddptop.model.config", "ddptop.wire.protocol", "ddptop.run.launcher", "ddptop.model.report",
+            "ddptop.commands.sweep", "ddptop.analysis.advisor", "ddptop.analysis.capture", "ddptop.analysis.nccl", "ddptop.hw.gpu",
+            "ddptop.remote.live", "ddptop.remote.supervisor", "ddptop.remote.viewer", "ddptop.wire.viewer_protocol", "ddptop.commands.attach",
+            "ddptop.run.workbench", "ddptop.run.nsys"]
+PURE = ["ddptop.model.config", "ddptop.wire.protocol", "ddptop.model.state", "ddptop.model.figures", "ddptop.model.snapshot", "ddptop.model.failures", "ddptop.analysis.advisor", "ddptop.analysis.nccl",
+        "ddptop.wire.viewer_protocol", "ddptop.wire.state_codec", "ddptop.analysis.nsys_stats"]
 
 
 def loaded_after_import(module: str) -> set[str]:

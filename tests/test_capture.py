@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from ddptop.capture import intersection_length, parse_capture_spec, summarize_trace, union_length
+from ddptop.analysis.capture import (
+    intersection_length,
+    parse_capture_spec,
+    summarize_trace,
+    union_length,
+)
 
 
 def test_parse_capture_spec():
@@ -74,7 +79,7 @@ def test_headless_capture_window_on_cpu(tmp_path):
 
 
 def test_timer_is_compared_with_the_trace_on_the_same_steps():
-    from ddptop.capture import compare_with_timer
+    from ddptop.analysis.capture import compare_with_timer
 
     summary = {"ranks": {"0": {"comm_ms": 30.0, "comm_call_ms": 33.0}, "1": {"comm_ms": 20.0}, "2": {"note": "nsys"}}}
     recs = {
@@ -94,7 +99,7 @@ def test_timer_is_compared_with_the_trace_on_the_same_steps():
 def test_nsys_outputs_are_grouped_by_rank(tmp_path):
     from pathlib import Path
 
-    from ddptop.capture import nsys_files_by_rank
+    from ddptop.analysis.capture import nsys_files_by_rank
 
     paths = [Path("/c/nsys_rank0.qdstrm"), Path("/c/nsys_rank1.qdstrm"), Path("/c/nsys_rank10.1.nsys-rep"),
              Path("/c/other.txt")]
@@ -103,7 +108,7 @@ def test_nsys_outputs_are_grouped_by_rank(tmp_path):
 
 
 def test_a_stall_at_an_nsys_window_is_put_down_to_nsys():
-    from ddptop.capture import Capture, nsys_window_at
+    from ddptop.analysis.capture import Capture, nsys_window_at
 
     caps = [Capture(1, 12, 2, "torch", "/c/1"), Capture(2, 30, 2, "nsys", "/c/2")]
     assert nsys_window_at(caps, 29).capture_id == 2  # cudaProfilerStart before step 30
@@ -117,7 +122,7 @@ def test_one_rank_nccl_kernel_counts_as_communication_and_gz_traces_read(tmp_pat
     """H100, DDP on one GPU: NCCL's all-reduce kernel is `...onerank...` (no "nccl" in its
     name) but carries 'Collective name'; a GEMM with "Broadcast" in its name is compute; a
     rank whose trace cannot be read is named, the others summarised."""
-    from ddptop.capture import summarize_capture
+    from ddptop.analysis.capture import summarize_capture
 
     path = Path(__file__).parent / "fixtures" / "traces" / "h100_one_rank" / "rank0.trace.json.gz"
     bad = tmp_path / "rank1.trace.json.gz"
@@ -161,7 +166,7 @@ def test_capture_window_of_a_tui_run_and_its_summary_on_disk_says_done(tmp_path)
     window; captures/<n>/summary.json says done, not processing."""
     from test_tui import START_TIMEOUT, cpu_config, wait_for
 
-    from ddptop.options import CaptureOptions
+    from ddptop.model.options import CaptureOptions
     from ddptop.tui.app import build_app
     from ddptop.tui.messages import RunEnded
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ddptop.protocol import ENV_ADDR
+from ddptop.wire.protocol import ENV_ADDR
 
 pytestmark = pytest.mark.e2e
 
@@ -117,7 +117,7 @@ def test_kill_9_of_ddptop_leaves_nothing_of_the_run(tmp_path):
     wait_running(tmp_path, proc)
     time.sleep(1.5)  # a census: the keeper has heard of the script's children
     assert len(tagged(tag)) >= 2 + 2 * 3  # torchrun, ddptop, two ranks, each with three children
-    keeper = [c for c in psutil.Process(proc.pid).children() if "ddptop.keeper" in " ".join(c.cmdline())]
+    keeper = [c for c in psutil.Process(proc.pid).children() if "ddptop.run.keeper" in " ".join(c.cmdline())]
     assert len(keeper) == 1
     (torchrun,) = [c for c in psutil.Process(proc.pid).children() if "torch.distributed.run" in " ".join(c.cmdline())]
     sock_dir = Path(torchrun.environ()[ENV_ADDR].removeprefix("unix:")).parent  # the hub's private socket dir

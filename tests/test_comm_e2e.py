@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ddptop.config import RunConfig, preset_config
-from ddptop.session import Session
+from ddptop.model.config import RunConfig, preset_config
+from ddptop.run.session import Session
 
 pytestmark = pytest.mark.e2e
 

@@ -1,6 +1,6 @@
 import pytest
 
-from ddptop.config import (
+from ddptop.model.config import (
     PRESETS,
     ConfigError,
     RunConfig,

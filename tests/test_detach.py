@@ -27,13 +27,13 @@ import psutil
 import pytest
 from test_tui import START_TIMEOUT, alive_of, cpu_config, wait_for
 
-from ddptop import state_codec
-from ddptop import viewer_protocol as vp
-from ddptop.live import LIVE_ENV, LiveRun, find_run, live_runs
+from ddptop.remote.live import LIVE_ENV, LiveRun, find_run, live_runs
+from ddptop.remote.viewer import RemoteSession
 from ddptop.tui.app import build_app, build_attach_app
-from ddptop.tui.choice_screen import ChoiceScreen
+from ddptop.tui.screens.choice_screen import ChoiceScreen
 from ddptop.tui.synthetic import synthetic_state
-from ddptop.viewer import RemoteSession
+from ddptop.wire import state_codec
+from ddptop.wire import viewer_protocol as vp
 
 RUN_ARGS = ["--nproc", "2", "--steps", "100000", "--warmup", "2", "--set", "workers=0"]
 
@@ -348,7 +348,7 @@ def test_snapshots_carry_only_changed_logs_and_a_viewer_that_missed_one_gets_the
         live: Path) -> None:
     from types import SimpleNamespace
 
-    from ddptop.supervisor import Supervisor, _Viewer
+    from ddptop.remote.supervisor import Supervisor, _Viewer
 
     class Writer:  # a viewer's connection: a buffer, and a transport that can be "full"
         def __init__(self) -> None:
@@ -478,7 +478,7 @@ def test_attach_web_serves_the_app_page_and_runs_a_viewer_per_browser(tmp_path: 
 
 
 def test_ls_ignores_and_cleans_entries_of_dead_supervisors(live: Path) -> None:
-    from ddptop.live import write_entry
+    from ddptop.remote.live import write_entry
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a pid that no longer runs (a supervisor killed with SIGKILL leaves this)

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from ddptop.failures import parse_root_cause
+from ddptop.model.failures import parse_root_cause
 
 REPORT = """
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
@@ -81,7 +81,7 @@ Root Cause (first observed failure):
 
 
 def test_a_signalled_rank_is_blamed_over_the_peer_that_saw_it_vanish():
-    from ddptop.failures import blame, parse_failures
+    from ddptop.model.failures import blame, parse_failures
 
     assert [(c.rank, c.exitcode) for c in parse_failures(BOTH)] == [(1, -9), (0, 1)]
     assert parse_root_cause(BOTH).rank == 0  # torchrun's own pick
@@ -113,7 +113,7 @@ Root Cause (first observed failure):
 
 
 def test_a_rank_that_failed_before_connecting_is_blamed_not_the_one_torchrun_terminated():
-    from ddptop.failures import blame
+    from ddptop.model.failures import blame
 
     # ddptop lost rank 0 first (torchrun's SIGTERM); rank 1 never connected and exited 1
     cause = blame(TERMED_AND_ERRED, first_lost=0)
@@ -129,7 +129,7 @@ def error_json(message: str, stamp: int) -> str:
 
 
 def test_error_files_are_read_in_both_of_torchs_forms():
-    from ddptop.failures import parse_error_file
+    from ddptop.model.failures import parse_error_file
 
     got = parse_error_file(error_json("ValueError: bad batch at step 5", 1700000001))
     assert got.message == "ValueError: bad batch at step 5" and got.timestamp == 1700000001
@@ -144,7 +144,7 @@ def test_error_files_are_read_in_both_of_torchs_forms():
 
 
 def test_the_first_rank_to_fail_in_time_by_its_error_file_is_blamed():
-    from ddptop.failures import ErrorFile, blame
+    from ddptop.model.failures import ErrorFile, blame
 
     # rank 0 raised first; rank 1 raised later of the broken connection (both under @record)
     errors = {1: ErrorFile("RuntimeError: Connection closed by peer", 1700000009),
@@ -164,7 +164,7 @@ def test_the_first_rank_to_fail_in_time_by_its_error_file_is_blamed():
 
 
 def test_last_words_are_the_exception_else_the_last_line_that_is_not_ddptops():
-    from ddptop.failures import last_words
+    from ddptop.model.failures import last_words
 
     assert last_words(["Traceback (most recent call last):", '  File "x.py", line 1',
                        "ModuleNotFoundError: No module named 'torch'"]) == "ModuleNotFoundError: No module named 'torch'"
@@ -175,8 +175,8 @@ def test_last_words_are_the_exception_else_the_last_line_that_is_not_ddptops():
 
 
 def test_the_final_report_carries_the_failed_ranks_last_stderr_lines():
-    from ddptop.report import final_report
-    from ddptop.state import RunState
+    from ddptop.model.report import final_report
+    from ddptop.model.state import RunState
 
     state = RunState(run_id="r", config={"preset": "asis", "script": True}, world_size=2, command=["python", "t.py"])
     state.failure_log = ["Traceback (most recent call last):", "ModuleNotFoundError: No module named 'torch'"]
@@ -190,9 +190,9 @@ def test_the_final_report_carries_the_failed_ranks_last_stderr_lines():
 
 def test_a_scripts_status_line_has_no_step_total_of_the_demo():
     # issue 17: a user-script run showed the demo trainer's step count ("step 2100/200")
-    from ddptop.config import RunConfig
-    from ddptop.report import status_line
-    from ddptop.state import RunState
+    from ddptop.model.config import RunConfig
+    from ddptop.model.report import status_line
+    from ddptop.model.state import RunState
 
     for config, total in ((RunConfig(nproc=1, steps=200), "/200"), (RunConfig(nproc=1, steps=200).script_dict(), "")):
         state = RunState(run_id="r", config=config if isinstance(config, dict) else config.to_dict(), world_size=1)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptop import gpu
+from ddptop.hw import gpu
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 SNAPSHOT = json.loads((FIXTURES / "nvml_snapshot.json").read_text())

@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from recording_sink import Sink
 
-from ddptop import protocol
-from ddptop.config import RunConfig
-from ddptop.hub import Hub
-from ddptop.session import Session
+from ddptop.model.config import RunConfig
+from ddptop.run.hub import Hub
+from ddptop.run.session import Session
+from ddptop.wire import protocol
 
 TOKEN = "s3cret-token"
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -8,9 +8,9 @@ import stat
 import pytest
 from recording_sink import Sink
 
-from ddptop import protocol
-from ddptop.hub import Hub
 from ddptop.probe import Probe
+from ddptop.run.hub import Hub
+from ddptop.wire import protocol
 
 
 def hello(rank=0, token="secret"):

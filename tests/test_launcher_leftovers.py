@@ -8,7 +8,7 @@ import socket
 import time
 from pathlib import Path
 
-from ddptop.launcher import STALE_AFTER_S, remove_stale_socket_dirs
+from ddptop.run.launcher import STALE_AFTER_S, remove_stale_socket_dirs
 
 
 def make(tmp: Path, name: str, files: tuple[str, ...] = (), age_s: float = 2 * STALE_AFTER_S) -> Path:

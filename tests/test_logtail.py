@@ -1,6 +1,6 @@
 """Following rank logs with bounded memory: no newline for megabytes, progress bars (\\r)."""
 
-from ddptop.logtail import MAX_LINE, MAX_READ, LogTail
+from ddptop.run.logtail import MAX_LINE, MAX_READ, LogTail
 
 
 def test_output_without_newlines_is_shown_in_bounded_pieces(tmp_path):

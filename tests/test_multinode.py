@@ -16,15 +16,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ddptop import cli, protocol
-from ddptop.advisor import advise
-from ddptop.config import RunConfig, preset_config
-from ddptop.launcher import build_plan
-from ddptop.multinode import join_command, run_args
-from ddptop.options import NodeOptions
-from ddptop.state import RunState
-from ddptop.tui.rank_table import node_groups
-from ddptop.tui.wiring_panel import NETWORK, wiring_pairs
+from ddptop import cli
+from ddptop.analysis.advisor import advise
+from ddptop.model.config import RunConfig, preset_config
+from ddptop.model.options import NodeOptions
+from ddptop.model.state import RunState
+from ddptop.run.launcher import build_plan
+from ddptop.run.multinode import join_command, run_args
+from ddptop.tui.widgets.rank_table import node_groups
+from ddptop.tui.widgets.wiring_panel import NETWORK, wiring_pairs
+from ddptop.wire import protocol
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 
@@ -162,7 +163,7 @@ def two_node_state(nccl_log: list[str] | None = None) -> RunState:
         state.apply(protocol.Hello(rank=rank, local_rank=rank % 2, world_size=4, host=host, pid=100 + rank,
                                    token="", device=f"cuda:{rank % 2}", backend="nccl", node=n), 1.0)
     if nccl_log:
-        from ddptop.nccl import parse_lines
+        from ddptop.analysis.nccl import parse_lines
 
         state.nccl = parse_lines(nccl_log)
     return state
@@ -182,9 +183,9 @@ def test_tui_rank_table_with_64_ranks_on_8_nodes_groups_them_within_budget(tmp_p
     import asyncio
 
     from ddptop.tui.app import DdpTopApp
-    from ddptop.tui.rank_table import RankTable
-    from ddptop.tui.run_header import RunHeader
     from ddptop.tui.synthetic import synthetic_state, synthetic_workbench
+    from ddptop.tui.widgets.rank_table import RankTable
+    from ddptop.tui.widgets.run_header import RunHeader
 
     state = synthetic_state(64, nodes=8)
     app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptop import nccl
+from ddptop.analysis import nccl
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
 LOGS = sorted(FIXTURES.glob("*.log"))

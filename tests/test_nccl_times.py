@@ -66,8 +66,8 @@ def test_a_broken_work_info_is_counted_never_raised(monkeypatch):
 
 
 def test_nccls_own_timing_is_asked_of_the_ranks_only_with_nccl_timing(tmp_path):
-    from ddptop.config import RunConfig
-    from ddptop.launcher import build_plan
+    from ddptop.model.config import RunConfig
+    from ddptop.run.launcher import build_plan
 
     def env(**kw):
         return build_plan(RunConfig(nproc=2, **kw), tmp_path, "unix:/x/hub.sock", "t", "run", base_env={}).env

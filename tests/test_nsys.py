@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ddptop import nsys, nsys_stats
-from ddptop.capture import Capture
+from ddptop.analysis import nsys_stats
+from ddptop.analysis.capture import Capture
+from ddptop.run import nsys
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nsys"
 
@@ -288,8 +289,8 @@ def test_no_importer_and_broken_report(tools, tmp_path) -> None:
 
 
 def test_rank_command_and_plan(tools, tmp_path, monkeypatch) -> None:
-    from ddptop.config import RunConfig
-    from ddptop.launcher import build_plan
+    from ddptop.model.config import RunConfig
+    from ddptop.run.launcher import build_plan
 
     fake, _ = tools
     cmd = nsys.profile_command(fake, tmp_path / "nsys_rank%q{RANK}", {})

@@ -1,5 +1,5 @@
 """One model of the run (issue 20): the header, the rank table, the alerts, the runs tab
-and the headless line all read their figures from RunState / ddptop.figures, so they
+and the headless line all read their figures from RunState / ddptop.model.figures, so they
 cannot contradict each other: one slowest rank, one straggler rule, one stall bound,
 samples/s = steps/s x samples per step, the same steps/s in the header and runs tab."""
 
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from test_tui_views import app_for, show
 
-from ddptop import report
-from ddptop.protocol import Hello, Steps
-from ddptop.snapshot import snapshot
-from ddptop.state import RunState
-from ddptop.tui.rank_table import RankTable
-from ddptop.tui.run_alerts import RunAlerts
-from ddptop.tui.run_header import RunHeader
-from ddptop.tui.runs_panel import RunsPanel
+from ddptop.model import report
+from ddptop.model.snapshot import snapshot
+from ddptop.model.state import RunState
+from ddptop.tui.widgets.rank_table import RankTable
+from ddptop.tui.widgets.run_alerts import RunAlerts
+from ddptop.tui.widgets.run_header import RunHeader
+from ddptop.tui.widgets.runs_panel import RunsPanel
+from ddptop.wire.protocol import Hello, Steps
 
 NOW = 1_000_000.0
 

@@ -5,8 +5,8 @@ import socket
 
 import torch
 
-from ddptop import protocol
 from ddptop.probe import Probe
+from ddptop.wire import protocol
 
 
 def _received(hub: socket.socket) -> list[protocol.Message]:

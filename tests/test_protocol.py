@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from ddptop import protocol
-from ddptop.protocol import Bye, Command, Hello, ProtocolError, Steps, decode, encode
+from ddptop.wire import protocol
+from ddptop.wire.protocol import Bye, Command, Hello, ProtocolError, Steps, decode, encode
 
 
 def hello(**kw):

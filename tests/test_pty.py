@@ -27,7 +27,7 @@ import psutil
 import pytest
 from test_detach import ddptop, entry_of, live  # noqa: F401  (live: a fixture)
 
-from ddptop.live import live_runs
+from ddptop.remote.live import live_runs
 
 RUN_ARGS = ["--nproc", "2", "--steps", "100000", "--warmup", "2", "--set", "workers=0"]
 START_TIMEOUT = 60.0  # torch import in two ranks on a loaded 2-core box

@@ -1,4 +1,4 @@
-"""ddptop.runs: reading earlier runs from the runs directory, the comparison table
+"""ddptop.run.runs: reading earlier runs from the runs directory, the comparison table
 (speedup vs the reference run) and its Markdown export. Pure apart from files."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddptop.config import RunConfig, preset_config
-from ddptop.runs import (
+from ddptop.model.config import RunConfig, preset_config
+from ddptop.run.runs import (
     HEADERS,
     RunRow,
     build_table,

@@ -12,10 +12,10 @@ import time
 
 import psutil
 
-from ddptop import protocol
-from ddptop.config import RunConfig
-from ddptop.recorder import Recorder, new_run_dir
-from ddptop.session import Session
+from ddptop.model.config import RunConfig
+from ddptop.run.recorder import Recorder, new_run_dir
+from ddptop.run.session import Session
+from ddptop.wire import protocol
 
 TOTAL = 1_000_000
 RANKS = 2

@@ -1,7 +1,7 @@
 import pytest
 
-from ddptop.protocol import Bye, Hello, Steps
-from ddptop.state import Histogram, RunState
+from ddptop.model.state import Histogram, RunState
+from ddptop.wire.protocol import Bye, Hello, Steps
 
 
 def hello(rank):
@@ -133,7 +133,7 @@ def test_stall_flagged_after_bound_and_cleared_on_progress():
 
 
 def test_bus_bandwidth_as_nccl_tests_define_it():
-    from ddptop.state import bus_bandwidth
+    from ddptop.model.state import bus_bandwidth
 
     bw = bus_bandwidth(nbytes=1e9, comm_ms=100.0, world=4)  # 10 GB/s algorithm bandwidth
     assert bw["algbw_gbps"] == 10.0 and bw["busbw_gbps"] == 15.0

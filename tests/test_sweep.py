@@ -8,9 +8,15 @@ import sys
 
 import pytest
 
-from ddptop.advisor import recommend_from_sweep
-from ddptop.config import RunConfig, preset_config
-from ddptop.sweep import build_rows, main_sweep, markdown_table, reference_preset, render_markdown
+from ddptop.analysis.advisor import recommend_from_sweep
+from ddptop.commands.sweep import (
+    build_rows,
+    main_sweep,
+    markdown_table,
+    reference_preset,
+    render_markdown,
+)
+from ddptop.model.config import RunConfig, preset_config
 
 
 def summary(
@@ -148,7 +154,7 @@ def test_usage_errors_are_one_line_and_start_nothing(tmp_path, capsys, argv, mes
 
 
 def test_sweep_module_does_not_import_torch_or_textual():
-    code = "import sys, ddptop.sweep; print('\\n'.join(sys.modules))"
+    code = "import sys, ddptop.commands.sweep; print('\\n'.join(sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert not {"torch", "textual"} & set(out.stdout.split())
 

@@ -1,4 +1,4 @@
-"""Trace analysis (ddptop.trace_analysis) and `ddptop trace` on the fixtures in
+"""Trace analysis (ddptop.analysis.trace_analysis) and `ddptop trace` on the fixtures in
 tests/fixtures/traces (see its README): the H100 one-rank capture (oneRankReduce), a real
 2-rank gloo capture, and a hand-built trace whose every number is worked out by hand."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ddptop.trace_analysis import analyze, intersection_length, merge, union_length
-from ddptop.trace_files import TraceError, read_trace, summarize_files
+from ddptop.analysis.trace_analysis import analyze, intersection_length, merge, union_length
+from ddptop.commands.trace import TraceError, read_trace, summarize_files
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 H100 = TRACES / "h100_one_rank"
@@ -276,7 +276,7 @@ def test_rank_side_writes_the_trace_gzipped(tmp_path, monkeypatch):
 
 
 def test_analysis_is_pure_and_the_command_imports_no_torch():
-    code = ("import sys, ddptop.trace_analysis; a = set(sys.modules); import ddptop.trace_files, ddptop.capture; "
+    code = ("import sys, ddptop.analysis.trace_analysis; a = set(sys.modules); import ddptop.commands.trace, ddptop.analysis.capture; "
             "print(sorted({'torch', 'textual', 'asyncio', 'socket', 'subprocess', 'pandas'} & a), "
             "sorted({'torch', 'textual', 'pandas'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

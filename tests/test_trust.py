@@ -13,10 +13,10 @@ from pathlib import Path
 import psutil
 from test_hostile import TOKEN, good_rank, hung_up, send, steps, until, with_hub
 
-from ddptop import protocol
-from ddptop.config import RunConfig
-from ddptop.hub import MAX_UNAUTHENTICATED
-from ddptop.session import Session
+from ddptop.model.config import RunConfig
+from ddptop.run.hub import MAX_UNAUTHENTICATED
+from ddptop.run.session import Session
+from ddptop.wire import protocol
 
 
 def hello(rank: int, world: int = 2, pid: int = 1) -> bytes:
@@ -103,7 +103,7 @@ def test_only_processes_of_our_own_torchrun_are_ever_signalled(tmp_path: Path):
 
 
 def test_run_directories_are_private(tmp_path: Path):
-    from ddptop.recorder import new_run_dir
+    from ddptop.run.recorder import new_run_dir
 
     old = os.umask(0o022)
     try:
@@ -141,7 +141,7 @@ def test_another_local_user_cannot_read_runs_or_reach_live_runs(tmp_path: Path, 
 
     import pytest
 
-    from ddptop.recorder import new_run_dir
+    from ddptop.run.recorder import new_run_dir
 
     uid = other_uid()
     if uid is None:
@@ -172,7 +172,7 @@ def test_token_file_must_be_private_and_gives_the_token(tmp_path: Path):
     import pytest
 
     from ddptop import cli
-    from ddptop.usage import UsageError
+    from ddptop.model.usage import UsageError
 
     path = tmp_path / "token"
     path.write_text("s3cret\n")
@@ -190,7 +190,7 @@ import asyncio, resource, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from recording_sink import Sink
-from ddptop.hub import Hub
+from ddptop.run.hub import Hub
 resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
 async def main():

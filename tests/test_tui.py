@@ -19,20 +19,20 @@ import psutil
 import pytest
 from rich.console import Console
 
-from ddptop.config import PRESETS, RunConfig, preset_config
-from ddptop.trace_files import read_trace
+from ddptop.commands.trace import read_trace
+from ddptop.model.config import PRESETS, RunConfig, preset_config
 from ddptop.tui.app import DdpTopApp, build_app
-from ddptop.tui.captures_panel import CapturesPanel
-from ddptop.tui.confirm_screen import ConfirmScreen
-from ddptop.tui.gpu_panel import GpuPanel
-from ddptop.tui.help_screen import HelpScreen
-from ddptop.tui.lines_view import LinesView
-from ddptop.tui.log_view import LogView
 from ddptop.tui.messages import CaptureEnded, RunEnded, RunStarted, SettingsApplied
-from ddptop.tui.rank_table import RankTable
-from ddptop.tui.runs_panel import RunsPanel
-from ddptop.tui.settings_screen import SettingsScreen, knob_names
+from ddptop.tui.screens.confirm_screen import ConfirmScreen
+from ddptop.tui.screens.help_screen import HelpScreen
+from ddptop.tui.screens.settings_screen import SettingsScreen, knob_names
 from ddptop.tui.synthetic import synthetic_gpu_sample, synthetic_state, synthetic_workbench
+from ddptop.tui.widgets.captures_panel import CapturesPanel
+from ddptop.tui.widgets.gpu_panel import GpuPanel
+from ddptop.tui.widgets.lines_view import LinesView
+from ddptop.tui.widgets.log_view import LogView
+from ddptop.tui.widgets.rank_table import RankTable
+from ddptop.tui.widgets.runs_panel import RunsPanel
 
 FIXTURES = Path(__file__).parent / "fixtures"
 START_TIMEOUT = 60.0  # torch import in two ranks on a 2-core box: ~8 s, more under load
@@ -400,7 +400,7 @@ def test_ui_modules_do_not_import_torch_and_cli_does_not_import_textual() -> Non
         "import sys\n"
         "import ddptop.cli\n"
         "assert 'textual' not in sys.modules, 'ddptop.cli imported textual'\n"
-        "import ddptop.tui.app, ddptop.workbench, ddptop.runs, ddptop.tui.synthetic\n"
+        "import ddptop.tui.app, ddptop.run.workbench, ddptop.run.runs, ddptop.tui.synthetic\n"
         "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\n"
         "assert not bad, bad\n"
         "print('ok')\n"

@@ -14,15 +14,15 @@ from textual.color import Color
 from textual.strip import Strip
 from textual.widgets import Input
 
-from ddptop.config import RunConfig
-from ddptop.state import Stall
+from ddptop.model.config import RunConfig
+from ddptop.model.state import Stall
 from ddptop.tui.app import DdpTopApp
-from ddptop.tui.confirm_screen import ConfirmScreen
-from ddptop.tui.lines_view import LinesView
-from ddptop.tui.rank_table import RankTable
-from ddptop.tui.run_alerts import ALERT_ROWS, RunAlerts
-from ddptop.tui.settings_screen import SettingsScreen
+from ddptop.tui.screens.confirm_screen import ConfirmScreen
+from ddptop.tui.screens.settings_screen import SettingsScreen
 from ddptop.tui.synthetic import StaticSession, synthetic_state, synthetic_workbench
+from ddptop.tui.widgets.lines_view import LinesView
+from ddptop.tui.widgets.rank_table import RankTable
+from ddptop.tui.widgets.run_alerts import ALERT_ROWS, RunAlerts
 
 
 def live_app(tmp_path: Path, live: bool = True) -> tuple[DdpTopApp, StaticSession, list[str]]:

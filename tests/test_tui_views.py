@@ -13,19 +13,19 @@ from pathlib import Path
 from test_gpu import SNAPSHOT, fake_pynvml  # the fake NVML of the 4x H200 machine
 from textual.widgets import TabbedContent
 
-from ddptop import gpu
-from ddptop.advisor import LOSSY_CAVEAT, advise_run
-from ddptop.capture import Capture
-from ddptop.nccl import parse_lines
-from ddptop.state import Stall
+from ddptop.analysis.advisor import LOSSY_CAVEAT, advise_run
+from ddptop.analysis.capture import Capture
+from ddptop.analysis.nccl import parse_lines
+from ddptop.hw import gpu
+from ddptop.model.state import Stall
 from ddptop.tui.app import DdpTopApp
-from ddptop.tui.captures_panel import CapturesPanel
 from ddptop.tui.messages import CaptureEnded
-from ddptop.tui.rank_table import RankTable
-from ddptop.tui.run_alerts import RunAlerts
-from ddptop.tui.run_header import RunHeader
 from ddptop.tui.synthetic import synthetic_state, synthetic_workbench
-from ddptop.tui.wiring_panel import SLOWER_STYLE, WiringPanel, wiring_pairs
+from ddptop.tui.widgets.captures_panel import CapturesPanel
+from ddptop.tui.widgets.rank_table import RankTable
+from ddptop.tui.widgets.run_alerts import RunAlerts
+from ddptop.tui.widgets.run_header import RunHeader
+from ddptop.tui.widgets.wiring_panel import SLOWER_STYLE, WiringPanel, wiring_pairs
 
 NCCL_LOGS = Path(__file__).parent / "fixtures" / "nccl"
 
@@ -216,7 +216,7 @@ def test_lines_view_builds_only_the_lines_in_view_and_catches_up_on_scroll():
     from rich.text import Text
     from textual.app import App
 
-    from ddptop.tui.lines_view import LinesView
+    from ddptop.tui.widgets.lines_view import LinesView
 
     class One(App[None]):
         CSS = "LinesView { height: 10; }"

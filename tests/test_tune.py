@@ -9,9 +9,8 @@ import sys
 
 import pytest
 
-from ddptop.advisor import Advice
-from ddptop.config import RunConfig, apply_overrides, preset_config
-from ddptop.tune import (
+from ddptop.analysis.advisor import Advice
+from ddptop.commands.tune import (
     TUNE_PRESETS,
     Trial,
     best_trial,
@@ -31,6 +30,7 @@ from ddptop.tune import (
     tune_rows,
     verdict,
 )
+from ddptop.model.config import RunConfig, apply_overrides, preset_config
 
 
 def done(
@@ -241,7 +241,7 @@ def test_usage_errors_are_one_line_and_start_nothing(tmp_path, capsys, argv, mes
 
 
 def test_tune_module_does_not_import_torch_or_textual():
-    code = "import sys, ddptop.tune; print([m for m in ('torch', 'textual') if m in sys.modules])"
+    code = "import sys, ddptop.commands.tune; print([m for m in ('torch', 'textual') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -254,7 +254,7 @@ def test_real_cpu_tune_tries_several_configs_and_reports_the_best(tmp_path):
         [
             sys.executable,
             "-m",
-            "ddptop.tune",
+            "ddptop.commands.tune",
             "--nproc",
             "2",
             "--steps",

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ddptop.trace_files import read_trace
+from ddptop.commands.trace import read_trace
 
 pytestmark = pytest.mark.e2e
 SCRIPTS = Path(__file__).resolve().parent / "scripts"

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from test_tui import wait_for
 
-from ddptop.config import RunConfig, preset_config
-from ddptop.report import final_report, script_ddp_lines
+from ddptop.model.config import RunConfig, preset_config
+from ddptop.model.report import final_report, script_ddp_lines
 from ddptop.tui.app import DdpTopApp, build_app
-from ddptop.tui.run_header import script_ddp_text
-from ddptop.tui.settings_screen import SettingsScreen, knob_names
+from ddptop.tui.screens.settings_screen import SettingsScreen, knob_names
 from ddptop.tui.synthetic import synthetic_state, synthetic_workbench
+from ddptop.tui.widgets.run_header import script_ddp_text
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "endless_ddp.py"
 DEMO_ONLY = ("model", "batch_size", "steps", "seed", "data", "workers", "lr", "ddp", "grad_accum",
@@ -217,6 +217,6 @@ def test_a_script_that_reports_tokens_gets_tokens_per_s_in_its_summary_and_the_s
     assert summary["tokens_per_s"] == pytest.approx(32 * summary["samples_per_s"], rel=0.02)
     assert [r["steps"] for r in summary["ranks"]] == [12, 12]  # tick() and the instrument: one count
     assert " tokens/s  step p50" in res.stdout
-    from ddptop.sweep import build_rows, markdown_table
+    from ddptop.commands.sweep import build_rows, markdown_table
 
     assert "tokens/s" in markdown_table(build_rows([{**summary, "status": "completed"}]))

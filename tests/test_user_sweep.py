@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ddptop.advisor import recommend_from_sweep
-from ddptop.config import RunConfig, preset_config
-from ddptop.sweep import build_rows, in_effect, markdown_table
-from ddptop.tune import Trial, command_line, point_read_back, preset_point, run_tune
+from ddptop.analysis.advisor import recommend_from_sweep
+from ddptop.commands.sweep import build_rows, in_effect, markdown_table
+from ddptop.commands.tune import Trial, command_line, point_read_back, preset_point, run_tune
+from ddptop.model.config import RunConfig, preset_config
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "endless_ddp.py"
 WARMUP, STEPS = 3, 20

@@ -1,4 +1,4 @@
-"""The viewer protocol: snapshots are JSON of an explicit schema (ddptop.state_codec) that
+"""The viewer protocol: snapshots are JSON of an explicit schema (ddptop.wire.state_codec) that
 round-trips everything the views read, deltas rebuild the same state, and a pickle, a
 wrong version or garbage is refused with one line in both directions: by the functions,
 by a real Supervisor on its socket, and by a RemoteSession facing a fake supervisor."""
@@ -24,16 +24,17 @@ from typing import Any
 import pytest
 from test_gpu import SNAPSHOT, fake_pynvml
 
-from ddptop import gpu, state_codec
-from ddptop import viewer_protocol as vp
-from ddptop.advisor import advise_run
-from ddptop.capture import Capture
-from ddptop.config import RunConfig, preset_config
-from ddptop.live import LiveRun
-from ddptop.nccl import NcclParser
-from ddptop.protocol import Bye, Hello, Info, Steps
-from ddptop.state import RECENT, Histogram, RunState, Stall
-from ddptop.viewer import RemoteSession, ViewerError
+from ddptop.analysis.advisor import advise_run
+from ddptop.analysis.capture import Capture
+from ddptop.analysis.nccl import NcclParser
+from ddptop.hw import gpu
+from ddptop.model.config import RunConfig, preset_config
+from ddptop.model.state import RECENT, Histogram, RunState, Stall
+from ddptop.remote.live import LiveRun
+from ddptop.remote.viewer import RemoteSession, ViewerError
+from ddptop.wire import state_codec
+from ddptop.wire import viewer_protocol as vp
+from ddptop.wire.protocol import Bye, Hello, Info, Steps
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EVIL = b"cddptop.__main__\nNope\n."  # protocol-0 pickle: a viewer that unpickled it ran the CLI
@@ -150,7 +151,7 @@ def test_a_realistic_state_round_trips_whole_with_no_hub_token() -> None:
 def test_a_payload_is_plain_json_that_names_no_class() -> None:
     text = vp.dump_state(realistic_state()).decode()
     json.loads(text)
-    assert not {"RunState", "ddptop.state", "GpuSample", "__main__"} & set(text.replace('"', " ").split())
+    assert not {"RunState", "ddptop.model.state", "GpuSample", "__main__"} & set(text.replace('"', " ").split())
     assert len(state_codec.SCHEMA) == 12
 
 
@@ -193,7 +194,7 @@ def test_every_viewer_stays_in_step_through_the_supervisors_snapshots(
         sock_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Viewers of one supervisor: one from the start, one that attaches between two ticks, one
     whose connection backs up for a tick; each ends with the supervisor's state exactly."""
-    from ddptop.supervisor import Supervisor
+    from ddptop.remote.supervisor import Supervisor
 
     class Connection:  # the supervisor's writer for one viewer, and what RemoteSession builds from it
         def __init__(self) -> None:
@@ -360,7 +361,7 @@ BAD_HELLOS = {
 @pytest.mark.parametrize("name", list(BAD_HELLOS))
 def test_the_supervisor_refuses_a_bad_hello_with_one_line_and_logs_one(
         name: str, sock_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from ddptop.supervisor import Supervisor
+    from ddptop.remote.supervisor import Supervisor
 
     state = realistic_state(2, 5)
     sup = Supervisor(fake_session(state), sock_dir, detached=True)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""`ddptop attach --web` behind its secret: the real aiohttp server of ddptop.web on a free
+"""`ddptop attach --web` behind its secret: the real aiohttp server of ddptop.remote.web on a free
 port, a real HTTP client and websocket, and a stand-in viewer process (a few lines of
 Python speaking textual-serve's packets) so each test takes well under a second. Without
 the token or its cookie, or from a foreign Origin, nothing is served and no viewer starts;
@@ -22,10 +22,10 @@ import pytest
 from aiohttp import web
 from test_detach import free_port
 
-from ddptop.config import RunConfig
+from ddptop.model.config import RunConfig
+from ddptop.remote.web import WebServer, cookie_name, new_token
 from ddptop.tui.app import DdpTopApp
 from ddptop.tui.synthetic import StaticSession, synthetic_state, synthetic_workbench
-from ddptop.web import WebServer, cookie_name, new_token
 
 # textual-serve's side of a viewer: the prelude, one data packet, then packets in until "quit".
 FAKE_VIEWER = r"""

@@ -10,7 +10,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddptop.config import RunConfig
+from ddptop.model.config import RunConfig
 
 
 def wrap_ddp(model: nn.Module, config: RunConfig, device: torch.device) -> nn.Module:

@@ -18,9 +18,9 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from ddptop import protocol
-from ddptop.config import RunConfig
+from ddptop.model.config import RunConfig
 from ddptop.probe import Probe
+from ddptop.wire import protocol
 from trainer import data, ddp_setup, models
 
 

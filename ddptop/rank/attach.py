@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any
 
-from ddptop import protocol
+from ddptop.wire import protocol
 
 _instrument: Any = None
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ddptop.probe import Probe
-from ddptop.protocol import Command
+from ddptop.wire.protocol import Command
 
 
 @dataclass
@@ -114,7 +114,7 @@ class CaptureRunner:
                 torch.cuda.profiler.stop()  # with --capture-range-end=repeat nsys writes the window here
                 times = {"start_s": round(self._nsys_start_s, 4), "stop_s": round(time.perf_counter() - began, 4),
                          "steps": [w.start, w.last]}
-                path = w.out_dir / f"rank{self.rank}.nsys-window"  # read by ddptop.nsys.window_times
+                path = w.out_dir / f"rank{self.rank}.nsys-window"  # read by ddptop.run.nsys.window_times
                 path.write_text(json.dumps(times))
                 files = [str(path)]  # nsys writes its report itself, found after the run
             else:

@@ -880,7 +880,7 @@ def stacks_on_sigusr1(rank: int) -> bool:
     import faulthandler
     import signal
 
-    from ddptop import protocol
+    from ddptop.wire import protocol
 
     config_path = os.environ.get(protocol.ENV_CONFIG)
     if not config_path:

@@ -24,30 +24,30 @@ from textual.screen import Screen
 from textual.widgets import Footer, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
-from ddptop.config import RunConfig
-from ddptop.headless import EXIT_CODES, closing_lines
-from ddptop.live import LiveRun
-from ddptop.options import CaptureOptions
-from ddptop.session import Session
-from ddptop.state import RunState
-from ddptop.tui.captures_panel import CapturesPanel
-from ddptop.tui.choice_screen import ChoiceScreen
-from ddptop.tui.confirm_screen import ConfirmScreen
-from ddptop.tui.gpu_panel import GpuPanel
-from ddptop.tui.help_screen import HelpScreen
+from ddptop.commands.headless import EXIT_CODES, closing_lines
+from ddptop.model.config import RunConfig
+from ddptop.model.options import CaptureOptions
+from ddptop.model.state import RunState
+from ddptop.remote.live import LiveRun
+from ddptop.remote.viewer import RemoteSession
+from ddptop.run.session import Session
+from ddptop.run.workbench import SessionFactory, Workbench
 from ddptop.tui.live import LiveFigures
-from ddptop.tui.log_view import LogView
 from ddptop.tui.messages import CaptureEnded, RunEnded, RunStarted, SettingsApplied, StopRequested
-from ddptop.tui.rank_table import RankTable
-from ddptop.tui.run_alerts import RunAlerts
-from ddptop.tui.run_header import RunHeader
-from ddptop.tui.runs_panel import RunsPanel
-from ddptop.tui.settings_screen import SettingsScreen
+from ddptop.tui.screens.choice_screen import ChoiceScreen
+from ddptop.tui.screens.confirm_screen import ConfirmScreen
+from ddptop.tui.screens.help_screen import HelpScreen
+from ddptop.tui.screens.settings_screen import SettingsScreen
 from ddptop.tui.terminal import EXIT_SIGNALS, ExitSignals, TerminalLost, driver_for, silence_output
-from ddptop.tui.throughput_panel import ThroughputPanel
-from ddptop.tui.wiring_panel import WiringPanel
-from ddptop.viewer import RemoteSession
-from ddptop.workbench import SessionFactory, Workbench
+from ddptop.tui.widgets.captures_panel import CapturesPanel
+from ddptop.tui.widgets.gpu_panel import GpuPanel
+from ddptop.tui.widgets.log_view import LogView
+from ddptop.tui.widgets.rank_table import RankTable
+from ddptop.tui.widgets.run_alerts import RunAlerts
+from ddptop.tui.widgets.run_header import RunHeader
+from ddptop.tui.widgets.runs_panel import RunsPanel
+from ddptop.tui.widgets.throughput_panel import ThroughputPanel
+from ddptop.tui.widgets.wiring_panel import WiringPanel
 
 REFRESH_S = 0.5
 RUNS_REFRESH_S = 2.0  # the runs table reads the runs directory: less often

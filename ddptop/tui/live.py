@@ -1,12 +1,12 @@
 """What the views take from the run model: the Snapshot built once per refresh
-(ddptop.snapshot, from RunState and ddptop.figures), and a rank's place for display.
+(ddptop.model.snapshot, from RunState and ddptop.model.figures), and a rank's place for display.
 Nothing here computes a figure: that is the model's job, so no two views disagree."""
 
 from __future__ import annotations
 
-from ddptop.figures import RankFigures
-from ddptop.snapshot import Snapshot, snapshot
-from ddptop.state import RankState, RunState
+from ddptop.model.figures import RankFigures
+from ddptop.model.snapshot import Snapshot, snapshot
+from ddptop.model.state import RankState, RunState
 
 __all__ = ["LiveFigures", "RankFigures", "Snapshot", "rank_location"]
 

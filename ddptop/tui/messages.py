@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from ddptop.config import RunConfig
+from ddptop.model.config import RunConfig
 
 
 class SettingsApplied(Message):

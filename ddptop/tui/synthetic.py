@@ -11,10 +11,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from ddptop.config import RunConfig, preset_config
-from ddptop.protocol import Hello, Steps
-from ddptop.state import RECENT, RunState
-from ddptop.workbench import Workbench
+from ddptop.model.config import RunConfig, preset_config
+from ddptop.model.state import RECENT, RunState
+from ddptop.run.workbench import Workbench
+from ddptop.wire.protocol import Hello, Steps
 
 
 def synthetic_state(n_ranks: int, steps: int = RECENT, slow_rank: int | None = 1,
@@ -62,7 +62,7 @@ def synthetic_state(n_ranks: int, steps: int = RECENT, slow_rank: int | None = 1
 
 
 def synthetic_gpu_sample(n_gpus: int, t: float | None = None, util: float = 97.0) -> Any:
-    """Shaped like ddptop.gpu.GpuSample (duck-typed)."""
+    """Shaped like ddptop.hw.gpu.GpuSample (duck-typed)."""
     gpus = tuple(SimpleNamespace(
         index=i, name="NVIDIA H200", util_pct=util, mem_used=60 * 2**30, mem_total=141 * 2**30,
         power_w=612.0, power_limit_w=700.0, temp_c=61, sm_clock_mhz=1980,

@@ -1,0 +1,144 @@
+"""Capture windows, monitor side: the Capture record, parsing `--capture STEP:COUNT`,
+finding nsys, and summarising the per-rank Chrome traces a window produced (what
+ddptop.analysis.trace_analysis gives per rank, next to ddptop's own comm timer for the same steps).
+Pure except `find_nsys` and `summarize_capture` (reads the traces)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddptop.analysis.trace_analysis import OPEN_WITH, analyze, intersection_length, union_length
+
+__all__ = ["Capture", "compare_with_timer", "find_nsys", "intersection_length", "parse_capture_spec",
+           "summarize_capture", "summarize_trace", "union_length"]
+NSYS_FALLBACKS = ("/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys",
+                  "/opt/nvidia/nsight-systems/bin/nsys", "/usr/local/cuda/bin/nsys")
+
+
+@dataclass
+class Capture:
+    capture_id: int
+    start: int
+    count: int
+    profiler: str  # torch | nsys
+    out_dir: str
+    status: str = "scheduled"  # scheduled, recording, processing, done, failed
+    ranks: dict[int, str] = field(default_factory=dict)  # rank -> recording/written/failed
+    files: dict[int, list[str]] = field(default_factory=dict)
+    error: str = ""
+    summary: dict[str, Any] | None = None
+
+    @property
+    def steps(self) -> str:
+        return f"{self.start}-{self.start + self.count - 1}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.capture_id, "steps": self.steps, "profiler": self.profiler, "status": self.status,
+                "dir": self.out_dir, "files": self.files, "error": self.error, "summary": self.summary}
+
+
+def parse_capture_spec(spec: str, steps: int) -> tuple[int, int]:
+    """`STEP:COUNT` -> (start, count); ValueError with a one-line reason."""
+    start, sep, count = spec.partition(":")
+    if not sep or not start.isdigit() or not count.isdigit():
+        raise ValueError(f"--capture expects STEP:COUNT (e.g. 10:3), got {spec!r}")
+    first, n = int(start), int(count)
+    if n < 1:
+        raise ValueError(f"--capture {spec}: COUNT must be at least 1")
+    if first + n > steps:
+        raise ValueError(f"--capture {spec}: steps {first}-{first + n - 1} are past the run's {steps} steps")
+    return first, n
+
+
+def find_nsys(explicit: str | None = None) -> str | None:
+    if explicit:
+        return explicit if os.access(explicit, os.X_OK) else None
+    found = shutil.which("nsys")
+    if found:
+        return found
+    return next((p for p in NSYS_FALLBACKS if os.access(p, os.X_OK)), None)
+
+
+def summarize_trace(trace: dict[str, Any], top: int = 10) -> dict[str, Any]:
+    """One rank's torch.profiler trace -> what the window shows (ddptop.analysis.trace_analysis)."""
+    return analyze(trace, top=top)
+
+
+def summarize_capture(files: dict[int, list[str]]) -> dict[str, Any]:
+    """Per-rank summaries of a capture's trace files; unreadable files are named."""
+    from ddptop.commands.trace import TraceError, read_trace
+
+    ranks: dict[str, Any] = {}
+    for rank, paths in sorted(files.items()):
+        traces = [p for p in paths if p.endswith((".json", ".json.gz"))]
+        if not traces:
+            ranks[str(rank)] = {"files": paths, "note": "no trace to summarise (nsys writes its own report)"}
+            continue
+        try:
+            ranks[str(rank)] = {"file": traces[0], **analyze(read_trace(traces[0]))}
+        except (TraceError, ValueError) as exc:
+            ranks[str(rank)] = {"error": f"cannot read {exc}" if isinstance(exc, TraceError)
+                                else f"cannot read {traces[0]}: {exc}"}
+    comm = [r["comm_ms"] for r in ranks.values() if r.get("comm_ms") is not None]
+    out: dict[str, Any] = {"ranks": ranks, "comm_ms_mean": round(sum(comm) / len(comm), 3) if comm else None}
+    if any("source" in r for r in ranks.values()):
+        out["open_with"] = OPEN_WITH
+    return out
+
+
+def compare_with_timer(summary: dict[str, Any], records: dict[int, list[dict[str, float]]],
+                       steps: range) -> None:
+    """Put ddptop's own comm timer for the window's steps next to what the trace saw, per rank
+    (`timer_comm_ms`, and `timer_vs_trace` = timer / trace): the live comm figure checked
+    against the profiler on exactly the same steps. The timer runs from DDP's hand-over of a
+    bucket to the end of its all-reduce, so where the host launches late (one GPU: the kernel
+    starts ~0.4 ms after the bucket is ready) it is also compared with the trace's span from
+    each collective's call to its kernel's end (`timer_vs_call`)."""
+    for rank, recs in records.items():
+        entry = summary.get("ranks", {}).get(str(rank))
+        window = [r for r in recs if int(r.get("step", -1)) in steps and "comm_ms" in r]
+        if entry is None or not window:
+            continue
+        ours = sum(r["comm_ms"] for r in window)
+        entry["timer_comm_ms"] = round(ours, 3)
+        entry["timer_steps"] = len(window)
+        trace = entry.get("comm_ms")
+        if trace:
+            entry["timer_vs_trace"] = round(ours / trace, 3)
+        if entry.get("comm_call_ms"):
+            entry["timer_vs_call"] = round(ours / entry["comm_call_ms"], 3)
+    for key in ("timer_vs_trace", "timer_vs_call"):
+        ratios = [r[key] for r in summary.get("ranks", {}).values() if key in r]
+        if ratios:
+            summary[f"{key}_mean"] = round(sum(ratios) / len(ratios), 3)
+
+
+def nsys_window_at(captures: Iterable[Capture], last_step: int) -> Capture | None:
+    """The nsys capture whose window starts or ends where the ranks stand (`last_step` is the
+    last step they reported; a window's last step is reported only after cudaProfilerStop
+    returns): a stall there is nsys starting, or writing what it recorded."""
+    for cap in captures:
+        if cap.profiler == "nsys" and cap.start <= last_step + 1 < cap.start + cap.count:
+            return cap
+    return None
+
+
+def nsys_files_by_rank(paths: list[Path]) -> dict[int, list[str]]:
+    """nsys outputs (named nsys_rank<RANK>...) grouped by rank."""
+    out: dict[int, list[str]] = {}
+    for path in paths:
+        m = re.match(r"nsys_rank(\d+)", path.name)
+        if m:
+            out.setdefault(int(m.group(1)), []).append(str(path))
+    return out
+
+
+def nsys_outputs(captures_dir: Path) -> list[Path]:
+    """What nsys left for the capture windows: reports (.nsys-rep) or raw streams (.qdstrm)."""
+    return sorted(p for p in captures_dir.glob("nsys_rank*") if p.suffix in (".nsys-rep", ".qdstrm", ".sqlite"))

@@ -1,0 +1,1 @@
+"""What the CLI runs besides the TUI: headless, sweep, tune, attach/ls, trace."""

@@ -1,0 +1,52 @@
+"""Headless front end: a status line every few seconds, a final per-rank table,
+and the summary as JSON on request. For CI, scripts, and no-TTY shells."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any, TextIO
+
+from ddptop.model import report
+from ddptop.model.state import RunState
+from ddptop.run.session import Session
+
+EXIT_CODES = {"completed": 0, "failed": 1, "stopped": 130}
+
+
+async def run_headless(session: Session, interval: float = 3.0, as_json: bool = False,
+                       out: TextIO = sys.stdout) -> int:
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    for sig in signals:
+        loop.add_signal_handler(sig, session.request_stop, f"signal {signal.Signals(sig).name}")
+    # `kill -USR1 <pid>` on a live headless run captures the next 3 steps on every rank
+    loop.add_signal_handler(signal.SIGUSR1, lambda: loop.create_task(session.request_capture(3)))
+    print(f"ddptop: run {session.run_id}  preset {session.config.preset}  "
+          f"{session.state.world_size} rank(s)  records in {session.run_dir}  "
+          f"(pid {os.getpid()}: kill -USR1 to capture)", file=out, flush=True)
+    runner = asyncio.create_task(session.run())
+    try:
+        while not runner.done():
+            await asyncio.wait({runner}, timeout=interval)
+            if not runner.done():
+                print(report.status_line(session.state, time.time()), file=out, flush=True)
+        state = runner.result()
+    finally:
+        for sig in (*signals, signal.SIGUSR1):
+            loop.remove_signal_handler(sig)
+    summary = state.summary()
+    print(closing_lines(state, session.run_dir, summary), file=out, flush=True)
+    if as_json:
+        print(json.dumps(summary, separators=(",", ":")), file=out, flush=True)
+    return EXIT_CODES[state.status]
+
+
+def closing_lines(state: RunState, run_dir: str | os.PathLike[str], summary: dict[str, Any] | None = None) -> str:
+    """What a finished run prints last, headless or after the TUI: status, the final
+    table, where the records are."""
+    return report.final_report(summary if summary is not None else state.summary(), str(run_dir))

@@ -1,0 +1,200 @@
+"""Plain-text tables and status lines for headless mode and the CLI. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ddptop.model.config import PRESETS, RunConfig, preset_config
+from ddptop.model.snapshot import snapshot
+from ddptop.model.state import RunState
+
+
+def fmt(value: float | None, spec: str = ".1f", na: str = "n/a") -> str:
+    return na if value is None else format(value, spec)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    numeric = [all(_is_number(r[i]) for r in cells[1:]) for i in range(len(headers))]
+
+    def line(row: list[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, numeric)
+        ).rstrip()
+
+    return "\n".join([line(cells[0]), line(["-" * w for w in widths]), *map(line, cells[1:])])
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell.rstrip("x%"))
+    except ValueError:
+        return cell in ("n/a", "-")
+    return True
+
+
+def presets_table() -> str:
+    rows = []
+    for name, preset in PRESETS.items():
+        cfg = preset_config(name, RunConfig(nproc=2))
+        rows.append([name, cfg.describe(), preset.description])
+    return table(["preset", "settings", "what it is for"], rows)
+
+
+def status_line(state: RunState, now: float) -> str:
+    """The headless status line, from the same Snapshot the TUI shows."""
+    snap = snapshot(state, now)
+    steps = state.config.get("steps", 0)
+    connected = sum(1 for rs in state.ranks.values() if rs.hello is not None)
+    parts = [f"[{state.elapsed(now):6.1f}s]", f"{state.status:<9}"]
+    if state.status == "starting":
+        parts.append(f"ranks {connected}/{state.world_size} connected")
+    else:
+        parts += [
+            f"step {max(state.current_step + 1, 0)}" + (f"/{steps}" if steps else ""),
+            f"{fmt(snap.steps_per_s, '.2f')} steps/s",
+            f"{fmt(snap.samples_per_s, '.1f')} samples/s",
+            f"p50 {fmt(snap.p50_ms)} ms",
+        ]
+        if snap.comm is not None and snap.comm[0] is None:
+            parts.append(f"exposed comm {100 * snap.comm[1]:.0f}%")
+        elif snap.comm is not None:
+            parts.append(f"comm {100 * snap.comm[0]:.0f}% (exposed {100 * snap.comm[1]:.0f}%)")
+        if snap.straggler is not None:
+            s = snap.straggler
+            parts.append(f"straggler rank {s.rank} ({s.phase} +{s.excess_ms:.0f} ms)")
+        if snap.stall is not None:
+            parts.append(f"STALLED since {now - snap.stall.since:.0f}s, suspects {snap.stall.suspects}")
+    if state.total_dropped:
+        parts.append(f"dropped frames {state.total_dropped}")
+    if state.error and not state.finished:
+        parts.append(f"ERROR: {state.error}")
+    return "  ".join(parts)
+
+
+def ranks_table(summary: dict[str, Any]) -> str:
+    multi = (summary.get("nnodes") or 1) > 1  # which ddptop node: hostnames may repeat
+    rows = []
+    for r in summary["ranks"]:
+        ph = r["phases_ms"]
+        node = ["-" if r.get("node") is None else r["node"]] if multi else []
+        rows.append([
+            r["rank"], *node, r["host"] or "-", r["device"] or "-", r["steps"],
+            fmt(r["step_ms_p50"]), fmt(r["step_ms_p95"]),
+            fmt(ph["data"]), fmt(ph["forward"]), fmt(ph["backward"]), fmt(ph["optimizer"]),
+            fmt(r["samples_per_s"]), r["status"],
+        ])
+    return table(
+        ["rank", *(["node"] if multi else []), "host", "device", "steps", "p50 ms", "p95 ms", "data",
+         "fwd", "bwd", "opt", "samples/s", "status"],
+        rows,
+    )
+
+
+def what_ran(summary: dict[str, Any]) -> str:
+    """`preset bf16` for ddptop's trainer; the command and the model it built for a script."""
+    command = summary.get("command")
+    if not command:
+        return f"preset {summary['preset']}"
+    text = " ".join(command)
+    return "script " + (text if len(text) <= 60 else text[:57] + "...")
+
+
+def script_ddp(info: dict[str, Any]) -> dict[str, str]:
+    """What a user's script's DDP asked for, what ddptop changed and what was in effect,
+    as the rank's instrument read them off its DDP object; empty when it built none."""
+    if "static_graph" not in info:
+        return {}
+    parts = [f"static_graph={info.get('static_graph')}",
+             f"gradient_as_bucket_view={info.get('gradient_as_bucket_view')}"]
+    if isinstance(info.get("bucket_cap_mb"), (int, float)):
+        parts.append(f"bucket_cap_mb={info['bucket_cap_mb']:g}")
+    if info.get("comm_hook"):
+        parts.append(f"hook {info['comm_hook']}")
+    if info.get("autocast") not in (None, "none"):
+        parts.append(f"autocast {info['autocast']}")
+    out = {"in effect": ", ".join(parts)}
+    if info.get("ddp_asked"):
+        out["asked"] = str(info["ddp_asked"])
+    if info.get("ddp_set"):
+        out["set"] = str(info["ddp_set"])
+    return out
+
+
+def script_ddp_lines(summary: dict[str, Any]) -> list[str]:
+    """For a user's script: its DDP as asked, as changed by ddptop, as in effect (rank 0's,
+    and any rank whose DDP differs)."""
+    if not summary.get("command"):
+        return []
+    seen: dict[tuple, list[int]] = {}
+    for r in summary.get("ranks") or []:
+        ddp = script_ddp(r.get("info") or {})
+        if ddp:
+            seen.setdefault(tuple(sorted(ddp.items())), []).append(r["rank"])
+    lines = []
+    for key, ranks in seen.items():
+        ddp = dict(key)
+        who = "every rank" if len(seen) == 1 else "rank" + ("s " if len(ranks) > 1 else " ") + ",".join(map(str, ranks))
+        lines.append(f"DDP ({who}): the script asked {ddp.get('asked', 'n/a')}; ddptop set "
+                     f"{ddp.get('set', 'nothing')}; in effect {ddp['in effect']}")
+    return lines
+
+
+def final_report(summary: dict[str, Any], run_dir: str) -> str:
+    params = summary.get("params")
+    head = (
+        f"run {summary['run_id']}: {summary['status']}"
+        f"{' (' + summary['error'] + ')' if summary.get('error') else ''}  "
+        f"{what_ran(summary)}  world {summary['world_size']}  backend {summary['backend']}  "
+        f"model {summary['model']}" + (f" ({params / 1e6:.1f}M params)" if params else "")
+        + (f"  batch {summary['batch_size']}/rank" if summary.get("batch_size") else "")
+    )
+    rates = (
+        f"{fmt(summary['steps_per_s'], '.2f')} steps/s  {fmt(summary['samples_per_s'], '.1f')} samples/s  "
+        + (f"{fmt(summary['tokens_per_s'], '.0f')} tokens/s  " if summary.get("tokens_per_s") else "")
+        + f"step p50 {fmt(summary['step_ms_p50'])} ms  p95 {fmt(summary['step_ms_p95'])} ms  "
+        f"(after {summary['warmup']} warmup steps)"
+    )
+    lines = [head, *script_ddp_lines(summary), rates, ranks_table(summary)]
+    if summary.get("comm_share") is not None:
+        busbw = [r.get("busbw_gbps") for r in summary["ranks"] if r.get("busbw_gbps") is not None]
+        lines.append(f"gradient communication: {100 * summary['comm_share']:.1f}% of the step, "
+                     f"{100 * (summary.get('exposed_comm_share') or 0):.1f}% exposed (not hidden by backward)"
+                     + (f"; all-reduce bus bandwidth {min(busbw):.2f}-{max(busbw):.2f} GB/s" if busbw else ""))
+        ddp = next((r for r in summary["ranks"] if r.get("ddp_timing")), None)
+        if ddp is not None and "backward_comm_ms" in ddp["ddp_timing"]:
+            t = ddp["ddp_timing"]
+            lines.append(f"cross-check, rank {ddp['rank']}: DDP's own logger (sampled, up to iteration "
+                         f"{fmt(t.get('iteration'), '.0f')}) backward comm {fmt(t['backward_comm_ms'], '.1f')} ms, "
+                         f"overlapped with compute {fmt(t.get('overlap_ms'), '.1f')} ms; ddptop comm p50 "
+                         f"{fmt(ddp.get('comm_ms_p50'), '.1f')} ms, exposed {fmt(ddp.get('exposed_comm_ms_p50'), '.1f')} ms")
+    elif summary.get("exposed_comm_share") is not None:
+        lines.append(f"gradient communication: {100 * summary['exposed_comm_share']:.1f}% of the step exposed "
+                     "(not hidden by backward); the all-reduce total is not timed here (--set nccl_timing=true)")
+    if summary.get("straggler"):
+        lines.append(summary["straggler"]["text"])
+    for note in summary.get("notes") or []:
+        lines.append(f"note: {note}")
+    if summary.get("stalls"):
+        cause = (summary.get("stall") or {}).get("cause")
+        lines.append(f"stalls: {summary['stalls']} (stacks in stacks/)" + (f"; last one: {cause}" if cause else ""))
+    if summary.get("advice"):
+        lines.append(f"advice: {summary['advice'].get('reason', '')}")
+    for cap in summary.get("captures") or []:
+        comm = (cap.get("summary") or {}).get("comm_ms_mean")
+        agree = (cap.get("summary") or {}).get("timer_vs_trace_mean")
+        lines.append(f"capture {cap['id']} steps {cap['steps']} ({cap['profiler']}): {cap['status']}"
+                     f"{', comm ' + format(comm, '.1f') + ' ms/rank' if comm is not None else ''}"
+                     f"{f' (ddptop timer / trace = {agree:.2f})' if agree is not None else ''}"
+                     f"{' ' + cap['error'] if cap.get('error') else ''} -> {cap['dir']}")
+    if summary.get("failed_rank") is not None:
+        tail = summary.get("failure_log") or []
+        lines.append(f"failed rank: {summary['failed_rank']}"
+                     + (f"; the end of its stderr (logs/.../{summary['failed_rank']}/stderr.log):" if tail else ""))
+        lines += [f"  | {line}" for line in tail]
+    if summary.get("dropped_frames"):
+        lines.append(f"dropped telemetry frames: {summary['dropped_frames']}")
+    lines.append(f"records: {run_dir}")
+    return "\n".join(lines)

@@ -1,0 +1,61 @@
+"""Snapshot: every figure a view shows of a run at one moment, read once per refresh
+from RunState and ddptop.model.figures and handed to all views (TUI, headless line), so no
+two views can disagree. Pure: no I/O, no UI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ddptop.model import figures
+from ddptop.model.figures import PHASES_WITH_COMM, RankFigures, Straggler
+from ddptop.model.state import RankState, RunState, Stall
+from ddptop.wire.protocol import PHASES
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    state: RunState
+    now: float
+    ranks: dict[int, RankFigures]
+    status: dict[int, str]  # rank -> its status, "stalled?" past the run's stall bound
+    slowest: int | None  # figures.slowest; the straggler, when there is one, is this rank
+    with_comm: bool
+    steps_per_s: float | None  # RunState.steps_per_s: after warmup, bounded by the slowest rank
+    samples_per_s: float | None  # steps_per_s x samples per step
+    p50_ms: float | None  # the slowest rank's recent median step
+    comm: tuple[float | None, float] | None  # (in flight, exposed) share of step, mean over ranks; in flight
+    # is None where only exposed comm is measured (GPU, DDP's own all-reduce, no nccl_timing)
+    warming_up: bool  # a comm hook is configured but gradients still travel uncompressed
+    straggler: Straggler | None = None
+    stall: Stall | None = None  # state.stall while it is not cleared
+
+    @property
+    def phase_names(self) -> tuple[str, ...]:
+        return PHASES_WITH_COMM if self.with_comm else PHASES
+
+
+def rank_status(rs: RankState, now: float, bound_s: float) -> str:
+    """A running rank silent for longer than the run's stall bound reads "stalled?"."""
+    if rs.status == "running" and rs.last_seen and now - rs.last_seen > bound_s:
+        return "stalled?"
+    return rs.status
+
+
+def snapshot(state: RunState, now: float) -> Snapshot:
+    ranks = state.rank_figures()
+    bound = figures.stall_bound_s(ranks)
+    many = state.world_size > 1
+    return Snapshot(
+        state=state, now=now, ranks=ranks,
+        status={r: rank_status(state.ranks[r], now, bound) for r in ranks},
+        slowest=figures.slowest(ranks) if many else None,
+        with_comm=any(f.has_comm for f in ranks.values()),
+        steps_per_s=state.steps_per_s(),
+        samples_per_s=state.samples_per_s(),
+        p50_ms=figures.job_p50_ms(ranks),
+        comm=figures.comm_shares(ranks),
+        warming_up=figures.warming_up(state.config, ranks, state.current_step),
+        straggler=figures.straggler(ranks) if many else None,
+        stall=state.stall if state.stall is not None and state.stall.cleared_at is None else None,
+    )

@@ -1,0 +1,524 @@
+"""RunState: everything known about one run, updated by applying events.
+
+Pure: no I/O, no asyncio, no UI. Memory is bounded whatever the run length:
+recent records live in ring buffers, whole-run percentiles in log-binned
+histograms (about 1% resolution), sums in counters.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddptop.model import figures
+from ddptop.model.figures import STALL_MIN_S, STALL_STEPS, RankFigures, RankWindow, Straggler
+from ddptop.wire.protocol import PHASES, Bye, Hello, Info, Steps
+
+__all__ = ["STALL_MIN_S", "STALL_STEPS", "Histogram", "RankState", "RunState", "Stall", "Straggler"]
+
+RECENT = 256  # records kept per rank for live views
+LOG_LINES = 2000  # log lines kept per rank for live views (all of them are on disk)
+HISTORY = 900  # throughput samples (one per tick)
+_BINS_PER_E = 100.0  # histogram bins per factor e: ~1% wide
+
+TERMINAL = ("completed", "failed", "stopped")
+MAX_FACTS = 64  # facts kept per rank (a rank cannot grow our memory without bound)
+MAX_NOTES = 50
+HELLO_FACTS = ("backend", "model", "device")  # facts that complete the rank's hello
+_PHASE_KEYS = tuple((p, p + "_ms") for p in PHASES)
+_EXTRA_KEYS = ("comm_ms", "exposed_comm_ms", "comm_bytes", "buckets", "compressing")
+
+
+class Histogram:
+    """Log-binned counts: O(1) update, bounded memory, ~1% percentile error."""
+
+    def __init__(self) -> None:
+        self.counts: collections.Counter[int] = collections.Counter()
+        self.n = 0
+
+    def add(self, value: float) -> None:
+        key = math.floor(math.log(value if value > 1e-6 else 1e-6) * _BINS_PER_E)
+        counts = self.counts
+        counts[key] = counts.get(key, 0) + 1
+        self.n += 1
+
+    def percentile(self, q: float) -> float | None:
+        if not self.n:
+            return None
+        target = q / 100.0 * (self.n - 1)
+        seen = 0
+        for key in sorted(self.counts):
+            seen += self.counts[key]
+            if seen > target:
+                return math.exp((key + 0.5) / _BINS_PER_E)
+        return None
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100.0 * (len(ordered) - 1))))]
+
+
+@dataclass
+class RankState:
+    rank: int
+    hello: Hello | None = None
+    status: str = "starting"  # starting, running, done, stopped, lost, failed
+    steps: int = 0  # records received
+    last_step: int = -1
+    last_t: float = 0.0  # the rank's wall clock at its last step
+    last_seen: float = 0.0  # our clock when its last record arrived
+    lost_at: float | None = None  # our clock when it crashed, or its connection dropped without a goodbye
+    recent: collections.deque[dict[str, float]] = field(
+        default_factory=lambda: collections.deque(maxlen=RECENT)
+    )
+    # after warmup only:
+    measured: int = 0
+    measured_ms: float = 0.0
+    measured_samples: float = 0.0
+    measured_tokens: float = 0.0  # only from a script that reports tokens through the probe
+    phase_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    extra_ms: dict[str, float] = field(default_factory=dict)  # comm_ms, exposed_comm_ms, ...
+    step_hist: Histogram = field(default_factory=Histogram)
+    comm_hist: Histogram = field(default_factory=Histogram)
+    exposed_hist: Histogram = field(default_factory=Histogram)
+    # comm_ms may come on some steps only (GPU times completions every Nth step):
+    # its share and bandwidth are over the steps that carry it
+    timed_step_ms: float = 0.0
+    timed_bytes: float = 0.0
+    ddp_timing: dict[str, float] = field(default_factory=dict)  # DDP's own logger, from the goodbye
+    # what the rank's instrument learnt: backend, model, params, batch_size, DDP settings...
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, rec: dict[str, float], warmup: int, now: float) -> None:
+        self.steps += 1
+        self.last_step = max(self.last_step, int(rec["step"]))
+        self.last_t = rec.get("t", self.last_t)
+        self.last_seen = now
+        self.recent.append(rec)
+        if self.status == "starting":
+            self.status = "running"
+        step_ms = rec.get("step_ms")
+        if rec["step"] < warmup or step_ms is None or rec.get("profiled"):
+            return
+        self.measured += 1
+        self.measured_ms += step_ms
+        self.measured_samples += rec.get("samples", 0.0)
+        self.measured_tokens += rec.get("tokens", 0.0)
+        self.step_hist.add(step_ms)
+        phase_ms, extra = self.phase_ms, self.extra_ms
+        for phase, key in _PHASE_KEYS:
+            phase_ms[phase] += rec.get(key, 0.0)
+        for key in _EXTRA_KEYS:
+            if key in rec:
+                extra[key] = extra.get(key, 0.0) + rec[key]
+        if "comm_ms" in rec:
+            self.comm_hist.add(rec["comm_ms"])
+            self.timed_step_ms += step_ms
+            self.timed_bytes += rec.get("comm_bytes", 0.0)
+        if "exposed_comm_ms" in rec:
+            self.exposed_hist.add(rec["exposed_comm_ms"])
+
+    # --- derived -----------------------------------------------------------------------
+    @property
+    def steps_per_s(self) -> float | None:
+        return self.measured / (self.measured_ms / 1000.0) if self.measured_ms > 0 else None
+
+    @property
+    def samples_per_s(self) -> float | None:
+        return self.measured_samples / (self.measured_ms / 1000.0) if self.measured_ms > 0 else None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """None unless the script reported tokens."""
+        ok = self.measured_ms > 0 and self.measured_tokens > 0
+        return self.measured_tokens / (self.measured_ms / 1000.0) if ok else None
+
+    def share(self, key: str) -> float | None:
+        """Fraction of measured step time spent in `key` (comm_ms, exposed_comm_ms)."""
+        total = self.timed_step_ms if key == "comm_ms" else self.measured_ms
+        if key not in self.extra_ms or total <= 0:
+            return None
+        return self.extra_ms[key] / total
+
+    def phases_mean(self) -> dict[str, float]:
+        n = max(self.measured, 1)
+        return {p: self.phase_ms[p] / n for p in PHASES}
+
+    def recent_values(self, key: str = "step_ms") -> list[float]:
+        return [r[key] for r in self.recent if key in r]
+
+    def recent_pct(self, q: float, key: str = "step_ms") -> float | None:
+        return _pct(self.recent_values(key), q)
+
+
+@dataclass
+class Stall:
+    since: float  # our clock: last progress of any rank
+    bound_s: float
+    last_steps: dict[int, int]
+    suspects: list[int]  # ranks behind, or whose process is stopped/gone
+    process_status: dict[int, str] = field(default_factory=dict)
+    stacks: dict[int, str] = field(default_factory=dict)  # rank -> file with its Python stacks
+    cleared_at: float | None = None
+    cause: str = ""  # a known reason, e.g. nsys writing a capture window
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "since": self.since, "bound_s": self.bound_s, "last_steps": self.last_steps,
+            "suspects": self.suspects, "process_status": self.process_status,
+            "stacks": self.stacks, "cleared_at": self.cleared_at, "cause": self.cause,
+        }
+
+
+@dataclass
+class RunState:
+    run_id: str
+    config: dict[str, Any]
+    world_size: int
+    warmup: int = 0
+    nnodes: int = 1  # ddptop nodes in the run; ranks say which one is theirs (Hello.node)
+    status: str = "starting"
+    started_at: float = 0.0  # our wall clock
+    ended_at: float | None = None
+    failed_rank: int | None = None
+    error: str = ""
+    failure_log: list[str] = field(default_factory=list)  # the failed rank's last lines on stderr
+    ranks: dict[int, RankState] = field(default_factory=dict)
+    dropped: collections.Counter[str] = field(default_factory=collections.Counter)
+    refused: int = 0
+    logs: dict[int, collections.deque[str]] = field(default_factory=dict)
+    history: collections.deque[tuple[float, float]] = field(
+        default_factory=lambda: collections.deque(maxlen=HISTORY)
+    )
+    notes: list[str] = field(default_factory=list)  # one-time messages ("no NVML: ...")
+    # Hardware telemetry, set by the session's sampler: the latest ddptop.hw.gpu.GpuSample
+    # (None until the first one), a short history of them, and why there is none.
+    gpu: Any = None
+    gpu_history: collections.deque[Any] = field(default_factory=lambda: collections.deque(maxlen=120))
+    gpu_unavailable: str = ""
+    # psutil fallback when there is no NVML: pid -> (cpu_percent, rss_bytes)
+    proc_stats: dict[int, tuple[float, int]] = field(default_factory=dict)
+    nccl: Any = None  # latest ddptop.analysis.nccl.NcclReport parsed from the run's NCCL logs
+    topology: Any = None  # ddptop.hw.gpu.TopologyMatrix, once, when NVML is there
+    advice: Any = None  # latest ddptop.analysis.advisor.Advice
+    stall: Stall | None = None  # set while no rank finishes a step (see stall_bound_s)
+    stalls: int = 0  # how many times the run stalled
+    captures: dict[int, Any] = field(default_factory=dict)  # id -> ddptop.analysis.capture.Capture
+    nsys: dict[str, Any] | None = None  # what nsys wrote and its stats, after an nsys run
+    command: list[str] | None = None  # the user's own script (None: ddptop's trainer)
+
+    def __post_init__(self) -> None:
+        for rank in range(self.world_size):
+            self.ranks.setdefault(rank, RankState(rank))
+
+    # --- events ------------------------------------------------------------------------
+    def apply(self, msg: Hello | Steps | Bye | Info, now: float) -> None:
+        if isinstance(msg, Hello):
+            rs = self._rank(msg.rank)
+            rs.hello = msg
+            rs.last_seen = now
+            if msg.world_size != self.world_size and msg.world_size > 0:
+                self.world_size = max(self.world_size, msg.world_size)
+        elif isinstance(msg, Steps):
+            rs = self._rank(msg.rank)
+            for rec in msg.records:
+                rs.add(rec, self.warmup, now)
+            if self.status == "starting":
+                self.status = "running"
+        elif isinstance(msg, Info):
+            self._info(self._rank(msg.rank), msg)
+        elif isinstance(msg, Bye):
+            rs = self._rank(msg.rank)
+            rs.status = "done" if msg.reason == "completed" else msg.reason
+            rs.ddp_timing = dict(msg.ddp_timing)
+            if msg.reason == "crashed":
+                rs.lost_at = now
+
+    def _info(self, rs: RankState, msg: Info) -> None:
+        for key, value in msg.facts.items():
+            if key in rs.info or len(rs.info) < MAX_FACTS:
+                rs.info[key] = value
+        hello_facts = {k: str(msg.facts[k]) for k in HELLO_FACTS if k in msg.facts}
+        if rs.hello is not None and hello_facts:
+            rs.hello = dataclasses.replace(rs.hello, **hello_facts)
+        for note in msg.notes:
+            text = f"rank {rs.rank}: {note}"
+            if len(self.notes) < MAX_NOTES and not any(n.endswith(note) for n in self.notes):
+                self.notes.append(text)
+            self.add_log(rs.rank, f"[ddptop] {note}")
+
+    def node_of(self, rank: int) -> int | None:
+        """The ddptop node `rank` runs on (None until its hello arrives)."""
+        rs = self.ranks.get(rank)
+        return rs.hello.node if rs is not None and rs.hello is not None else None
+
+    def rank_disconnected(self, rank: int, now: float = 0.0) -> None:
+        rs = self.ranks.get(rank)
+        if rs is not None and rs.status in ("starting", "running"):
+            rs.status = "lost"
+            rs.lost_at = now
+
+    def drop(self, reason: str) -> None:
+        self.dropped[reason] += 1
+
+    def add_log(self, rank: int, line: str) -> None:
+        self.logs.setdefault(rank, collections.deque(maxlen=LOG_LINES)).append(line)
+
+    def finish(self, status: str, now: float, error: str = "", failed_rank: int | None = None) -> None:
+        if status not in TERMINAL:
+            raise ValueError(status)
+        self.status = status
+        self.ended_at = now
+        self.error = error
+        self.failed_rank = failed_rank
+        for rs in self.ranks.values():
+            if rs.status in ("starting", "running"):
+                rs.status = {"completed": "done"}.get(status, status)
+        if failed_rank is not None and failed_rank in self.ranks:
+            self.ranks[failed_rank].status = "failed"
+
+    def tick(self, now: float) -> None:
+        """Sample live throughput into the history (called about once a second)."""
+        rate = self.live_steps_per_s()
+        if rate is not None:
+            self.history.append((now - self.started_at, rate))
+
+    def _rank(self, rank: int) -> RankState:
+        if rank not in self.ranks:
+            self.ranks[rank] = RankState(rank)
+        return self.ranks[rank]
+
+    # --- aggregates --------------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL
+
+    def elapsed(self, now: float) -> float:
+        return (self.ended_at or now) - self.started_at if self.started_at else 0.0
+
+    @property
+    def current_step(self) -> int:
+        """The step every rank has finished (the slowest rank's)."""
+        if not self.ranks:
+            return -1
+        return min(rs.last_step for rs in self.ranks.values())
+
+    @property
+    def total_dropped(self) -> int:
+        return sum(self.dropped.values())
+
+    def steps_per_s(self) -> float | None:
+        """Run throughput after warmup: the slowest rank bounds a DDP job."""
+        rates = [rs.steps_per_s for rs in self.ranks.values()]
+        return min(rates) if rates and None not in rates else None
+
+    def _per_step(self, attr: str) -> float | None:
+        """Samples (or tokens) one step of the whole job processes: the sum over ranks."""
+        counts = [(rs.measured, getattr(rs, attr)) for rs in self.ranks.values()]
+        if not counts or any(n == 0 for n, _ in counts):
+            return None
+        total = sum(v / n for n, v in counts)
+        return total if total > 0 else None
+
+    def samples_per_s(self) -> float | None:
+        """steps_per_s() x samples per step: the same steps, the same statistic."""
+        rate, per_step = self.steps_per_s(), self._per_step("measured_samples")
+        return rate * per_step if rate is not None and per_step is not None else None
+
+    def tokens_per_s(self) -> float | None:
+        """None unless every rank's script reported tokens."""
+        if not all(rs.measured_tokens > 0 for rs in self.ranks.values()):
+            return None
+        rate, per_step = self.steps_per_s(), self._per_step("measured_tokens")
+        return rate * per_step if rate is not None and per_step is not None else None
+
+    def rank_figures(self) -> dict[int, RankFigures]:
+        """Every rank's recent-window figures (ddptop.model.figures), each recomputed only
+        when its rank sent records since the last call."""
+        # rank -> its window over `recent`, caught up on read: a cache, not the run's data
+        # (no dataclass field, so viewers' snapshots and equality never see it)
+        windows: dict[int, RankWindow] = self.__dict__.setdefault("_windows", {})
+        if len(windows) > len(self.ranks):
+            for r in [r for r in windows if r not in self.ranks]:
+                del windows[r]
+        return {r: windows.setdefault(r, RankWindow()).update(rs) for r, rs in self.ranks.items()}
+
+    def live_steps_per_s(self) -> float | None:
+        """The recent rate (the slowest rank's median step): the throughput history."""
+        return figures.live_steps_per_s(self.rank_figures())
+
+    def step_ms_pct(self, q: float) -> float | None:
+        """Whole-run percentile over all ranks' measured steps."""
+        return self.step_ms_pcts(q)[0]
+
+    def step_ms_pcts(self, *qs: float) -> tuple[float | None, ...]:
+        """Several whole-run percentiles, the ranks' histograms merged once."""
+        merged = Histogram()
+        for rs in self.ranks.values():
+            merged.counts.update(rs.step_hist.counts)
+            merged.n += rs.step_hist.n
+        return tuple(merged.percentile(q) for q in qs)
+
+    def mean_share(self, key: str) -> float | None:
+        shares = [rs.share(key) for rs in self.ranks.values()]
+        shares = [x for x in shares if x is not None]
+        return sum(shares) / len(shares) if shares else None
+
+    def slowest_rank(self) -> int | None:
+        """ddptop.model.figures.slowest: the rank doing the most own work per step."""
+        return figures.slowest(self.rank_figures())
+
+    def straggler(self) -> Straggler | None:
+        """ddptop.model.figures.straggler: the slowest rank, when it is clearly slower."""
+        return figures.straggler(self.rank_figures())
+
+    def stall_bound_s(self) -> float:
+        return figures.stall_bound_s(self.rank_figures())
+
+    def check_stall(self, now: float, process_status: dict[int, str]) -> Stall | None:
+        """Flag a stall when no rank has finished a step for stall_bound_s(); clear it
+        when progress resumes. Returns a Stall only when it is newly flagged."""
+        if self.status != "running":
+            return None
+        last = max((rs.last_seen for rs in self.ranks.values() if rs.steps), default=0.0)
+        if not last:
+            return None
+        if self.stall is not None and self.stall.cleared_at is None:
+            if last > self.stall.since:
+                self.stall.cleared_at = now
+            return None
+        bound = self.stall_bound_s()
+        if now - last < bound:
+            return None
+        steps = {r: rs.last_step for r, rs in self.ranks.items()}
+        # a rank that said goodbye (its script finished) is waiting for no one: never a suspect
+        live = {r: st for r, st in steps.items() if self.ranks[r].status in ("starting", "running", "lost")} or steps
+        behind = min(live.values())
+        odd = [r for r, st in process_status.items() if st not in ("running", "sleeping", "disk-sleep") and r in live]
+        suspects = sorted(set(odd) or {r for r, st in live.items() if st == behind})
+        self.stall = Stall(since=last, bound_s=bound, last_steps=steps, suspects=suspects,
+                           process_status=dict(process_status))
+        self.stalls += 1
+        return self.stall
+
+    def summary(self) -> dict[str, Any]:
+        """The `summary.json` contract (see README)."""
+        ranks = []
+        for r in sorted(self.ranks):
+            rs = self.ranks[r]
+            hello = rs.hello
+            entry: dict[str, Any] = {
+                "rank": r,
+                "local_rank": hello.local_rank if hello else None,
+                "pid": hello.pid if hello else None,
+                "host": hello.host if hello else None,
+                "node": hello.node if hello else None,
+                "device": hello.device if hello else None,
+                "status": rs.status,
+                "steps": rs.steps,
+                "last_step": rs.last_step,
+                "steps_per_s": _round(rs.steps_per_s),
+                "samples_per_s": _round(rs.samples_per_s),
+                "tokens_per_s": _round(rs.tokens_per_s),
+                "step_ms_p50": _round(rs.step_hist.percentile(50)),
+                "step_ms_p95": _round(rs.step_hist.percentile(95)),
+                "phases_ms": {p: _round(v) for p, v in rs.phases_mean().items()},
+            }
+            for key, total in rs.extra_ms.items():
+                entry[key + "_mean"] = _round(total / max(rs.measured, 1))
+            if rs.exposed_hist.n:
+                entry["comm_ms_p50"] = _round(rs.comm_hist.percentile(50))
+                entry["comm_timed_steps"] = rs.comm_hist.n
+                entry["exposed_comm_ms_p50"] = _round(rs.exposed_hist.percentile(50))
+                entry["comm_share"] = _round(rs.share("comm_ms"), 4)
+                entry.update(bus_bandwidth(rs.timed_bytes, rs.extra_ms.get("comm_ms", 0.0), self.world_size))
+                entry["exposed_comm_share"] = _round(rs.share("exposed_comm_ms"), 4)
+            if rs.ddp_timing:
+                entry["ddp_timing"] = {k: _round(v) for k, v in rs.ddp_timing.items()}
+            if rs.info:
+                entry["info"] = dict(rs.info)
+            ranks.append(entry)
+        first = next((rs.hello for rs in self.ranks.values() if rs.hello), None)
+        info = next((rs.info for rs in self.ranks.values() if rs.info), {})
+        p50, p95 = self.step_ms_pcts(50, 95)
+        return {
+            "run_id": self.run_id,
+            "preset": self.config.get("preset"),
+            "config": self.config,
+            "command": self.command,
+            "params": info.get("params"),
+            "batch_size": info.get("batch_size"),
+            "notes": list(self.notes),
+            "world_size": self.world_size,
+            "nnodes": self.nnodes,
+            "backend": first.backend if first else None,
+            "model": first.model if first else None,
+            "torch": first.torch if first else None,
+            "nccl_version": first.nccl if first else None,
+            "status": self.status,
+            "error": self.error,
+            "failed_rank": self.failed_rank,
+            "failure_log": list(self.failure_log),
+            "elapsed_s": _round(self.elapsed(self.ended_at or self.started_at)),
+            "warmup": self.warmup,
+            "steps_per_s": _round(self.steps_per_s()),
+            "samples_per_s": _round(self.samples_per_s()),
+            "tokens_per_s": _round(self.tokens_per_s()),
+            "step_ms_p50": _round(p50),
+            "step_ms_p95": _round(p95),
+            "slowest_rank": self.slowest_rank(),
+            "straggler": _straggler_dict(self.straggler()),
+            "stalls": self.stalls,
+            "stall": self.stall.to_dict() if self.stall else None,
+            "comm_share": _round(self.mean_share("comm_ms"), 4),
+            "exposed_comm_share": _round(self.mean_share("exposed_comm_ms"), 4),
+            "nccl": nccl_facts(self.nccl),
+            "advice": self.advice.to_dict() if self.advice is not None else None,
+            "captures": [c.to_dict() for c in self.captures.values()],
+            "nsys": self.nsys,
+            "dropped_frames": dict(self.dropped),
+            "refused_connections": self.refused,
+            "ranks": ranks,
+        }
+
+
+def bus_bandwidth(nbytes: float, comm_ms: float, world: int) -> dict[str, float | None]:
+    """All-reduce bandwidth as nccl-tests define it: algbw = bytes / time, busbw = algbw x
+    2(n-1)/n. Bytes are the gradient bytes handed to the hook (before any compression), so
+    with a compression hook this is the effective bandwidth."""
+    if nbytes <= 0 or comm_ms <= 0 or world < 2:
+        return {"algbw_gbps": None, "busbw_gbps": None}
+    algbw = nbytes / (comm_ms / 1000.0) / 1e9
+    return {"algbw_gbps": round(algbw, 3), "busbw_gbps": round(algbw * 2 * (world - 1) / world, 3)}
+
+
+def _straggler_dict(s: Straggler | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {"rank": s.rank, "phase": s.phase, "own_ms": _round(s.own_ms), "others_ms": _round(s.others_ms),
+            "excess_ms": _round(s.excess_ms), "text": s.describe()}
+
+
+def nccl_facts(report: Any) -> dict[str, Any] | None:
+    """The NCCL facts a summary keeps: version, network, transport per ring pair."""
+    if report is None or not report.nccl_lines:
+        return None
+    return {
+        "version": report.version,
+        "nranks": report.nranks,
+        "network": report.network,
+        "env": report.env,
+        "transports": {f"{a}->{b}": t.label for (a, b), t in sorted(report.transports.items())},
+        "algorithms": {op: sorted(v) for op, v in report.algorithms().items()},
+        "unknown_lines": report.unknown_count,
+    }
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)

@@ -1,0 +1,212 @@
+"""The hub: an asyncio server the ranks' probes connect to (Unix socket, or TCP
+for multi-node), authenticated with the run token.
+
+It decodes frames and hands messages to a sink; it owns no state and no UI.
+A bad frame is counted and dropped; a peer without the token is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import os
+import time
+from typing import Protocol
+
+from ddptop.wire import protocol
+
+HELLO_TIMEOUT_S = 10.0  # a connection that has not said hello by then is closed
+MAX_UNAUTHENTICATED = 64  # beyond this, the oldest connection still waiting for its hello goes
+READ_CHUNK = 1 << 16
+
+
+class HubSink(Protocol):
+    def hub_message(self, msg: protocol.Message, now: float) -> None: ...
+    def hub_dropped(self, reason: str) -> None: ...
+    def hub_refused(self, reason: str) -> None: ...
+    def hub_disconnected(self, rank: int) -> None: ...
+    def hub_admit(self, hello: protocol.Hello) -> str | None: ...  # why not, or None to admit
+
+
+class Hub:
+    """`world_size`: the ranks torchrun was asked for; a hello outside it is refused."""
+
+    def __init__(self, token: str, sink: HubSink, world_size: int | None = None) -> None:
+        self._token = token
+        self._sink = sink
+        self.world_size = world_size
+        # connections still waiting for their hello, oldest first: a flood of idle
+        # connections evicts its own, never a rank that says hello at once
+        self._waiting: dict[asyncio.StreamWriter, None] = {}
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: dict[int, asyncio.StreamWriter] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._sticky: list[protocol.Command] = []  # replayed to ranks that connect later
+        self.address = ""
+
+    async def start_unix(self, path: str) -> str:
+        """Listen on `path`; its directory must already be private (0700)."""
+        self._quiet_accept_errors()
+        self._server = await asyncio.start_unix_server(self._serve, path=path)
+        os.chmod(path, 0o600)
+        self.address = f"unix:{path}"
+        return self.address
+
+    async def start_tcp(self, host: str, port: int = 0) -> str:
+        self._quiet_accept_errors()
+        self._server = await asyncio.start_server(self._serve, host=host, port=port)
+        sock = self._server.sockets[0]
+        bound_port = sock.getsockname()[1]
+        self.address = f"tcp:{host}:{bound_port}"
+        return self.address
+
+    def _quiet_accept_errors(self) -> None:
+        """Out of file descriptors (EMFILE) while accepting: asyncio retries every second and
+        logs a traceback each time; say it once, then count."""
+        loop = asyncio.get_running_loop()
+        previous = loop.get_exception_handler()
+        seen = [0]
+
+        def handler(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+            if "accept" in str(context.get("message", "")):
+                seen[0] += 1
+                if seen[0] == 1 or seen[0] % 100 == 0:
+                    self._sink.hub_refused(f"cannot accept connections ({context.get('exception')}); "
+                                           f"{seen[0]} time(s)")
+                return
+            if previous is not None:
+                previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
+
+        loop.set_exception_handler(handler)
+
+    @property
+    def connected_ranks(self) -> list[int]:
+        return sorted(self._writers)
+
+    async def broadcast(self, command: protocol.Command) -> int:
+        """Send a command to every authenticated rank, and to any that connects
+        later; returns how many got it now."""
+        self._sticky.append(command)
+        data = protocol.encode(command)
+        sent = 0
+        for writer in list(self._writers.values()):
+            try:
+                writer.write(data)
+                await writer.drain()
+                sent += 1
+            except (ConnectionError, OSError):
+                pass
+        return sent
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._writers.values()):
+            writer.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._writers.clear()
+
+    # --- one connection ---------------------------------------------------------------
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        rank: int | None = None
+        self._waiting[writer] = None
+        if len(self._waiting) > MAX_UNAUTHENTICATED:
+            oldest = next(iter(self._waiting))
+            self._waiting.pop(oldest)
+            oldest.close()
+            self._sink.hub_refused("too many connections without a hello: closed the oldest")
+        try:
+            rank = await self._authenticate(reader, writer)
+            self._waiting.pop(writer, None)
+            if rank is None:
+                return
+            await self._read_frames(reader, rank)
+        except (ConnectionError, OSError, asyncio.CancelledError):
+            pass  # a peer gone, or the hub closing: either way this connection is over
+        finally:
+            self._waiting.pop(writer, None)
+            if rank is not None and self._writers.get(rank) is writer:
+                del self._writers[rank]
+                self._sink.hub_disconnected(rank)
+            writer.close()
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> int | None:
+        try:
+            line = await asyncio.wait_for(reader.readline(), HELLO_TIMEOUT_S)
+        except (asyncio.TimeoutError, ValueError, asyncio.LimitOverrunError):
+            self._sink.hub_refused("no hello")
+            return None
+        try:
+            msg = protocol.decode(line)
+        except protocol.ProtocolError as exc:
+            self._sink.hub_refused(f"bad first frame ({exc.reason})")
+            return None
+        if not isinstance(msg, protocol.Hello):
+            self._sink.hub_refused("first frame is not a hello")
+            return None
+        if not hmac.compare_digest(msg.token.encode(), self._token.encode()):
+            self._sink.hub_refused(f"wrong token from rank {msg.rank} pid {msg.pid}")
+            return None
+        world = self.world_size
+        if world is not None and (msg.rank >= world or msg.world_size > world):
+            self._sink.hub_refused(f"rank {msg.rank} of world {msg.world_size}: this run has {world} rank(s)")
+            return None
+        if msg.rank in self._writers:
+            self._sink.hub_refused(f"a second hello for rank {msg.rank}, which is connected: refused")
+            return None
+        why = self._sink.hub_admit(msg)
+        if why:
+            self._sink.hub_refused(why)
+            return None
+        self._writers[msg.rank] = writer
+        self._sink.hub_message(msg, time.time())
+        for command in self._sticky:
+            writer.write(protocol.encode(command))
+        return msg.rank
+
+    async def _read_frames(self, reader: asyncio.StreamReader, rank: int) -> None:
+        buf = b""
+        discarding = False  # inside an oversized frame: skip to its newline
+        while True:
+            chunk = await reader.read(READ_CHUNK)
+            if not chunk:
+                return
+            buf += chunk
+            while True:
+                end = buf.find(b"\n")
+                if end < 0:
+                    break
+                line, buf = buf[:end], buf[end + 1 :]
+                if discarding:
+                    discarding = False
+                    continue
+                if line.strip():
+                    self._frame(line, rank)
+            if len(buf) > protocol.MAX_FRAME:
+                if not discarding:
+                    self._sink.hub_dropped("oversized")
+                discarding = True
+                buf = b""
+
+    def _frame(self, line: bytes, rank: int) -> None:
+        try:
+            msg = protocol.decode(line)
+        except protocol.ProtocolError as exc:
+            self._sink.hub_dropped(exc.reason)
+            return
+        if not isinstance(msg, (protocol.Steps, protocol.Bye, protocol.Info, protocol.CaptureReport)):
+            self._sink.hub_dropped(f"unexpected-{msg.kind}")
+        elif msg.rank != rank:
+            self._sink.hub_dropped("rank-mismatch")
+        else:
+            self._sink.hub_message(msg, time.time())

@@ -1,0 +1,180 @@
+"""Multi-node runs through torchrun's own c10d rendezvous: the command that joins node 0,
+where node 0's hub listens, and the runner of every other node.
+
+Node 0 runs a normal Session (its hub on TCP, the full views); a node with rank > 0 only
+launches its local torchrun, whose ranks report straight to node 0's hub, and keeps its own
+run directory. No torch here: torchrun is a child process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import ipaddress
+import shlex
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from ddptop.model.config import PRESETS, RunConfig, preset_config
+from ddptop.model.options import NodeOptions
+from ddptop.model.run_ids import new_run_id
+from ddptop.run.launcher import Launcher, build_plan
+from ddptop.run.logtail import LogTail
+from ddptop.run.recorder import new_run_dir, write_json
+from ddptop.wire import protocol
+
+STOPPED_EXIT = 130  # as a headless run stopped by a signal
+TAIL_ON_FAILURE = 20  # torchrun.log lines printed when the local torchrun fails
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def hub_bind_host(node: NodeOptions) -> str:
+    """Where node 0's hub listens. A loopback endpoint stays on loopback. Otherwise every
+    interface, as torchrun's own store does: the endpoint names node 0 as the other nodes
+    see it, and locally that name may resolve to a loopback alias (127.0.1.1 on Debian),
+    which no other node could reach. The token keeps strangers out."""
+    if is_loopback(node.rdzv_host):
+        return node.rdzv_host
+    return "::" if ":" in node.rdzv_host else "0.0.0.0"
+
+
+def port_free(host: str, port: int) -> bool:
+    """True if `port` can be bound here now (a taken hub port is a usage error, not a
+    run that fails after its ranks have started)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def run_args(config: RunConfig, user_cmd: list[str] | None = None) -> list[str]:
+    """ddptop arguments that rebuild `config` exactly on another node: the preset, then
+    every field that differs from it. Every node must run the same settings (each
+    trainer reads its own node's config.json), so the join command carries them all."""
+    preset = config.preset if config.preset in PRESETS else "baseline"
+    base = preset_config(preset, RunConfig(nproc=config.nproc))
+    args = ["--nproc", str(config.nproc), "--preset", preset]
+    for f in dataclasses.fields(RunConfig):
+        if f.name in ("preset", "nproc", "nccl_env"):
+            continue
+        value = getattr(config, f.name)
+        if value != getattr(base, f.name):
+            args += ["--set", f"{f.name}={str(value).lower() if isinstance(value, bool) else value}"]
+    for key, value in sorted(config.nccl_env.items()):
+        if base.nccl_env.get(key) != value:
+            args += ["--set", f"nccl_env.{key}={value}"]
+    if user_cmd:
+        args += ["--", *user_cmd]
+    return args
+
+
+def join_command(config: RunConfig, node: NodeOptions, user_cmd: list[str] | None = None,
+                 node_rank: str = "R") -> str:
+    """What to run on every other node (like `kubeadm join`). The token goes in the
+    environment (`DDPTOP_TOKEN=... ddptop ...`): a process's environment is private to its
+    user, its argv is in every user's `ps`."""
+    args = ["ddptop", "--nnodes", str(node.nnodes), "--node-rank", node_rank,
+            "--rdzv-endpoint", node.endpoint]
+    if node.hub_port != node.rdzv_port + 1:
+        args += ["--hub-port", str(node.hub_port)]
+    args += run_args(config, user_cmd)
+    env = f"{protocol.ENV_TOKEN}={shlex.quote(node.token)} "
+    return env + " ".join(shlex.quote(a) if a != node_rank else a for a in args)
+
+
+def join_instructions(config: RunConfig, node: NodeOptions, user_cmd: list[str] | None = None) -> str:
+    """What node 0 prints at start: where it listens and the exact join command."""
+    many = node.nnodes > 2
+    cmd = join_command(config, node, user_cmd, node_rank="R" if many else "1")
+    where = "on each other node, R = 1.." + str(node.nnodes - 1) if many else "on the other node"
+    lines = [f"ddptop: node 0 of {node.nnodes}: rendezvous at {node.endpoint}, hub at "
+             f"{node.rdzv_host}:{node.hub_port}; {where}, run:", f"    {cmd}"]
+    if is_loopback(node.rdzv_host):
+        lines.append(f"ddptop: note: {node.rdzv_host} is a loopback address: only this machine can join")
+    return "\n".join(lines)
+
+
+def _tree_size(launcher: Launcher) -> int:
+    return max(len(launcher.tree()) - 1, 0)  # torchrun's descendants: ranks and their workers
+
+
+async def run_worker_node(config: RunConfig, node: NodeOptions, runs_dir: Path,
+                          user_cmd: list[str] | None = None, interval: float = 3.0,
+                          out: TextIO = sys.stdout) -> int:
+    """Node `node.node_rank` > 0: its torchrun joins the rendezvous and its ranks report to
+    node 0's hub. Returns torchrun's exit code (130 when a signal here stopped it)."""
+
+    run_id = f"{new_run_id(config.preset)}-node{node.node_rank}"
+    run_dir = new_run_dir(Path(runs_dir), run_id)
+    plan = build_plan(config, run_dir, node.hub_addr, node.token, run_id, user_cmd, node=node)
+    write_json(run_dir / "config.json", {**config.to_dict(), "_launch": {
+        "run_id": run_id, "argv": plan.argv, "host": socket.gethostname(), "user_cmd": user_cmd,
+        "nnodes": node.nnodes, "node_rank": node.node_rank, "rdzv_endpoint": node.endpoint,
+        "rdzv_id": node.rdzv_id, "hub": f"{node.rdzv_host}:{node.hub_port}"}})
+    launcher = Launcher(plan)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    for sig in signals:
+        loop.add_signal_handler(sig, stopping.set)
+    tail = LogTail()
+    where = f"node {node.node_rank}/{node.nnodes}"
+    print(f"ddptop: {where}: run {run_id}, {config.world_size} local rank(s), records in {run_dir}; "
+          f"the live view is on node 0 (hub {node.rdzv_host}:{node.hub_port})", file=out, flush=True)
+    started = time.monotonic()
+    try:
+        await launcher.start()
+        waiter = asyncio.create_task(launcher.wait())
+        stop_wait = asyncio.create_task(stopping.wait())
+        while not waiter.done():
+            await asyncio.wait({waiter, stop_wait}, timeout=interval, return_when=asyncio.FIRST_COMPLETED)
+            for line in tail.read(plan.log_path):
+                print(f"torchrun: {line}", file=out, flush=True)
+            if stopping.is_set() and not waiter.done():
+                print(f"ddptop: {where}: stopping the local ranks", file=out, flush=True)
+                await launcher.stop()
+                break
+            if not waiter.done():
+                print(f"[{time.monotonic() - started:6.1f}s] {where}: torchrun running, "
+                      f"{_tree_size(launcher)} process(es) under it; the live view is on node 0",
+                      file=out, flush=True)
+        stop_wait.cancel()
+        rc = await waiter
+    finally:
+        # cancelled, failed, or completed with a script's daemon left: nothing outlives this node
+        await launcher.sweep(grace_s=2.0)
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+    lines = tail.read(plan.log_path)
+    if rc != 0 and not stopping.is_set():
+        lines = _last_lines(plan.log_path, TAIL_ON_FAILURE)
+    for line in lines:
+        print(f"torchrun: {line}", file=out, flush=True)
+    if stopping.is_set():
+        print(f"ddptop: {where}: stopped by a signal; logs in {run_dir}", file=out, flush=True)
+        return STOPPED_EXIT
+    print(f"ddptop: {where}: torchrun exited with code {rc}; logs in {run_dir}", file=out, flush=True)
+    return rc
+
+
+def _last_lines(path: Path, n: int) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()[-n:]
+    except OSError:
+        return []

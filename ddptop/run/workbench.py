@@ -1,0 +1,166 @@
+"""Workbench: the runs of one interactive ddptop session, for any front end.
+
+It creates a session per config (through its factory: an in-process `Session`,
+or a `ddptop.remote.viewer.RemoteSession` whose run lives in a supervisor process),
+remembers every run it started or attached to, knows the current one, and
+stops/restarts/detaches runs cleanly. UI-free (no Textual) and torch-free: the
+TUI gets one in its constructor and only calls these methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from ddptop.analysis.capture import Capture
+from ddptop.model.config import RunConfig
+from ddptop.model.state import RunState
+from ddptop.run import runs
+from ddptop.run.session import Session
+
+# Returns a Session or anything with its surface (state, run_id, run_dir, config, done,
+# run(), request_stop(), request_capture()), such as ddptop.remote.viewer.RemoteSession.
+SessionFactory = Callable[[RunConfig, Path, "list[str] | None"], Session]
+
+STOP_TIMEOUT_S = 30.0  # a clean stop; after it the run task is cancelled (which kills the tree)
+
+
+def _default_factory(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None) -> Session:
+    return Session(config, runs_dir, user_cmd=user_cmd)
+
+
+class Workbench:
+    """Owns the sessions of one interactive ddptop process.
+
+    The front end calls `new_session()` and awaits `run(session)` somewhere
+    (a Textual worker), reads `current.state`, and calls `stop()`/`restart()`.
+    """
+
+    def __init__(
+        self,
+        config: RunConfig,
+        runs_dir: Path,
+        user_cmd: list[str] | None = None,
+        session_factory: SessionFactory = _default_factory,
+    ) -> None:
+        self.config = config  # the config of the current (or next) run
+        self.runs_dir = Path(runs_dir)
+        self.user_cmd = user_cmd
+        self.sessions: list[Session] = []
+        self.baseline_id: str | None = None  # chosen reference run for speedups (None: automatic)
+        self._factory = session_factory
+        self._ended: dict[str, asyncio.Event] = {}
+        self._errors: dict[str, str] = {}
+
+    # --- runs -------------------------------------------------------------------------
+    @property
+    def current(self) -> Session | None:
+        return self.sessions[-1] if self.sessions else None
+
+    def new_session(self, config: RunConfig | None = None) -> Session:
+        """Create (not start) the next run; it becomes `current`."""
+        if config is not None:
+            self.config = config
+        session = self._factory(self.config, self.runs_dir, self.user_cmd)
+        self.sessions.append(session)
+        self._ended[session.run_id] = asyncio.Event()
+        return session
+
+    def attach(self, session: Session) -> Session:
+        """Make an existing run (e.g. a RemoteSession of a live supervisor) the current one."""
+        self.config = session.config
+        self.sessions.append(session)
+        self._ended[session.run_id] = asyncio.Event()
+        return session
+
+    async def run(self, session: Session) -> RunState:
+        """Run `session` to its end. Marks it ended even if it never got going (a
+        run directory that cannot be created raises before the session's own
+        bookkeeping), so `stop()` never waits for a run that is not there."""
+        try:
+            return await session.run()
+        except Exception as exc:
+            self._errors[session.run_id] = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            self._ended.setdefault(session.run_id, asyncio.Event()).set()
+
+    def is_live(self, session: Session | None = None) -> bool:
+        """True while the run may still have processes (started or about to start)."""
+        session = session or self.current
+        if session is None:
+            return False
+        ended = self._ended.get(session.run_id)
+        return not (session.done or (ended is not None and ended.is_set()))
+
+    def owns_current(self) -> bool:
+        """True when the current run ends with this front end (an in-process run, or a
+        supervised one this viewer owns); False for a detached run or another's run."""
+        session = self.current
+        if session is None:
+            return False
+        return not getattr(session, "detached", False) and getattr(session, "owner", True)
+
+    def can_detach(self) -> bool:
+        return self.is_live() and hasattr(self.current, "detach")
+
+    async def detach(self) -> str:
+        """Let the current run go on without this front end; returns how to come back.
+        RuntimeError when the run cannot outlive this process (in-process, or ended)."""
+        session = self.current
+        if session is None or not self.can_detach():
+            raise RuntimeError("no live supervised run to detach")
+        await session.detach()  # type: ignore[attr-defined]
+        return f"run {session.run_id} goes on detached; watch it again with: ddptop attach {session.run_id}"
+
+    def error(self, session: Session) -> str:
+        """Why `session` failed to run at all ('' if it ran)."""
+        return self._errors.get(session.run_id, "")
+
+    def request_stop(self, reason: str = "stopped by user") -> None:
+        """Ask the current run to stop at an agreed step; returns at once."""
+        if self.current is not None and self.is_live():
+            self.current.request_stop(reason)
+
+    async def stop(self, reason: str = "stopped by user", timeout: float = STOP_TIMEOUT_S) -> bool:
+        """Stop the current run and wait until it has ended (no process left).
+        Returns False if it did not end within `timeout`."""
+        session = self.current
+        if session is None or not self.is_live(session):
+            return True
+        session.request_stop(reason)
+        ended = self._ended[session.run_id]
+        try:
+            await asyncio.wait_for(ended.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def restart(self, config: RunConfig | None = None, reason: str = "settings changed") -> Session:
+        """Stop the current run cleanly, then create the next one with `config`
+        (default: the same config again). The caller starts it with `run()`."""
+        await self.stop(reason)
+        return self.new_session(config)
+
+    async def capture(self, count: int = 3) -> Capture:
+        """Profile the next `count` steps on every rank of the current run (the session
+        picks a step no rank has reached). RuntimeError when no run is live to capture."""
+        session = self.current
+        if session is None or not self.is_live(session) or not hasattr(session, "request_capture"):
+            raise RuntimeError("no live run to capture")
+        return await session.request_capture(count)
+
+    # --- comparison -------------------------------------------------------------------
+    def run_rows(self) -> list[runs.RunRow]:
+        """This session's runs (live ones from their state) and earlier ones from disk."""
+        mine = [runs.row_from_summary(s.state.summary(), run_dir=s.run_dir, this_session=True)
+                for s in self.sessions]
+        return runs.merge_rows(mine, runs.load_runs(self.runs_dir))
+
+    def runs_table(self) -> runs.RunsTable:
+        return runs.build_table(self.run_rows(), self.baseline_id)
+
+    def export_runs(self) -> Path:
+        """Write the runs table as Markdown into the runs directory; returns the file."""
+        return runs.export_markdown(self.runs_table(), self.runs_dir)

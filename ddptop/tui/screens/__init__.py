@@ -1,0 +1,1 @@
+"""The TUI's modal screens, one per file."""

@@ -1,0 +1,1 @@
+"""The TUI's widgets, one per file, named after the class."""

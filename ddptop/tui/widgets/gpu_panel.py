@@ -1,0 +1,237 @@
+"""GpuPanel: per-GPU NVML readings with a short utilisation history and the ranks
+on each GPU; without NVML, says why and shows each rank's CPU% and RSS.
+
+The sample is duck-typed (`state.gpu.gpus`, each with index, name, util, ...),
+read with getattr and defaults, so a sampler with fewer fields still renders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+from ddptop.model.report import fmt
+from ddptop.model.state import RunState
+from ddptop.tui.live import Snapshot
+from ddptop.tui.render import fmt_bytes, fmt_rate_kbs, spark
+
+NVML_COLUMNS = ("gpu", "name", "util", "memory", "power", "temp", "SM MHz", "PCIe tx/rx B/s",
+                "NVLink", "ranks", "util history")
+CPU_COLUMNS = ("rank", "pid", "host", "CPU %", "RSS")
+HISTORY_W = 16
+
+
+def _get(obj: Any, *names: str, default: Any = None) -> Any:
+    """The first attribute (or mapping key) of `names` that `obj` has and is not None."""
+    for name in names:
+        value = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+        if value is not None:
+            return value
+    return default
+
+
+def gpu_list(sample: Any) -> list[Any]:
+    gpus = _get(sample, "gpus", default=[]) if sample is not None else []
+    return list(gpus) if isinstance(gpus, (list, tuple)) else []
+
+
+def power_w(gpu: Any) -> float | None:
+    watts = _get(gpu, "power_w")
+    if watts is None and _get(gpu, "power_mw") is not None:
+        watts = _get(gpu, "power_mw") / 1000.0
+    return watts
+
+
+def nvlink_text(gpu: Any, rate: tuple[float, float] | None = None) -> str:
+    """Active links, and tx/rx throughput when two samples give a rate."""
+    active = _get(gpu, "nvlink_active")
+    if active is None:
+        states = _get(gpu, "nvlink_states")
+        if not isinstance(states, (list, tuple)):
+            return "n/a"
+        active = sum(1 for s in states if s == 1 or s is True)
+    text = f"{active} links" if active else "none"
+    if rate is not None and active:
+        text += f" {fmt_rate_kbs(rate[0])}/{fmt_rate_kbs(rate[1])}"
+    return text
+
+
+def nvlink_rates(history: list[Any]) -> dict[Any, tuple[float, float]]:
+    """GPU index -> (tx, rx) KiB/s from the cumulative counters of the last two samples."""
+    if len(history) < 2:
+        return {}
+    a, b = history[-2], history[-1]
+    dt = (_get(b, "t", default=0.0) or 0.0) - (_get(a, "t", default=0.0) or 0.0)
+    if dt <= 0:
+        return {}
+    before = {_get(g, "index"): g for g in gpu_list(a)}
+    rates = {}
+    for g in gpu_list(b):
+        old = before.get(_get(g, "index"))
+        vals = [_get(x, key) for x in (old, g) if x is not None
+                for key in ("nvlink_tx_kib", "nvlink_rx_kib")]
+        if old is None or len(vals) != 4 or any(v is None for v in vals):
+            continue
+        rates[_get(g, "index")] = ((vals[2] - vals[0]) / dt, (vals[3] - vals[1]) / dt)
+    return rates
+
+
+def gpu_pids(gpu: Any) -> set[int]:
+    pids = _get(gpu, "pids")
+    if pids is None:
+        pids = [_get(p, "pid") for p in _get(gpu, "processes", default=()) or ()]
+    return {int(p) for p in pids if p is not None}
+
+
+def ranks_on_gpu(gpu: Any, state: RunState) -> list[int]:
+    """Ranks whose process runs on `gpu`: from the sample's pids (or ranks), else
+    from the rank's device string (`cuda:N` local to its host)."""
+    explicit = _get(gpu, "ranks")
+    if isinstance(explicit, (list, tuple)):
+        return sorted(int(r) for r in explicit)
+    pids = gpu_pids(gpu)
+    by_pid = [r for r, rs in state.ranks.items() if rs.hello and rs.hello.pid in pids]
+    if by_pid:
+        return sorted(by_pid)
+    index = _get(gpu, "index")
+    return sorted(r for r, rs in state.ranks.items()
+                  if rs.hello and rs.hello.device in (f"cuda:{index}",))
+
+
+def nccl_text(report: Any) -> Text | None:
+    """One line on what NCCL chose (from the run's NCCL_DEBUG logs), or None."""
+    if report is None or not _get(report, "nccl_lines", default=0):
+        return None
+    text = Text.assemble(("NCCL ", "bold"), str(_get(report, "version", default="?")))
+    nranks = _get(report, "nranks")
+    if nranks:
+        text.append(f"  {nranks} ranks")
+    network = _get(report, "network")
+    if network:
+        text.append_text(Text.assemble(("  network ", "dim"), str(network)))
+    transports = _get(report, "transports", default={}) or {}
+    labels = {(a, b): _get(t, "label", default="?") for (a, b), t in sorted(transports.items())}
+    if labels:
+        kinds = sorted(set(labels.values()))
+        if len(kinds) == 1:
+            text.append_text(Text.assemble(("  transport ", "dim"), f"{kinds[0]} (all pairs)"))
+        else:
+            pairs = ", ".join(f"{a}→{b} {lab}" for (a, b), lab in list(labels.items())[:6])
+            text.append_text(Text.assemble(("  transports ", "dim"), pairs))
+    try:
+        algos = report.algorithms()
+    except Exception:  # noqa: BLE001 - a foreign report shape must not break the panel
+        algos = {}
+    if algos:
+        text.append_text(Text.assemble(("  algorithms ", "dim"), "; ".join(
+            f"{op} {'/'.join(sorted(v))}" for op, v in sorted(algos.items()))))
+    return text
+
+
+class GpuPanel(Vertical):
+    """Call `show(snapshot)` to refresh."""
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="gpu-note")
+        yield Static("", id="nccl-note")
+        yield DataTable(id="gpu-table", cursor_type="row", zebra_stripes=True)
+
+    def on_mount(self) -> None:
+        self._mode = ""
+
+    def _set_mode(self, mode: str) -> DataTable:
+        table = self.query_one("#gpu-table", DataTable)
+        if mode != self._mode:
+            table.clear(columns=True)
+            for name in NVML_COLUMNS if mode == "nvml" else CPU_COLUMNS:
+                table.add_column(name, key=name)
+            self._mode = mode
+        return table
+
+    def show(self, snap: Snapshot) -> None:
+        state = snap.state
+        gpus = gpu_list(state.gpu)
+        nccl = nccl_text(state.nccl)
+        nccl_note = self.query_one("#nccl-note", Static)
+        nccl_note.display = nccl is not None
+        if nccl is not None:
+            nccl_note.update(nccl)
+        note = self.query_one("#gpu-note", Static)
+        if gpus:
+            driver = _get(state.gpu, "driver", default="")
+            note.update(Text.assemble(("NVML", "bold"), f"  {len(gpus)} GPU(s)",
+                                      ("  driver ", "dim"), str(driver or "?")))
+            self._show_gpus(gpus, state)
+        else:
+            reason = state.gpu_unavailable.removeprefix("NVML not available: ")
+            note.update(Text.assemble(("no NVML: ", "bold #c79100"),
+                                      (reason or "no GPU sample yet", "bold #c79100"),
+                                      ("  (showing each rank's CPU and memory instead)", "dim")))
+            self._show_procs(state)
+
+    def _util_history(self, state: RunState) -> dict[Any, list[float]]:
+        history: dict[Any, list[float]] = {}
+        for sample in list(state.gpu_history)[-HISTORY_W:]:
+            for gpu in gpu_list(sample):
+                util = _get(gpu, "util_pct", "util")
+                if util is not None:
+                    history.setdefault(_get(gpu, "index"), []).append(float(util))
+        return history
+
+    def _show_gpus(self, gpus: list[Any], state: RunState) -> None:
+        table = self._set_mode("nvml")
+        history = self._util_history(state)
+        rates = nvlink_rates(list(state.gpu_history)[-2:])
+        rows = []
+        for gpu in gpus:
+            index = _get(gpu, "index", default="?")
+            used, total = _get(gpu, "mem_used"), _get(gpu, "mem_total")
+            memory = f"{fmt_bytes(used)}/{fmt_bytes(total)}" if total else fmt_bytes(used)
+            watts = power_w(gpu)
+            limit = _get(gpu, "power_limit_w")
+            if limit is None and _get(gpu, "power_limit_mw") is not None:
+                limit = _get(gpu, "power_limit_mw") / 1000.0
+            power = fmt(watts, ".0f") + ("" if limit is None else f"/{limit:.0f}") + " W"
+            ranks = ranks_on_gpu(gpu, state)
+            rows.append((str(index), [
+                str(index), str(_get(gpu, "name", default="?")),
+                Text(fmt(_get(gpu, "util_pct", "util"), ".0f") + " %", justify="right"),
+                memory, power,
+                Text(fmt(_get(gpu, "temp_c"), ".0f") + " C", justify="right"),
+                Text(fmt(_get(gpu, "sm_clock_mhz", "sm_clock"), ".0f"), justify="right"),
+                f"{fmt_rate_kbs(_get(gpu, 'pcie_tx_kbs'))}/{fmt_rate_kbs(_get(gpu, 'pcie_rx_kbs'))}",
+                nvlink_text(gpu, rates.get(index)),
+                ",".join(map(str, ranks)) or "-",
+                spark(history.get(index, []), HISTORY_W, 0.0, 100.0),
+            ]))
+        self._fill(table, rows)
+
+    def _show_procs(self, state: RunState) -> None:
+        table = self._set_mode("cpu")
+        rows = []
+        for r in sorted(state.ranks):
+            hello = state.ranks[r].hello
+            pid = hello.pid if hello else None
+            stats = state.proc_stats.get(pid) if pid is not None else None
+            cpu, rss = (stats if stats else (None, None))
+            rows.append((str(r), [
+                str(r), str(pid or "-"), hello.host if hello else "-",
+                Text(fmt(cpu, ".0f", "n/a"), justify="right"),
+                Text(fmt_bytes(rss) if rss is not None else "n/a", justify="right"),
+            ]))
+        self._fill(table, rows)
+
+    @staticmethod
+    def _fill(table: DataTable, rows: list[tuple[str, list[Any]]]) -> None:
+        keys = [k for k, _ in rows]
+        if [rk.value for rk in table.rows] != keys:
+            table.clear()
+            for key, cells in rows:
+                table.add_row(*cells, key=key)
+            return
+        for key, cells in rows:
+            for col, value in zip(table.columns, cells):
+                table.update_cell(key, col, value)

@@ -1,0 +1,174 @@
+"""RankTable: one row per rank: where it runs, step, recent p50/p95, phase bar,
+samples/s and status; the slowest rank is marked. Scrolls for many ranks. A
+multi-node run groups the rows by node, each group under a header line.
+
+Rows are drawn through LinesView (line API), not DataTable: DataTable re-renders
+every visible cell whenever any cell changes, which alone took ~45 ms per refresh
+with 64 ranks; here a refresh costs what the changed rows cost."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
+
+from ddptop.model.report import fmt
+from ddptop.model.state import RunState
+from ddptop.tui.live import Snapshot, rank_location
+from ddptop.tui.render import SLOW_STYLE, STATUS_STYLES, legend, phase_bar, truncate
+from ddptop.tui.widgets.lines_view import LinesView
+
+# key, label, width (None: the phase bar takes what is left), right-aligned
+COLUMNS = (
+    ("rank", "rank", 4, False),
+    ("where", "host/device", 12, False),
+    ("step", "step", 6, True),
+    ("p50", "p50 ms", 6, True),
+    ("p95", "p95 ms", 6, True),
+    ("phases", "phases", None, False),
+    ("samples", "samples/s", 9, True),
+    ("status", "status", 9, False),
+)
+GAP = "  "
+MIN_BAR, MAX_BAR = 8, 40
+CHROME = 3  # border top and bottom + the header line
+NODE_STYLE = "bold #5fafd7"
+
+
+def node_groups(state: RunState) -> list[tuple[Text, list[int]]] | None:
+    """Ranks by ddptop node, each with its header line (node, hosts, rank count); None on
+    a single-node run. Ranks whose hello has not arrived come last, as "not connected"."""
+    if state.nnodes <= 1:
+        return None
+    by_node: dict[int | None, list[int]] = {}
+    hosts: dict[int | None, list[str]] = {}
+    for r in sorted(state.ranks):
+        hello = state.ranks[r].hello
+        node = hello.node if hello is not None else None
+        by_node.setdefault(node, []).append(r)
+        if hello is not None and hello.host not in hosts.setdefault(node, []):
+            hosts[node].append(hello.host)
+    groups = []
+    for node in sorted(by_node, key=lambda n: (n is None, n or 0)):
+        ranks = by_node[node]
+        what = "not connected yet" if node is None else f"node {node} · {', '.join(hosts[node])}"
+        head = Text(f"{what} · {len(ranks)} rank{'s' if len(ranks) != 1 else ''}", style=NODE_STYLE,
+                    no_wrap=True, overflow="ellipsis")
+        groups.append((head, ranks))
+    return groups
+
+
+def cell(value: Text | str, width: int, right: bool = False) -> Text:
+    text = value.copy() if isinstance(value, Text) else Text(value)
+    text.truncate(width, overflow="ellipsis")
+    text.align("right" if right else "left", width)
+    return text
+
+
+def join_cells(cells: list[Text], widths: list[int], rights: list[bool]) -> Text:
+    row = Text(no_wrap=True, overflow="crop")
+    for i, (value, width, right) in enumerate(zip(cells, widths, rights)):
+        if i:
+            row.append(GAP)
+        row.append_text(cell(value, width, right))
+    return row
+
+
+class RankTable(Vertical):
+    """Live per-rank table; call `show(snapshot)` to refresh it."""
+
+    def __init__(self, **kwargs) -> None:  # noqa: ANN003 - Widget's options
+        super().__init__(**kwargs)
+        self._last: Snapshot | None = None
+        self._rows_for = -1
+        self._header_for: tuple[int, bool] | None = None
+        self.border_title = "ranks"
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="rank-header")
+        yield LinesView(id="rank-rows")
+
+    @property
+    def body(self) -> LinesView:
+        return self.query_one("#rank-rows", LinesView)
+
+    def row_texts(self) -> list[str]:
+        """The rows as plain text (tests, screen readers of a sort)."""
+        return [t.plain for t in self.body.lines]
+
+    def focus(self, scroll_visible: bool = True) -> RankTable:
+        self.body.focus(scroll_visible)
+        return self
+
+    def bar_width(self) -> int:
+        width = self.body.content_region.width or 100
+        fixed = sum(w for _, _, w, _ in COLUMNS if w) + len(GAP) * (len(COLUMNS) - 1)
+        return max(MIN_BAR, min(MAX_BAR, width - fixed - 1))  # 1: the scrollbar, if any
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self._last is not None:
+            self.show(self._last)
+
+    def show(self, snap: Snapshot) -> None:
+        self._last = snap
+        state = snap.state
+        groups = node_groups(state)
+        rows = len(state.ranks) + (len(groups) if groups else 0)
+        if rows != self._rows_for:
+            # Fit the rows (the CSS max-height caps it; past that, the body scrolls).
+            self._rows_for = rows
+            self.styles.height = rows + CHROME
+        bar_w = self.bar_width()
+        widths = [w or bar_w for _, _, w, _ in COLUMNS]
+        rights = [r for *_, r in COLUMNS]
+        if (bar_w, snap.with_comm) != self._header_for:
+            self._header_for = (bar_w, snap.with_comm)
+            header = join_cells([Text(label, style="bold") for _, label, _, _ in COLUMNS],
+                                widths, rights)
+            self.query_one("#rank-header", Static).update(header)
+            self.border_subtitle = legend(snap.phase_names) + Text("▲ slowest", style=SLOW_STYLE)
+        slow = snap.slowest if state.world_size > 1 else None
+        flags = rank_flags(snap)
+        # a row is a rank, or a node's header line (Text) on a multi-node run
+        items: list[int | Text] = list(sorted(state.ranks)) if groups is None else [
+            item for head, ranks in groups for item in (head, *ranks)]
+
+        def line(i: int) -> Text:
+            item = items[i]
+            return item if isinstance(item, Text) else self._row(item, snap, item == slow, bar_w, flags.get(item))
+
+        self.body.set_lines(self.body.lines_in_view(len(items), line))
+
+    @staticmethod
+    def _row(r: int, snap: Snapshot, is_slow: bool, bar_w: int, flag: str | None = None) -> Text:
+        # Plain string formatting plus a few spans: building each cell as its own
+        # Text (truncate, align, append) cost ~4x more at 64 ranks.
+        rs, f = snap.state.ranks[r], snap.ranks[r]
+        status = flag or snap.status[r]
+        left = (
+            f"{('▲' if is_slow else ' ') + str(r):<4.4}{GAP}{truncate(rank_location(rs), 12):<12}{GAP}"
+            f"{rs.last_step + 1 if rs.last_step >= 0 else '-':>6}{GAP}"
+            f"{fmt(f.p50, '.1f', '-'):>6}{GAP}{fmt(f.p95, '.1f', '-'):>6}{GAP}"
+        )
+        right = f"{GAP}{fmt(f.samples_per_s, '.0f', '-'):>9}{GAP}"
+        row = Text(left, no_wrap=True, overflow="crop")
+        if is_slow:
+            row.stylize(SLOW_STYLE, 0, 4)
+            row.stylize(SLOW_STYLE, 28, 34)  # p50
+        row.append_text(phase_bar(f.phases, bar_w))
+        row.append(right)
+        row.append(f"{status:<9.9}", STATUS_STYLES.get(status, ""))
+        return row
+
+
+def rank_flags(snap: Snapshot) -> dict[int, str]:
+    """rank -> what the status column says instead: the ranks a stall suspects, the
+    straggler (a suspect wins: a hang matters more than a slow rank)."""
+    flags = {}
+    if snap.straggler is not None:
+        flags[snap.straggler.rank] = "straggler"
+    if snap.stall is not None:
+        flags.update(dict.fromkeys(snap.stall.suspects, "suspect"))
+    return flags

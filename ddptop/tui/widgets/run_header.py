@@ -1,0 +1,116 @@
+"""RunHeader: three lines about the current run (identity, status, throughput)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ddptop.model.report import fmt
+from ddptop.model.state import RunState
+from ddptop.tui.live import Snapshot
+from ddptop.tui.render import SLOW_STYLE, fmt_duration, status_text
+
+
+def _hello_field(state: RunState, name: str) -> str:
+    """What the ranks said of themselves: their hello, or a fact their instrument sent later."""
+    for rs in state.ranks.values():
+        if rs.hello is not None and getattr(rs.hello, name, ""):
+            return str(getattr(rs.hello, name))
+        if rs.info.get(name):
+            return str(rs.info[name])
+    return ""
+
+
+def hook_text(cfg: dict) -> str:
+    """The active DDP comm hook, with PowerSGD's rank and start iteration."""
+    hook = str(cfg.get("comm_hook", "none") or "none")
+    if hook == "powersgd":
+        hook += f" r{cfg.get('powersgd_rank', '?')}"
+    return hook
+
+
+def warm_up_text(cfg: dict) -> str:
+    hook = cfg.get("comm_hook")
+    if hook == "powersgd":
+        return (f"PowerSGD warm-up: plain all-reduce until iteration "
+                f"{cfg.get('powersgd_start_iter', '?')}")
+    return f"{hook} hook warming up: plain all-reduce"
+
+
+def script_ddp_text(state: RunState) -> tuple[tuple[str, str], ...]:
+    """A user's script: what ddptop changed in its DDP() call, or what the script asked
+    for when ddptop changed nothing (as its instrument read them)."""
+    changed, asked = _hello_field(state, "ddp_set"), _hello_field(state, "ddp_asked")
+    if not changed:
+        return ()
+    if changed.startswith("nothing"):
+        return ("  DDP as the script asked ", "dim"), (asked or "?", "")
+    return ("  ddptop changed ", "dim"), (changed, "bold")
+
+
+class RunHeader(Static):
+    """Run id, preset, world size, backend, model, status, elapsed, rates."""
+
+    _shown: Text | None = None
+
+    def show(self, snap: Snapshot) -> None:
+        state, now = snap.state, snap.now
+        cfg = state.config
+        backend = _hello_field(state, "backend") or str(cfg.get("backend", "?"))
+        model = _hello_field(state, "model") or str(cfg.get("model", "?"))
+        if state.command:  # the user's own script: what ran is the command, not a preset
+            command = " ".join(state.command)
+            what = ("  script ", "dim"), (command if len(command) <= 70 else command[:67] + "…", "bold")
+        else:
+            what = ("  preset ", "dim"), (str(cfg.get("preset", "?")), "bold")
+        line1 = Text.assemble(
+            ("● ", status_text(state.status).style), status_text(state.status),
+            f" {fmt_duration(state.elapsed(now))}  ",
+            ("run ", "dim"), (state.run_id, "bold"),
+            *what,
+        )
+        steps = cfg.get("steps", 0)
+        line2 = Text.assemble(
+            ("world ", "dim"), str(state.world_size),
+            (f" on {state.nnodes} nodes" if state.nnodes > 1 else "", "dim"),
+            ("  backend ", "dim"), backend,
+            ("  model ", "dim"), model,
+            ("  step ", "dim"), f"{max(state.current_step + 1, 0)}" + (f"/{steps}" if steps else ""),
+            ("  hook ", "dim"), (_hello_field(state, "comm_hook") or "?") if state.command else hook_text(cfg),
+            *(script_ddp_text(state) if state.command else ()),
+        )
+        connected = sum(1 for rs in state.ranks.values() if rs.hello is not None)
+        line3 = Text()
+        if state.status == "starting":
+            line3.append(f"waiting for ranks: {connected}/{state.world_size} connected", style="italic")
+        else:
+            line3.append_text(Text.assemble(
+                ("steps/s ", "dim"), (fmt(snap.steps_per_s, ".2f"), "bold"),
+                ("  samples/s ", "dim"), (fmt(snap.samples_per_s, ".1f"), "bold"),
+            ))
+            slow = snap.slowest
+            if slow is not None and state.world_size > 1:
+                line3.append("  slowest ", style="dim")
+                line3.append(f"rank {slow}", style=SLOW_STYLE)
+        comm = snap.comm
+        if comm is not None and comm[0] is None:
+            line3.append("  exposed comm ", style="dim")
+            line3.append(f"{comm[1]:.0%}", style="bold")
+            line3.append(" of step (total: nccl_timing)", style="dim")
+        elif comm is not None:
+            line3.append("  comm ", style="dim")
+            line3.append(f"{comm[0]:.0%}", style="bold")
+            line3.append(" of step, exposed ", style="dim")
+            line3.append(f"{comm[1]:.0%}", style="bold")
+        if snap.warming_up:
+            line3.append("  " + warm_up_text(cfg), style="bold #c79100")
+        if state.error:
+            # Why it ended goes first: the end of a long line is what a narrow terminal cuts.
+            failed = f"rank {state.failed_rank}: " if state.failed_rank is not None else ""
+            line3 = Text(failed + state.error + "  ", style="bold #d7503c").append_text(line3)
+        if state.total_dropped:
+            line3.append(f"  dropped frames {state.total_dropped}", style="#c79100")
+        text = Text("\n").join([line1, line2, line3])
+        if text != self._shown:  # most refreshes change nothing but a second or two
+            self._shown = text
+            self.update(text, layout=False)  # fixed height (CSS): no layout pass

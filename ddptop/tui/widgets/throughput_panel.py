@@ -1,0 +1,101 @@
+"""ThroughputPanel: steps/s over the run (sparkline) and each rank's recent step
+times on one shared scale, so a slow or jittery rank stands out."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Sparkline, Static
+
+from ddptop.model.report import fmt
+from ddptop.tui.live import Snapshot
+from ddptop.tui.render import PHASE_COLORS, PHASE_SHORT, SLOW_STYLE, spark
+from ddptop.tui.widgets.lines_view import LinesView
+
+
+class ThroughputPanel(Horizontal):
+    """Call `show(snapshot)` to refresh."""
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="rate-box"):
+            yield Static("steps/s: waiting for steps", id="rate-label")
+            yield Sparkline([], id="rate-spark")
+            yield Static("", id="rate-facts")
+        yield LinesView(cursor=False, id="step-times")
+
+    def on_mount(self) -> None:
+        self.query_one("#rate-box").border_title = "steps/s over the run"
+        self.query_one("#step-times").border_title = "step time per rank (recent)"
+
+    def show(self, snap: Snapshot) -> None:
+        state = snap.state
+        rates = [rate for _, rate in state.history]
+        label = self.query_one("#rate-label", Static)
+        spark_widget = self.query_one("#rate-spark", Sparkline)
+        if rates:
+            _update(label, Text.assemble(
+                ("now ", "dim"), (fmt(rates[-1], ".2f"), "bold"),
+                ("  min ", "dim"), fmt(min(rates), ".2f"),
+                ("  max ", "dim"), fmt(max(rates), ".2f"),
+            ))
+            width = max(spark_widget.content_region.width, 10)
+            # The sparkline buckets its data to its width; feed it no more than
+            # a few points per cell so a long run stays cheap to draw.
+            data = rates[-width * 4:]
+            if data != spark_widget.data:
+                spark_widget.data = data
+        else:
+            _update(label, Text("waiting for steps…", style="dim"))
+        self.query_one("#step-times", LinesView).set_lines(self._step_lines(snap))
+        _update(self.query_one("#rate-facts", Static), self._facts(snap))
+
+    @staticmethod
+    def _facts(snap: Snapshot) -> Text:
+        """The phase split in words (the bar's colours are lost on some terminals)
+        and whole-run percentiles."""
+        figs = [f for f in snap.ranks.values() if f.p50 is not None]
+        if not figs:
+            return Text("")
+        text = Text("step split ", style="dim")
+        totals = {p: sum(f.phases.get(p, 0.0) for f in figs) for p in snap.phase_names}
+        whole = sum(totals.values()) or 1.0
+        for p in snap.phase_names:
+            text.append(f"{PHASE_SHORT[p]} ", style=PHASE_COLORS[p])
+            text.append(f"{totals[p] / whole:.0%}  ")
+        state = snap.state
+        p50, p95 = state.step_ms_pcts(50, 95)
+        if p50 is not None:
+            text.append("\nwhole run ", style="dim")
+            text.append(f"p50 {fmt(p50)} ms  p95 {fmt(p95)} ms")
+            text.append(f" (after {state.warmup} warmup steps)", style="dim")
+        return text
+
+    def _step_lines(self, snap: Snapshot) -> list[Text]:
+        box = self.query_one("#step-times", LinesView)
+        width = max(box.content_region.width - 16, 8)
+        series = {r: f.step_ms[-width:] for r, f in sorted(snap.ranks.items())}
+        values = [v for vs in series.values() for v in vs]
+        if not values:
+            return [Text("no steps yet", style="dim")]
+        lo, hi = min(values), max(values)
+        slow = snap.slowest
+        ranks = list(series)
+
+        def line(i: int) -> Text:
+            r = ranks[i]
+            vs = series[r]
+            text = Text(no_wrap=True)
+            text.append(f"r{r:<3}", style=SLOW_STYLE if r == slow else "dim")
+            text.append(spark(vs, width, lo, hi).ljust(width), style=SLOW_STYLE if r == slow else "")
+            text.append(f" {fmt(vs[-1] if vs else None, '.1f', '-'):>6} ms")
+            return text
+
+        return box.lines_in_view(len(ranks), line)
+
+
+def _update(widget: Static, text: Text) -> None:
+    """Repaint only on change: a Static update costs a layout pass."""
+    if getattr(widget, "_ddptop_shown", None) != text:
+        widget._ddptop_shown = text  # type: ignore[attr-defined]
+        widget.update(text, layout=False)  # fixed height (CSS): no layout pass
