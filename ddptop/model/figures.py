@@ -125,10 +125,11 @@ class RankWindow:
         for i, v in enumerate(row):
             if v is not None:
                 sums[i] += sign * v
-        if row[_STEP] is not None:
+        step = row[_STEP]
+        if step is not None:
             if sign > 0:
-                self.steps.append(row[_STEP])
-                self.own.append(row[_STEP] - (row[_EXPOSED] or 0.0))
+                self.steps.append(step)
+                self.own.append(step - (row[_EXPOSED] or 0.0))
             else:
                 self.steps.popleft()
                 self.own.popleft()

@@ -58,10 +58,10 @@ def status_line(state: RunState, now: float) -> str:
             f"{fmt(snap.samples_per_s, '.1f')} samples/s",
             f"p50 {fmt(snap.p50_ms)} ms",
         ]
-        if snap.comm is not None and snap.comm[0] is None:
-            parts.append(f"exposed comm {100 * snap.comm[1]:.0f}%")
-        elif snap.comm is not None:
-            parts.append(f"comm {100 * snap.comm[0]:.0f}% (exposed {100 * snap.comm[1]:.0f}%)")
+        if snap.comm is not None:
+            total, exposed = snap.comm
+            parts.append(f"exposed comm {100 * (exposed or 0.0):.0f}%" if total is None
+                         else f"comm {100 * total:.0f}% (exposed {100 * (exposed or 0.0):.0f}%)")
         if snap.straggler is not None:
             s = snap.straggler
             parts.append(f"straggler rank {s.rank} ({s.phase} +{s.excess_ms:.0f} ms)")

@@ -182,8 +182,11 @@ class WebServer(Server):
             service: ViewerService | None = None
             try:
                 await websocket.prepare(request)
+                async def close_page() -> None:
+                    await websocket.close()
+
                 service = ViewerService(self.command, write_bytes=websocket.send_bytes,
-                                        write_str=websocket.send_str, close=websocket.close,
+                                        write_str=websocket.send_str, close=close_page,
                                         download_manager=self.download_manager, debug=self.debug)
                 await service.start(to_int(request.query.get("width", "80"), 80),
                                     to_int(request.query.get("height", "24"), 24))

@@ -315,7 +315,7 @@ def remove_stale_socket_dirs(tmp: Path) -> list[Path]:
     (an OOM kill, a kill of the whole session): this user's, of mkdtemp's shape, holding
     at most a hub.sock that nobody listens on, and older than a minute. Returns those
     removed."""
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = [d for d in tmp.iterdir()  # ddptop-UID is the live registry (ddptop.remote.live)
                       if _SOCKET_DIR.fullmatch(d.name) and d.name != f"ddptop-{os.getuid()}"]

@@ -87,7 +87,7 @@ def _num(value: Any) -> float | None:
 
 def row_from_summary(summary: dict[str, Any], run_dir: Path | str = "",
                      this_session: bool = False) -> RunRow:
-    config = summary.get("config") if isinstance(summary.get("config"), dict) else {}
+    config: dict[str, Any] = summary["config"] if isinstance(summary.get("config"), dict) else {}
     world = summary.get("world_size")
     return RunRow(
         run_id=str(summary.get("run_id") or Path(run_dir).name),
@@ -107,7 +107,7 @@ def row_from_summary(summary: dict[str, Any], run_dir: Path | str = "",
 
 def row_from_config(config: dict[str, Any], run_dir: Path) -> RunRow:
     """A run with no summary.json: still running elsewhere, or killed hard."""
-    launch = config.get("_launch") if isinstance(config.get("_launch"), dict) else {}
+    launch: dict[str, Any] = config["_launch"] if isinstance(config.get("_launch"), dict) else {}
     nproc = config.get("nproc")
     ddp = config.get("ddp", True)
     return RunRow(

@@ -12,12 +12,13 @@ No torch, no sockets, no subprocesses.
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import select
 import signal
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from textual.driver import Driver
 from textual.drivers.linux_driver import LinuxDriver
@@ -46,14 +47,14 @@ class _Lost:
     def _init_lost(self) -> None:
         self.lost_reason = ""
         self._lost_lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lost_loop: asyncio.AbstractEventLoop | None = None  # the app's, once it runs
 
     def _lost(self, reason: str) -> None:
         with self._lost_lock:
             if self.lost_reason:
                 return
             self.lost_reason = reason
-        loop = self._loop
+        loop = self._lost_loop
         if loop is not None and not loop.is_closed():
             try:
                 loop.call_soon_threadsafe(self._app.post_message, TerminalLost(reason))
@@ -85,6 +86,9 @@ class _GuardedOutput:
     def flush(self) -> None:
         self._guard(self._file.flush)
 
+    def fileno(self) -> int:
+        return int(self._file.fileno())
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._file, name)
 
@@ -112,13 +116,14 @@ class TerminalDriver(_Lost, LinuxDriver):
     def __init__(self, app: Any, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
         self._init_lost()
-        self._file = _GuardedOutput(self._file, self._lost)
+        self._guarded = _GuardedOutput(self._file, self._lost)
+        self._file = cast(io.TextIOWrapper, self._guarded)  # duck-typed: write, flush, fileno
         self._stop_watch = threading.Event()
 
     def start_application_mode(self) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._loop = self._lost_loop = asyncio.get_running_loop()
         super().start_application_mode()
-        fds = sorted({self.fileno, self._file.fileno()})
+        fds = sorted({self.fileno, self._guarded.fileno()})
         threading.Thread(target=_watch_hangup, args=(fds, self._stop_watch, self._lost),
                          name="ddptop-hangup", daemon=True).start()
 
@@ -145,7 +150,7 @@ class PageDriver(_Lost, WebDriver):
     def __init__(self, app: Any, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
         self._init_lost()
-        self._write = self._write_all  # type: ignore[method-assign]
+        self._write = self._write_all  # type: ignore[method-assign,assignment]
 
     def _write_all(self, data: bytes) -> None:
         if self.lost_reason:
@@ -158,7 +163,7 @@ class PageDriver(_Lost, WebDriver):
             self._lost(f"the web server stopped reading ({exc.strerror or exc})")
 
     def start_application_mode(self) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._loop = self._lost_loop = asyncio.get_running_loop()
         super().start_application_mode()
 
     def run_input_thread(self) -> None:

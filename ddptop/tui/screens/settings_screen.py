@@ -191,8 +191,8 @@ class SettingsScreen(Screen["RunConfig | None"]):
                 yield Select(options, value=preset, allow_blank=False, compact=True, id="knob-preset")
                 yield Label(self._preset_help(preset), classes="knob-help", id="preset-help")
             listed: set[str] = set()
-            for title, names in sections(self.script):
-                names = [n for n in names if n in self.names and n not in listed]
+            for title, section in sections(self.script):
+                names = [n for n in section if n in self.names and n not in listed]
                 if not names:
                     continue
                 yield Label(title, classes="knob-section")

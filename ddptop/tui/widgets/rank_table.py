@@ -132,8 +132,11 @@ class RankTable(Vertical):
         slow = snap.slowest if state.world_size > 1 else None
         flags = rank_flags(snap)
         # a row is a rank, or a node's header line (Text) on a multi-node run
-        items: list[int | Text] = list(sorted(state.ranks)) if groups is None else [
-            item for head, ranks in groups for item in (head, *ranks)]
+        items: list[int | Text] = list(sorted(state.ranks))
+        if groups is not None:
+            items = []
+            for head, ranks in groups:
+                items += [head, *ranks]
 
         def line(i: int) -> Text:
             item = items[i]

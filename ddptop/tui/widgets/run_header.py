@@ -14,7 +14,7 @@ from ddptop.tui.render import SLOW_STYLE, fmt_duration, status_text
 def _hello_field(state: RunState, name: str) -> str:
     """What the ranks said of themselves: their hello, or a fact their instrument sent later."""
     for rs in state.ranks.values():
-        if rs.hello is not None and getattr(rs.hello, name, ""):
+        if rs.hello is not None and getattr(rs.hello, name, None):
             return str(getattr(rs.hello, name))
         if rs.info.get(name):
             return str(rs.info[name])
