@@ -2,159 +2,33 @@
 
 Pure: no I/O, no asyncio, no UI. Memory is bounded whatever the run length:
 recent records live in ring buffers, whole-run percentiles in log-binned
-histograms (about 1% resolution), sums in counters.
+histograms (about 1% resolution), sums in counters. Each rank's part is a RankState
+(ddptop.model.rank_state); the summary.json dict is built by ddptop.model.run_summary.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from ddptop.model import figures
 from ddptop.model.figures import STALL_MIN_S, STALL_STEPS, RankFigures, RankWindow, Straggler
-from ddptop.wire.protocol import PHASES, Bye, Hello, Info, Steps
+from ddptop.model.rank_state import RECENT, Histogram, RankState
+from ddptop.model.run_summary import bus_bandwidth, nccl_facts, run_summary
+from ddptop.wire.protocol import Bye, Hello, Info, Steps
 
-__all__ = ["STALL_MIN_S", "STALL_STEPS", "Histogram", "RankState", "RunState", "Stall", "Straggler"]
+__all__ = ["LOG_LINES", "RECENT", "STALL_MIN_S", "STALL_STEPS", "Histogram", "RankState", "RunState",
+           "Stall", "Straggler", "bus_bandwidth", "nccl_facts"]
 
-RECENT = 256  # records kept per rank for live views
 LOG_LINES = 2000  # log lines kept per rank for live views (all of them are on disk)
 HISTORY = 900  # throughput samples (one per tick)
-_BINS_PER_E = 100.0  # histogram bins per factor e: ~1% wide
 
 TERMINAL = ("completed", "failed", "stopped")
 MAX_FACTS = 64  # facts kept per rank (a rank cannot grow our memory without bound)
 MAX_NOTES = 50
 HELLO_FACTS = ("backend", "model", "device")  # facts that complete the rank's hello
-_PHASE_KEYS = tuple((p, p + "_ms") for p in PHASES)
-_EXTRA_KEYS = ("comm_ms", "exposed_comm_ms", "comm_bytes", "buckets", "compressing")
-
-
-class Histogram:
-    """Log-binned counts: O(1) update, bounded memory, ~1% percentile error."""
-
-    def __init__(self) -> None:
-        self.counts: collections.Counter[int] = collections.Counter()
-        self.n = 0
-
-    def add(self, value: float) -> None:
-        key = math.floor(math.log(value if value > 1e-6 else 1e-6) * _BINS_PER_E)
-        counts = self.counts
-        counts[key] = counts.get(key, 0) + 1
-        self.n += 1
-
-    def percentile(self, q: float) -> float | None:
-        if not self.n:
-            return None
-        target = q / 100.0 * (self.n - 1)
-        seen = 0
-        for key in sorted(self.counts):
-            seen += self.counts[key]
-            if seen > target:
-                return math.exp((key + 0.5) / _BINS_PER_E)
-        return None
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100.0 * (len(ordered) - 1))))]
-
-
-@dataclass
-class RankState:
-    rank: int
-    hello: Hello | None = None
-    status: str = "starting"  # starting, running, done, stopped, lost, failed
-    steps: int = 0  # records received
-    last_step: int = -1
-    last_t: float = 0.0  # the rank's wall clock at its last step
-    last_seen: float = 0.0  # our clock when its last record arrived
-    lost_at: float | None = None  # our clock when it crashed, or its connection dropped without a goodbye
-    recent: collections.deque[dict[str, float]] = field(
-        default_factory=lambda: collections.deque(maxlen=RECENT)
-    )
-    # after warmup only:
-    measured: int = 0
-    measured_ms: float = 0.0
-    measured_samples: float = 0.0
-    measured_tokens: float = 0.0  # only from a script that reports tokens through the probe
-    phase_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
-    extra_ms: dict[str, float] = field(default_factory=dict)  # comm_ms, exposed_comm_ms, ...
-    step_hist: Histogram = field(default_factory=Histogram)
-    comm_hist: Histogram = field(default_factory=Histogram)
-    exposed_hist: Histogram = field(default_factory=Histogram)
-    # comm_ms may come on some steps only (GPU times completions every Nth step):
-    # its share and bandwidth are over the steps that carry it
-    timed_step_ms: float = 0.0
-    timed_bytes: float = 0.0
-    ddp_timing: dict[str, float] = field(default_factory=dict)  # DDP's own logger, from the goodbye
-    # what the rank's instrument learnt: backend, model, params, batch_size, DDP settings...
-    info: dict[str, Any] = field(default_factory=dict)
-
-    def add(self, rec: dict[str, float], warmup: int, now: float) -> None:
-        self.steps += 1
-        self.last_step = max(self.last_step, int(rec["step"]))
-        self.last_t = rec.get("t", self.last_t)
-        self.last_seen = now
-        self.recent.append(rec)
-        if self.status == "starting":
-            self.status = "running"
-        step_ms = rec.get("step_ms")
-        if rec["step"] < warmup or step_ms is None or rec.get("profiled"):
-            return
-        self.measured += 1
-        self.measured_ms += step_ms
-        self.measured_samples += rec.get("samples", 0.0)
-        self.measured_tokens += rec.get("tokens", 0.0)
-        self.step_hist.add(step_ms)
-        phase_ms, extra = self.phase_ms, self.extra_ms
-        for phase, key in _PHASE_KEYS:
-            phase_ms[phase] += rec.get(key, 0.0)
-        for key in _EXTRA_KEYS:
-            if key in rec:
-                extra[key] = extra.get(key, 0.0) + rec[key]
-        if "comm_ms" in rec:
-            self.comm_hist.add(rec["comm_ms"])
-            self.timed_step_ms += step_ms
-            self.timed_bytes += rec.get("comm_bytes", 0.0)
-        if "exposed_comm_ms" in rec:
-            self.exposed_hist.add(rec["exposed_comm_ms"])
-
-    # --- derived -----------------------------------------------------------------------
-    @property
-    def steps_per_s(self) -> float | None:
-        return self.measured / (self.measured_ms / 1000.0) if self.measured_ms > 0 else None
-
-    @property
-    def samples_per_s(self) -> float | None:
-        return self.measured_samples / (self.measured_ms / 1000.0) if self.measured_ms > 0 else None
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        """None unless the script reported tokens."""
-        ok = self.measured_ms > 0 and self.measured_tokens > 0
-        return self.measured_tokens / (self.measured_ms / 1000.0) if ok else None
-
-    def share(self, key: str) -> float | None:
-        """Fraction of measured step time spent in `key` (comm_ms, exposed_comm_ms)."""
-        total = self.timed_step_ms if key == "comm_ms" else self.measured_ms
-        if key not in self.extra_ms or total <= 0:
-            return None
-        return self.extra_ms[key] / total
-
-    def phases_mean(self) -> dict[str, float]:
-        n = max(self.measured, 1)
-        return {p: self.phase_ms[p] / n for p in PHASES}
-
-    def recent_values(self, key: str = "step_ms") -> list[float]:
-        return [r[key] for r in self.recent if key in r]
-
-    def recent_pct(self, q: float, key: str = "step_ms") -> float | None:
-        return _pct(self.recent_values(key), q)
 
 
 @dataclass
@@ -244,7 +118,7 @@ class RunState:
         for key, value in msg.facts.items():
             if key in rs.info or len(rs.info) < MAX_FACTS:
                 rs.info[key] = value
-        hello_facts = {k: str(msg.facts[k]) for k in HELLO_FACTS if k in msg.facts}
+        hello_facts: dict[str, Any] = {k: str(msg.facts[k]) for k in HELLO_FACTS if k in msg.facts}
         if rs.hello is not None and hello_facts:
             rs.hello = dataclasses.replace(rs.hello, **hello_facts)
         for note in msg.notes:
@@ -316,7 +190,8 @@ class RunState:
     def steps_per_s(self) -> float | None:
         """Run throughput after warmup: the slowest rank bounds a DDP job."""
         rates = [rs.steps_per_s for rs in self.ranks.values()]
-        return min(rates) if rates and None not in rates else None
+        known = [rate for rate in rates if rate is not None]
+        return min(known) if known and len(known) == len(rates) else None
 
     def _per_step(self, attr: str) -> float | None:
         """Samples (or tokens) one step of the whole job processes: the sum over ranks."""
@@ -366,8 +241,7 @@ class RunState:
         return tuple(merged.percentile(q) for q in qs)
 
     def mean_share(self, key: str) -> float | None:
-        shares = [rs.share(key) for rs in self.ranks.values()]
-        shares = [x for x in shares if x is not None]
+        shares = [x for x in (rs.share(key) for rs in self.ranks.values()) if x is not None]
         return sum(shares) / len(shares) if shares else None
 
     def slowest_rank(self) -> int | None:
@@ -408,117 +282,5 @@ class RunState:
         return self.stall
 
     def summary(self) -> dict[str, Any]:
-        """The `summary.json` contract (see README)."""
-        ranks = []
-        for r in sorted(self.ranks):
-            rs = self.ranks[r]
-            hello = rs.hello
-            entry: dict[str, Any] = {
-                "rank": r,
-                "local_rank": hello.local_rank if hello else None,
-                "pid": hello.pid if hello else None,
-                "host": hello.host if hello else None,
-                "node": hello.node if hello else None,
-                "device": hello.device if hello else None,
-                "status": rs.status,
-                "steps": rs.steps,
-                "last_step": rs.last_step,
-                "steps_per_s": _round(rs.steps_per_s),
-                "samples_per_s": _round(rs.samples_per_s),
-                "tokens_per_s": _round(rs.tokens_per_s),
-                "step_ms_p50": _round(rs.step_hist.percentile(50)),
-                "step_ms_p95": _round(rs.step_hist.percentile(95)),
-                "phases_ms": {p: _round(v) for p, v in rs.phases_mean().items()},
-            }
-            for key, total in rs.extra_ms.items():
-                entry[key + "_mean"] = _round(total / max(rs.measured, 1))
-            if rs.exposed_hist.n:
-                entry["comm_ms_p50"] = _round(rs.comm_hist.percentile(50))
-                entry["comm_timed_steps"] = rs.comm_hist.n
-                entry["exposed_comm_ms_p50"] = _round(rs.exposed_hist.percentile(50))
-                entry["comm_share"] = _round(rs.share("comm_ms"), 4)
-                entry.update(bus_bandwidth(rs.timed_bytes, rs.extra_ms.get("comm_ms", 0.0), self.world_size))
-                entry["exposed_comm_share"] = _round(rs.share("exposed_comm_ms"), 4)
-            if rs.ddp_timing:
-                entry["ddp_timing"] = {k: _round(v) for k, v in rs.ddp_timing.items()}
-            if rs.info:
-                entry["info"] = dict(rs.info)
-            ranks.append(entry)
-        first = next((rs.hello for rs in self.ranks.values() if rs.hello), None)
-        info = next((rs.info for rs in self.ranks.values() if rs.info), {})
-        p50, p95 = self.step_ms_pcts(50, 95)
-        return {
-            "run_id": self.run_id,
-            "preset": self.config.get("preset"),
-            "config": self.config,
-            "command": self.command,
-            "params": info.get("params"),
-            "batch_size": info.get("batch_size"),
-            "notes": list(self.notes),
-            "world_size": self.world_size,
-            "nnodes": self.nnodes,
-            "backend": first.backend if first else None,
-            "model": first.model if first else None,
-            "torch": first.torch if first else None,
-            "nccl_version": first.nccl if first else None,
-            "status": self.status,
-            "error": self.error,
-            "failed_rank": self.failed_rank,
-            "failure_log": list(self.failure_log),
-            "elapsed_s": _round(self.elapsed(self.ended_at or self.started_at)),
-            "warmup": self.warmup,
-            "steps_per_s": _round(self.steps_per_s()),
-            "samples_per_s": _round(self.samples_per_s()),
-            "tokens_per_s": _round(self.tokens_per_s()),
-            "step_ms_p50": _round(p50),
-            "step_ms_p95": _round(p95),
-            "slowest_rank": self.slowest_rank(),
-            "straggler": _straggler_dict(self.straggler()),
-            "stalls": self.stalls,
-            "stall": self.stall.to_dict() if self.stall else None,
-            "comm_share": _round(self.mean_share("comm_ms"), 4),
-            "exposed_comm_share": _round(self.mean_share("exposed_comm_ms"), 4),
-            "nccl": nccl_facts(self.nccl),
-            "advice": self.advice.to_dict() if self.advice is not None else None,
-            "captures": [c.to_dict() for c in self.captures.values()],
-            "nsys": self.nsys,
-            "dropped_frames": dict(self.dropped),
-            "refused_connections": self.refused,
-            "ranks": ranks,
-        }
-
-
-def bus_bandwidth(nbytes: float, comm_ms: float, world: int) -> dict[str, float | None]:
-    """All-reduce bandwidth as nccl-tests define it: algbw = bytes / time, busbw = algbw x
-    2(n-1)/n. Bytes are the gradient bytes handed to the hook (before any compression), so
-    with a compression hook this is the effective bandwidth."""
-    if nbytes <= 0 or comm_ms <= 0 or world < 2:
-        return {"algbw_gbps": None, "busbw_gbps": None}
-    algbw = nbytes / (comm_ms / 1000.0) / 1e9
-    return {"algbw_gbps": round(algbw, 3), "busbw_gbps": round(algbw * 2 * (world - 1) / world, 3)}
-
-
-def _straggler_dict(s: Straggler | None) -> dict[str, Any] | None:
-    if s is None:
-        return None
-    return {"rank": s.rank, "phase": s.phase, "own_ms": _round(s.own_ms), "others_ms": _round(s.others_ms),
-            "excess_ms": _round(s.excess_ms), "text": s.describe()}
-
-
-def nccl_facts(report: Any) -> dict[str, Any] | None:
-    """The NCCL facts a summary keeps: version, network, transport per ring pair."""
-    if report is None or not report.nccl_lines:
-        return None
-    return {
-        "version": report.version,
-        "nranks": report.nranks,
-        "network": report.network,
-        "env": report.env,
-        "transports": {f"{a}->{b}": t.label for (a, b), t in sorted(report.transports.items())},
-        "algorithms": {op: sorted(v) for op, v in report.algorithms().items()},
-        "unknown_lines": report.unknown_count,
-    }
-
-
-def _round(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(value, digits)
+        """The `summary.json` contract (see README; ddptop.model.run_summary)."""
+        return run_summary(self)

@@ -1,0 +1,146 @@
+"""RankState: what one rank has reported (its recent records, whole-run histograms and
+sums after warmup, its facts), and the log-binned Histogram it keeps its percentiles in.
+
+Pure: no I/O, no asyncio, no UI. Bounded memory whatever the run length.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddptop.wire.protocol import PHASES, Hello
+
+__all__ = ["RECENT", "Histogram", "RankState"]
+
+RECENT = 256  # records kept per rank for live views
+_BINS_PER_E = 100.0  # histogram bins per factor e: ~1% wide
+_PHASE_KEYS = tuple((p, p + "_ms") for p in PHASES)
+_EXTRA_KEYS = ("comm_ms", "exposed_comm_ms", "comm_bytes", "buckets", "compressing")
+
+
+class Histogram:
+    """Log-binned counts: O(1) update, bounded memory, ~1% percentile error."""
+
+    def __init__(self) -> None:
+        self.counts: collections.Counter[int] = collections.Counter()
+        self.n = 0
+
+    def add(self, value: float) -> None:
+        key = math.floor(math.log(value if value > 1e-6 else 1e-6) * _BINS_PER_E)
+        counts = self.counts
+        counts[key] = counts.get(key, 0) + 1
+        self.n += 1
+
+    def percentile(self, q: float) -> float | None:
+        if not self.n:
+            return None
+        target = q / 100.0 * (self.n - 1)
+        seen = 0
+        for key in sorted(self.counts):
+            seen += self.counts[key]
+            if seen > target:
+                return math.exp((key + 0.5) / _BINS_PER_E)
+        return None
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100.0 * (len(ordered) - 1))))]
+
+
+@dataclass
+class RankState:
+    rank: int
+    hello: Hello | None = None
+    status: str = "starting"  # starting, running, done, stopped, lost, failed
+    steps: int = 0  # records received
+    last_step: int = -1
+    last_t: float = 0.0  # the rank's wall clock at its last step
+    last_seen: float = 0.0  # our clock when its last record arrived
+    lost_at: float | None = None  # our clock when it crashed, or its connection dropped without a goodbye
+    recent: collections.deque[dict[str, float]] = field(
+        default_factory=lambda: collections.deque(maxlen=RECENT)
+    )
+    # after warmup only:
+    measured: int = 0
+    measured_ms: float = 0.0
+    measured_samples: float = 0.0
+    measured_tokens: float = 0.0  # only from a script that reports tokens through the probe
+    phase_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    extra_ms: dict[str, float] = field(default_factory=dict)  # comm_ms, exposed_comm_ms, ...
+    step_hist: Histogram = field(default_factory=Histogram)
+    comm_hist: Histogram = field(default_factory=Histogram)
+    exposed_hist: Histogram = field(default_factory=Histogram)
+    # comm_ms may come on some steps only (GPU times completions every Nth step):
+    # its share and bandwidth are over the steps that carry it
+    timed_step_ms: float = 0.0
+    timed_bytes: float = 0.0
+    ddp_timing: dict[str, float] = field(default_factory=dict)  # DDP's own logger, from the goodbye
+    # what the rank's instrument learnt: backend, model, params, batch_size, DDP settings...
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, rec: dict[str, float], warmup: int, now: float) -> None:
+        self.steps += 1
+        self.last_step = max(self.last_step, int(rec["step"]))
+        self.last_t = rec.get("t", self.last_t)
+        self.last_seen = now
+        self.recent.append(rec)
+        if self.status == "starting":
+            self.status = "running"
+        step_ms = rec.get("step_ms")
+        if rec["step"] < warmup or step_ms is None or rec.get("profiled"):
+            return
+        self.measured += 1
+        self.measured_ms += step_ms
+        self.measured_samples += rec.get("samples", 0.0)
+        self.measured_tokens += rec.get("tokens", 0.0)
+        self.step_hist.add(step_ms)
+        phase_ms, extra = self.phase_ms, self.extra_ms
+        for phase, key in _PHASE_KEYS:
+            phase_ms[phase] += rec.get(key, 0.0)
+        for key in _EXTRA_KEYS:
+            if key in rec:
+                extra[key] = extra.get(key, 0.0) + rec[key]
+        if "comm_ms" in rec:
+            self.comm_hist.add(rec["comm_ms"])
+            self.timed_step_ms += step_ms
+            self.timed_bytes += rec.get("comm_bytes", 0.0)
+        if "exposed_comm_ms" in rec:
+            self.exposed_hist.add(rec["exposed_comm_ms"])
+
+    # --- derived -----------------------------------------------------------------------
+    @property
+    def steps_per_s(self) -> float | None:
+        return self.measured / (self.measured_ms / 1000.0) if self.measured_ms > 0 else None
+
+    @property
+    def samples_per_s(self) -> float | None:
+        return self.measured_samples / (self.measured_ms / 1000.0) if self.measured_ms > 0 else None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """None unless the script reported tokens."""
+        ok = self.measured_ms > 0 and self.measured_tokens > 0
+        return self.measured_tokens / (self.measured_ms / 1000.0) if ok else None
+
+    def share(self, key: str) -> float | None:
+        """Fraction of measured step time spent in `key` (comm_ms, exposed_comm_ms)."""
+        total = self.timed_step_ms if key == "comm_ms" else self.measured_ms
+        if key not in self.extra_ms or total <= 0:
+            return None
+        return self.extra_ms[key] / total
+
+    def phases_mean(self) -> dict[str, float]:
+        n = max(self.measured, 1)
+        return {p: self.phase_ms[p] / n for p in PHASES}
+
+    def recent_values(self, key: str = "step_ms") -> list[float]:
+        return [r[key] for r in self.recent if key in r]
+
+    def recent_pct(self, q: float, key: str = "step_ms") -> float | None:
+        return _pct(self.recent_values(key), q)
