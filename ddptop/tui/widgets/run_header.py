@@ -54,63 +54,84 @@ class RunHeader(Static):
     _shown: Text | None = None
 
     def show(self, snap: Snapshot) -> None:
-        state, now = snap.state, snap.now
-        cfg = state.config
-        backend = _hello_field(state, "backend") or str(cfg.get("backend", "?"))
-        model = _hello_field(state, "model") or str(cfg.get("model", "?"))
-        if state.command:  # the user's own script: what ran is the command, not a preset
-            command = " ".join(state.command)
-            what = ("  script ", "dim"), (command if len(command) <= 70 else command[:67] + "…", "bold")
-        else:
-            what = ("  preset ", "dim"), (str(cfg.get("preset", "?")), "bold")
-        line1 = Text.assemble(
-            ("● ", status_text(state.status).style), status_text(state.status),
-            f" {fmt_duration(state.elapsed(now))}  ",
-            ("run ", "dim"), (state.run_id, "bold"),
-            *what,
-        )
-        steps = cfg.get("steps", 0)
-        line2 = Text.assemble(
-            ("world ", "dim"), str(state.world_size),
-            (f" on {state.nnodes} nodes" if state.nnodes > 1 else "", "dim"),
-            ("  backend ", "dim"), backend,
-            ("  model ", "dim"), model,
-            ("  step ", "dim"), f"{max(state.current_step + 1, 0)}" + (f"/{steps}" if steps else ""),
-            ("  hook ", "dim"), (_hello_field(state, "comm_hook") or "?") if state.command else hook_text(cfg),
-            *(script_ddp_text(state) if state.command else ()),
-        )
-        connected = sum(1 for rs in state.ranks.values() if rs.hello is not None)
-        line3 = Text()
-        if state.status == "starting":
-            line3.append(f"waiting for ranks: {connected}/{state.world_size} connected", style="italic")
-        else:
-            line3.append_text(Text.assemble(
-                ("steps/s ", "dim"), (fmt(snap.steps_per_s, ".2f"), "bold"),
-                ("  samples/s ", "dim"), (fmt(snap.samples_per_s, ".1f"), "bold"),
-            ))
-            slow = snap.slowest
-            if slow is not None and state.world_size > 1:
-                line3.append("  slowest ", style="dim")
-                line3.append(f"rank {slow}", style=SLOW_STYLE)
-        comm = snap.comm
-        if comm is not None and comm[0] is None:
-            line3.append("  exposed comm ", style="dim")
-            line3.append(f"{comm[1]:.0%}", style="bold")
-            line3.append(" of step (total: nccl_timing)", style="dim")
-        elif comm is not None:
-            line3.append("  comm ", style="dim")
-            line3.append(f"{comm[0]:.0%}", style="bold")
-            line3.append(" of step, exposed ", style="dim")
-            line3.append(f"{comm[1]:.0%}", style="bold")
-        if snap.warming_up:
-            line3.append("  " + warm_up_text(cfg), style="bold #c79100")
-        if state.error:
-            # Why it ended goes first: the end of a long line is what a narrow terminal cuts.
-            failed = f"rank {state.failed_rank}: " if state.failed_rank is not None else ""
-            line3 = Text(failed + state.error + "  ", style="bold #d7503c").append_text(line3)
-        if state.total_dropped:
-            line3.append(f"  dropped frames {state.total_dropped}", style="#c79100")
+        line1, line2, line3 = _identity(snap), _setup(snap), _rates(snap)
         text = Text("\n").join([line1, line2, line3])
         if text != self._shown:  # most refreshes change nothing but a second or two
             self._shown = text
             self.update(text, layout=False)  # fixed height (CSS): no layout pass
+
+
+def _identity(snap: Snapshot) -> Text:
+    """Status, elapsed, run id, and what ran (the user's command or the preset)."""
+    state, cfg = snap.state, snap.state.config
+    if state.command:  # the user's own script: what ran is the command, not a preset
+        command = " ".join(state.command)
+        what = ("  script ", "dim"), (command if len(command) <= 70 else command[:67] + "…", "bold")
+    else:
+        what = ("  preset ", "dim"), (str(cfg.get("preset", "?")), "bold")
+    return Text.assemble(
+        ("● ", status_text(state.status).style), status_text(state.status),
+        f" {fmt_duration(state.elapsed(snap.now))}  ",
+        ("run ", "dim"), (state.run_id, "bold"),
+        *what,
+    )
+
+
+def _setup(snap: Snapshot) -> Text:
+    """World, backend, model, step and the DDP settings in effect."""
+    state, cfg = snap.state, snap.state.config
+    backend = _hello_field(state, "backend") or str(cfg.get("backend", "?"))
+    model = _hello_field(state, "model") or str(cfg.get("model", "?"))
+    steps = cfg.get("steps", 0)
+    return Text.assemble(
+        ("world ", "dim"), str(state.world_size),
+        (f" on {state.nnodes} nodes" if state.nnodes > 1 else "", "dim"),
+        ("  backend ", "dim"), backend,
+        ("  model ", "dim"), model,
+        ("  step ", "dim"), f"{max(state.current_step + 1, 0)}" + (f"/{steps}" if steps else ""),
+        ("  hook ", "dim"), (_hello_field(state, "comm_hook") or "?") if state.command else hook_text(cfg),
+        *(script_ddp_text(state) if state.command else ()),
+    )
+
+
+def _rates(snap: Snapshot) -> Text:
+    """Throughput, the slowest rank, comm share, warm-up, and why the run ended."""
+    state = snap.state
+    line = Text()
+    if state.status == "starting":
+        connected = sum(1 for rs in state.ranks.values() if rs.hello is not None)
+        line.append(f"waiting for ranks: {connected}/{state.world_size} connected", style="italic")
+    else:
+        line.append_text(Text.assemble(
+            ("steps/s ", "dim"), (fmt(snap.steps_per_s, ".2f"), "bold"),
+            ("  samples/s ", "dim"), (fmt(snap.samples_per_s, ".1f"), "bold"),
+        ))
+        slow = snap.slowest
+        if slow is not None and state.world_size > 1:
+            line.append("  slowest ", style="dim")
+            line.append(f"rank {slow}", style=SLOW_STYLE)
+    _append_comm(line, snap.comm)
+    if snap.warming_up:
+        line.append("  " + warm_up_text(state.config), style="bold #c79100")
+    if state.error:
+        # Why it ended goes first: the end of a long line is what a narrow terminal cuts.
+        failed = f"rank {state.failed_rank}: " if state.failed_rank is not None else ""
+        line = Text(failed + state.error + "  ", style="bold #d7503c").append_text(line)
+    if state.total_dropped:
+        line.append(f"  dropped frames {state.total_dropped}", style="#c79100")
+    return line
+
+
+def _append_comm(line: Text, comm: tuple[float | None, float | None] | None) -> None:
+    if comm is None:
+        return
+    total, exposed = comm
+    if total is None:
+        line.append("  exposed comm ", style="dim")
+        line.append(f"{exposed or 0.0:.0%}", style="bold")
+        line.append(" of step (total: nccl_timing)", style="dim")
+    else:
+        line.append("  comm ", style="dim")
+        line.append(f"{total:.0%}", style="bold")
+        line.append(" of step, exposed ", style="dim")
+        line.append(f"{exposed or 0.0:.0%}", style="bold")
