@@ -9,13 +9,12 @@ import os
 import signal
 import sys
 import time
-from typing import Any, TextIO
+from typing import TextIO
 
 from ddptop.model import report
-from ddptop.model.state import RunState
+from ddptop.model.exit_codes import EXIT_CODES
+from ddptop.model.report import closing_lines
 from ddptop.run.session import Session
-
-EXIT_CODES = {"completed": 0, "failed": 1, "stopped": 130}
 
 
 async def run_headless(session: Session, interval: float = 3.0, as_json: bool = False,
@@ -44,9 +43,3 @@ async def run_headless(session: Session, interval: float = 3.0, as_json: bool = 
     if as_json:
         print(json.dumps(summary, separators=(",", ":")), file=out, flush=True)
     return EXIT_CODES[state.status]
-
-
-def closing_lines(state: RunState, run_dir: str | os.PathLike[str], summary: dict[str, Any] | None = None) -> str:
-    """What a finished run prints last, headless or after the TUI: status, the final
-    table, where the records are."""
-    return report.final_report(summary if summary is not None else state.summary(), str(run_dir))

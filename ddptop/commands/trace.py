@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ddptop.analysis.trace_analysis import OPEN_WITH, analyze
-from ddptop.model.report import fmt, table
+from ddptop.model.report import NA, fmt, table
 from ddptop.model.usage import USAGE_EXIT, OneLineParser, UsageError
 
 SUFFIXES = (".json", ".json.gz")
@@ -104,7 +104,7 @@ def summarize_files(targets: list[str], top: int = 10) -> list[dict[str, Any]]:
 def _ms_pct(s: dict[str, Any], key: str) -> str:
     ms, pct = s.get(f"{key}_ms"), s.get(f"{key}_pct")
     if ms is None:
-        return "n/a"
+        return NA
     return f"{ms:.1f} ({fmt(pct, '.0f')}%)"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,8 +10,10 @@ from ddptop.model.config import PRESETS, RunConfig, preset_config
 from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState
 
+NA = "n/a"  # how every view writes a value it does not have
 
-def fmt(value: float | None, spec: str = ".1f", na: str = "n/a") -> str:
+
+def fmt(value: float | None, spec: str = ".1f", na: str = NA) -> str:
     return na if value is None else format(value, spec)
 
 
@@ -198,3 +201,9 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
         lines.append(f"dropped telemetry frames: {summary['dropped_frames']}")
     lines.append(f"records: {run_dir}")
     return "\n".join(lines)
+
+
+def closing_lines(state: RunState, run_dir: str | os.PathLike[str], summary: dict[str, Any] | None = None) -> str:
+    """What a finished run prints last, headless or after the TUI: status, the final
+    table, where the records are."""
+    return final_report(summary if summary is not None else state.summary(), str(run_dir))

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
-USAGE_EXIT = 2
+from ddptop.model.exit_codes import USAGE_EXIT
+
+__all__ = ["USAGE_EXIT", "OneLineParser", "UsageError"]
 
 
 class UsageError(Exception):

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
+from ddptop.model.report import NA
+
 # Mid-saturation colours readable on both light and dark backgrounds.
 PHASE_COLORS = {
     "data": "#5f87d7",
@@ -82,7 +84,7 @@ def spark(values: Sequence[float], width: int, lo: float | None = None,
 
 def fmt_bytes(n: float | None) -> str:
     if n is None:
-        return "n/a"
+        return NA
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -93,7 +95,7 @@ def fmt_bytes(n: float | None) -> str:
 def fmt_rate_kbs(kbs: float | None) -> str:
     """NVML reports PCIe throughput in KB/s."""
     if kbs is None:
-        return "n/a"
+        return NA
     if kbs >= 1024 * 1024:
         return f"{kbs / 1024 / 1024:.1f}G"
     return f"{kbs / 1024:.0f}M" if kbs >= 1024 else f"{kbs:.0f}K"

@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 
-from ddptop.model.report import fmt
+from ddptop.model.report import NA, fmt
 from ddptop.model.state import RunState
 from ddptop.tui.live import Snapshot
 from ddptop.tui.widgets.lines_view import LinesView
@@ -48,7 +48,7 @@ def rank_summary_text(rank: Any, s: dict[str, Any]) -> Text:
         ("  (ddptop timer ", "dim") if "timer_comm_ms" in s else "",
         f"{fmt(s.get('timer_comm_ms'), '.1f')} ms)" if "timer_comm_ms" in s else "",
         ("  overlap ", "dim"), f"{fmt(s.get('overlap_ms'), '.1f')} ms" if s.get("overlap_ms") is not None
-        else "n/a",
+        else NA,
         ("  ", ""), _steps_text(list(s.get("steps") or [])),
     ))
     step_ms = s.get("step_ms") or []

@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from ddptop.model.report import fmt
+from ddptop.model.report import NA, fmt
 from ddptop.model.state import RunState
 from ddptop.tui.live import Snapshot
 from ddptop.tui.render import fmt_bytes, fmt_rate_kbs, spark
@@ -51,7 +51,7 @@ def nvlink_text(gpu: Any, rate: tuple[float, float] | None = None) -> str:
     if active is None:
         states = _get(gpu, "nvlink_states")
         if not isinstance(states, (list, tuple)):
-            return "n/a"
+            return NA
         active = sum(1 for s in states if s == 1 or s is True)
     text = f"{active} links" if active else "none"
     if rate is not None and active:
@@ -219,8 +219,8 @@ class GpuPanel(Vertical):
             cpu, rss = (stats if stats else (None, None))
             rows.append((str(r), [
                 str(r), str(pid or "-"), hello.host if hello else "-",
-                Text(fmt(cpu, ".0f", "n/a"), justify="right"),
-                Text(fmt_bytes(rss) if rss is not None else "n/a", justify="right"),
+                Text(fmt(cpu, ".0f"), justify="right"),
+                Text(fmt_bytes(rss) if rss is not None else NA, justify="right"),
             ]))
         self._fill(table, rows)
 
