@@ -39,7 +39,7 @@ def test_pure_modules_do_no_io_imports(module):
 PACKAGE = Path(__file__).resolve().parent.parent / "ddptop"
 # The one cycle left, inside the rank side (probe is its public import path): issue 20
 # moves it; any other cycle, or a change to this one, fails the test below.
-KNOWN_CYCLES = [{"ddptop.probe", "ddptop.rank.attach", "ddptop.rank.capture", "ddptop.rank.instrument"}]
+KNOWN_CYCLES: list[set[str]] = []
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -116,3 +116,114 @@ def test_textual_only_under_tui_and_the_web_view():
             if any(m == "textual" or m.startswith("textual.") for m in mods):
                 offenders.append(rel)
     assert offenders == []
+
+
+# --- the folders (docs/ARCHITECTURE.md): what each may import, checked on every module ----------
+
+def module_of(path: Path) -> str:
+    return ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+
+
+def folder_of(module: str) -> str:
+    """ddptop.run.hub -> run; ddptop.cli -> cli; ddptop.probe -> rank (the rank side's public path)."""
+    parts = module.split(".")
+    if parts[1:2] == ["probe"]:
+        return "rank"
+    return parts[1] if len(parts) > 1 else "ddptop"
+
+
+def imports_of(path: Path) -> list[str]:
+    """Every module a file imports, at any depth (lazy imports inside functions too)."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return names
+
+
+MONITOR = [p for p in PACKAGE.rglob("*.py") if folder_of(module_of(p)) != "rank"]
+# Imports point down: a folder never imports one above it (docs/ARCHITECTURE.md).
+NEVER_IMPORTS = {
+    "wire": {"run", "remote", "commands", "tui", "rank", "cli"},
+    "model": {"hw", "run", "remote", "commands", "tui", "rank", "cli"},
+    "analysis": {"run", "remote", "commands", "tui", "rank", "cli"},
+    "hw": {"model", "wire", "analysis", "run", "remote", "commands", "tui", "rank", "cli"},
+    "run": {"remote", "commands", "tui", "rank", "cli"},
+    "remote": {"commands", "tui", "rank", "cli"},
+    "tui": {"commands", "rank", "cli"},
+    "commands": {"rank", "cli"},
+}
+PURE_FOLDERS = ("model", "wire", "analysis")
+IO_MODULES = {"asyncio", "socket", "subprocess", "textual", "pynvml", "psutil", "shutil", "select",
+              "signal", "threading", "urllib", "http", "aiohttp", "tempfile", "fcntl", "pty"}
+IO_CALLS = {"open", "read_text", "write_text", "read_bytes", "write_bytes", "iterdir", "mkdir",
+            "unlink", "rmdir", "glob", "rglob", "listdir", "makedirs", "remove", "rename", "replace_file"}
+
+
+def test_every_folder_imports_only_below_itself():
+    offenders = []
+    for path in MONITOR:
+        mod = module_of(path)
+        banned = NEVER_IMPORTS.get(folder_of(mod), set())
+        offenders += [f"{mod} imports {name}" for name in imports_of(path)
+                      if name.startswith("ddptop.") and folder_of(name) in banned]
+    assert offenders == []
+
+
+def test_no_torch_anywhere_on_the_monitor_side():
+    offenders = [f"{module_of(p)} imports {n}" for p in MONITOR for n in imports_of(p)
+                 if n == "torch" or n.startswith("torch.")]
+    assert offenders == []
+
+
+def test_the_rank_side_imports_only_the_wire_format_and_itself():
+    """Nothing of the monitor runs inside a user's rank: rank/ and probe.py import only
+    ddptop.wire.protocol and each other (and trainer/ only those and the run config)."""
+    allowed = {"ddptop.wire.protocol", "ddptop.wire"}
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        mod = module_of(path)
+        if folder_of(mod) != "rank":
+            continue
+        offenders += [f"{mod} imports {n}" for n in imports_of(path) if n.startswith("ddptop")
+                      and folder_of(n) != "rank" and n not in allowed]
+    for path in (PACKAGE.parent / "trainer").glob("*.py"):
+        offenders += [f"trainer/{path.name} imports {n}" for n in imports_of(path)
+                      if n.startswith("ddptop") and folder_of(n) != "rank"
+                      and n not in allowed | {"ddptop.model.config"}]
+    assert offenders == []
+
+
+def test_pure_folders_do_no_io():
+    """model/, wire/ and analysis/ take data and return data: no files, sockets, processes,
+    threads or UI, even lazily (their callers in run/, commands/ and hw/ do the I/O)."""
+    offenders = []
+    for path in MONITOR:
+        mod = module_of(path)
+        if folder_of(mod) not in PURE_FOLDERS:
+            continue
+        tree = ast.parse(path.read_text())
+        offenders += [f"{mod} imports {n}" for n in imports_of(path) if n.split(".")[0] in IO_MODULES]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                fn = node.func
+                name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
+                if name in IO_CALLS:
+                    offenders.append(f"{mod}:{node.lineno} calls {name}()")
+    assert offenders == []
+
+
+def test_no_file_over_400_lines_and_no_function_over_60():
+    too_long = []
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text()
+        if len(text.splitlines()) > 400:
+            too_long.append(f"{module_of(path)}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > 60:
+                    too_long.append(f"{module_of(path)}:{node.lineno} {node.name}() {length} lines")
+    assert too_long == []

@@ -9,7 +9,7 @@ kernel is communication when its args name a collective (torch adds 'Collective 
 record_function (GPU annotation, or launched inside the CPU one), or when its name is in
 NCCL's own kernel namespace (`ncclKernel_*`, `ncclDevKernel_*`); gpu_memcpy / gpu_memset
 are memory; every other GPU activity is compute (a `...GemmWithEpilogueBroadcast...` GEMM
-is compute). Pure: takes parsed JSON, no I/O (ddptop.commands.trace reads the files)."""
+is compute). Pure: takes parsed JSON, no I/O (ddptop.run.trace_files reads the files)."""
 
 from __future__ import annotations
 
@@ -290,7 +290,7 @@ def kernel_stats(acts: Iterable[Activity], top: int) -> list[dict[str, Any]]:
     by_name: dict[str, list[Activity]] = defaultdict(list)
     for a in acts:
         by_name[a.name].append(a)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, group in by_name.items():
         durs = [a.dur / 1000.0 for a in group]
         n, total = len(durs), sum(durs)

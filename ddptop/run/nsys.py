@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ddptop.analysis import nsys_stats
+from ddptop.analysis.capture import capture_summary
+from ddptop.analysis.trace_analysis import analyze
 
 LIBS_ENV = "DDPTOP_NSYS_LIBS"  # folders (':'-separated) with libraries the importer needs, e.g. libdw.so.1
 IMPORT_TIMEOUT_S = 900.0
@@ -304,3 +306,25 @@ def attach_nsys(captures: Iterable[Any], info: dict[str, Any]) -> None:
                        comm_ms_mean=round(sum(comm) / len(comm), 3) if comm else None,
                        nsys_held_s_max=max(held) if held else None)
         cap.summary = summary
+
+
+# ---------------------------------------------------------------------------- a window's traces
+
+
+def summarize_capture(files: dict[int, list[str]]) -> dict[str, Any]:
+    """Per-rank summaries of a capture's torch.profiler trace files, read here and summarised
+    by ddptop.analysis (nsys windows get theirs from attach_nsys); unreadable files are named."""
+    from ddptop.run.trace_files import TraceError, read_trace
+
+    ranks: dict[str, Any] = {}
+    for rank, paths in sorted(files.items()):
+        traces = [p for p in paths if p.endswith((".json", ".json.gz"))]
+        if not traces:
+            ranks[str(rank)] = {"files": paths, "note": "no trace to summarise (nsys writes its own report)"}
+            continue
+        try:
+            ranks[str(rank)] = {"file": traces[0], **analyze(read_trace(traces[0]))}
+        except (TraceError, ValueError) as exc:
+            ranks[str(rank)] = {"error": f"cannot read {exc}" if isinstance(exc, TraceError)
+                                else f"cannot read {traces[0]}: {exc}"}
+    return capture_summary(ranks)
