@@ -15,6 +15,7 @@ from textual.strip import Strip
 from textual.widgets import Input
 
 from ddptop.model.config import RunConfig
+from ddptop.model.snapshot import snapshot
 from ddptop.model.state import Stall
 from ddptop.tui.app import DdpTopApp
 from ddptop.tui.screens.confirm_screen import ConfirmScreen
@@ -293,5 +294,58 @@ def test_the_selected_rank_row_keeps_its_phase_bar_colours(tmp_path: Path) -> No
             # the selection changes the background only: every block keeps its phase colour
             assert [selected[i][1].color for i in bar] == [plain[i][1].color for i in bar]
             assert selected[0][1].bgcolor != plain[0][1].bgcolor  # and it is still seen
+
+    asyncio.run(main())
+
+
+# --- sorting the rank table (htop's < and >, i inverts, a click on a title) ------------------
+
+
+def _rank_order(app: DdpTopApp) -> list[int]:
+    rows = app.query_one(RankTable).row_texts()
+    return [int(row[:4].strip(" ▲")) for row in rows]
+
+
+def test_sorting_by_p50_puts_the_slowest_rank_first_and_i_inverts(tmp_path: Path) -> None:
+    async def main() -> None:
+        state = synthetic_state(4, slow_rank=2)
+        app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.refresh_views()
+            await pilot.pause()
+            assert _rank_order(app) == [0, 1, 2, 3]
+            table = app.query_one(RankTable)
+            for _ in range(3):  # rank -> host/device -> step -> p50
+                await pilot.press("greater_than_sign")
+            await pilot.pause()
+            assert table.sort_key == "p50" and table.sort_descending
+            order = _rank_order(app)
+            assert order[0] == 2 and order[0] == snapshot(state, time.time()).slowest
+            assert table.border_title == "ranks · by p50 ms ▼"
+            await pilot.press("i")
+            await pilot.pause()
+            assert _rank_order(app)[-1] == 2
+            await pilot.press("less_than_sign", "less_than_sign", "less_than_sign")
+            await pilot.pause()
+            assert table.sort_key == "rank" and _rank_order(app) == [0, 1, 2, 3]
+
+    asyncio.run(main())
+
+
+def test_a_click_on_a_column_title_sorts_by_it(tmp_path: Path) -> None:
+    async def main() -> None:
+        state = synthetic_state(4, slow_rank=3)
+        app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.refresh_views()
+            await pilot.pause()
+            header = app.query_one("#rank-header")
+            x = 4 + 2 + 12 + 2 + 6 + 2 + 1  # inside "p50 ms"
+            await pilot.click(header, offset=(x, 0))
+            await pilot.pause()
+            assert _rank_order(app)[0] == 3
+            await pilot.click(header, offset=(x, 0))  # the same title again: inverted
+            await pilot.pause()
+            assert _rank_order(app)[-1] == 3
 
     asyncio.run(main())

@@ -11,6 +11,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Static
 
@@ -32,6 +33,10 @@ COLUMNS = (
     ("status", "status", 9, False),
 )
 GAP = "  "
+# What each column sorts by, and whether its first press puts the largest first (htop's `<`/`>`
+# pick the column, `i` inverts): timings, steps and rates largest first, the rest ascending.
+# The phase bar sorts by the share of the step spent waiting on communication.
+DESCENDING_FIRST = {"step", "p50", "p95", "phases", "samples"}
 MIN_BAR, MAX_BAR = 8, 40
 CHROME = 3  # border top and bottom + the header line
 NODE_STYLE = "bold #5fafd7"
@@ -76,15 +81,75 @@ def join_cells(cells: list[Text], widths: list[int], rights: list[bool]) -> Text
     return row
 
 
+def sort_value(key: str, rank: int, snap: Snapshot) -> tuple[bool, float | str]:
+    """A rank's value in column `key`, as a sort key: missing values sort last either way."""
+    rs, f = snap.state.ranks[rank], snap.ranks[rank]
+    values: dict[str, float | str | None] = {
+        "rank": rank, "where": rank_location(rs), "step": rs.last_step, "p50": f.p50, "p95": f.p95,
+        "phases": f.exposed_share, "samples": f.samples_per_s, "status": snap.status.get(rank, ""),
+    }
+    value = values[key]
+    return (value is None, 0.0 if value is None else value)
+
+
+def sorted_ranks(ranks: list[int], snap: Snapshot, key: str, descending: bool) -> list[int]:
+    present = [r for r in ranks if r in snap.ranks]
+    known = sorted((r for r in present if not sort_value(key, r, snap)[0]),
+                   key=lambda r: (sort_value(key, r, snap)[1], r), reverse=descending)
+    return known + [r for r in ranks if r not in known]
+
+
 class RankTable(Vertical):
-    """Live per-rank table; call `show(snapshot)` to refresh it."""
+    """Live per-rank table; call `show(snapshot)` to refresh it. `<`/`>` sort by the
+    previous/next column, `i` inverts, a click on a column's title sorts by it."""
+
+    BINDINGS = [
+        Binding("less_than_sign", "sort_column(-1)", "Sort by previous column", show=False),
+        Binding("greater_than_sign", "sort_column(1)", "Sort by next column", show=False),
+        Binding("i", "invert_sort", "Invert sort", show=False),
+    ]
 
     def __init__(self, **kwargs) -> None:  # noqa: ANN003 - Widget's options
         super().__init__(**kwargs)
         self._last: Snapshot | None = None
         self._rows_for = -1
-        self._header_for: tuple[int, bool] | None = None
+        self._header_for: tuple[int, bool, str, bool] | None = None
+        self.sort_key = "rank"
+        self.sort_descending = False
         self.border_title = "ranks"
+
+    def sort_by(self, key: str, descending: bool | None = None) -> None:
+        """Sort the rows by column `key` (one of COLUMNS' keys); largest first for timings
+        and rates unless `descending` says otherwise."""
+        self.sort_key = key
+        self.sort_descending = key in DESCENDING_FIRST if descending is None else descending
+        self.border_title = "ranks" if key == "rank" and not self.sort_descending else (
+            f"ranks · by {dict((k, lbl) for k, lbl, _, _ in COLUMNS)[key]} "
+            f"{'▼' if self.sort_descending else '▲'}")
+        if self._last is not None:
+            self.show(self._last)
+
+    def action_sort_column(self, delta: int) -> None:
+        keys = [k for k, *_ in COLUMNS]
+        self.sort_by(keys[(keys.index(self.sort_key) + delta) % len(keys)])
+
+    def action_invert_sort(self) -> None:
+        self.sort_by(self.sort_key, not self.sort_descending)
+
+    def on_click(self, event: events.Click) -> None:
+        """A click on the header line sorts by the column under it (again: inverts)."""
+        header = self.query_one("#rank-header", Static)
+        if event.widget is not header:
+            return
+        x, edge = event.x, 0
+        for key, _, width, _ in COLUMNS:
+            edge += (width or self.bar_width()) + len(GAP)
+            if x < edge:
+                if key == self.sort_key:
+                    self.action_invert_sort()
+                else:
+                    self.sort_by(key)
+                return
 
     def compose(self) -> ComposeResult:
         yield Static("", id="rank-header")
@@ -123,26 +188,33 @@ class RankTable(Vertical):
         bar_w = self.bar_width()
         widths = [w or bar_w for _, _, w, _ in COLUMNS]
         rights = [r for *_, r in COLUMNS]
-        if (bar_w, snap.with_comm) != self._header_for:
-            self._header_for = (bar_w, snap.with_comm)
-            header = join_cells([Text(label, style="bold") for _, label, _, _ in COLUMNS],
-                                widths, rights)
+        if (bar_w, snap.with_comm, self.sort_key, self.sort_descending) != self._header_for:
+            self._header_for = (bar_w, snap.with_comm, self.sort_key, self.sort_descending)
+            # the sorted column's title stands out as htop's does; the border title says which way
+            header = join_cells([Text(label, style="bold reverse" if key == self.sort_key and self.sort_key != "rank"
+                                      else "bold") for key, label, _, _ in COLUMNS], widths, rights)
             self.query_one("#rank-header", Static).update(header)
             self.border_subtitle = legend(snap.phase_names) + Text("▲ slowest", style=SLOW_STYLE)
         slow = snap.slowest if state.world_size > 1 else None
         flags = rank_flags(snap)
         # a row is a rank, or a node's header line (Text) on a multi-node run
-        items: list[int | Text] = list(sorted(state.ranks))
-        if groups is not None:
-            items = []
-            for head, ranks in groups:
-                items += [head, *ranks]
+        items = self._items(snap, groups)
 
         def line(i: int) -> Text:
             item = items[i]
             return item if isinstance(item, Text) else self._row(item, snap, item == slow, bar_w, flags.get(item))
 
         self.body.set_lines(self.body.lines_in_view(len(items), line))
+
+    def _items(self, snap: Snapshot, groups: list[tuple[Text, list[int]]] | None) -> list[int | Text]:
+        """The rows in order: ranks sorted as asked, under their node's header line on a
+        multi-node run (sorted within each node)."""
+        if groups is None:
+            return list(sorted_ranks(sorted(snap.state.ranks), snap, self.sort_key, self.sort_descending))
+        items: list[int | Text] = []
+        for head, ranks in groups:
+            items += [head, *sorted_ranks(ranks, snap, self.sort_key, self.sort_descending)]
+        return items
 
     @staticmethod
     def _row(r: int, snap: Snapshot, is_slow: bool, bar_w: int, flag: str | None = None) -> Text:
