@@ -12,7 +12,7 @@ from rich.style import Style
 from test_web import LiveSession
 from textual.color import Color
 from textual.strip import Strip
-from textual.widgets import Input
+from textual.widgets import Input, Label, RichLog
 
 from ddptop.model.config import RunConfig
 from ddptop.model.snapshot import snapshot
@@ -22,6 +22,7 @@ from ddptop.tui.screens.confirm_screen import ConfirmScreen
 from ddptop.tui.screens.settings_screen import SettingsScreen
 from ddptop.tui.synthetic import StaticSession, synthetic_state, synthetic_workbench
 from ddptop.tui.widgets.lines_view import LinesView
+from ddptop.tui.widgets.log_view import LogView
 from ddptop.tui.widgets.rank_table import RankTable
 from ddptop.tui.widgets.run_alerts import ALERT_ROWS, RunAlerts
 
@@ -347,5 +348,72 @@ def test_a_click_on_a_column_title_sorts_by_it(tmp_path: Path) -> None:
             await pilot.click(header, offset=(x, 0))  # the same title again: inverted
             await pilot.pause()
             assert _rank_order(app)[-1] == 3
+
+    asyncio.run(main())
+
+
+# --- searching and filtering the logs -------------------------------------------------------
+
+
+def test_slash_searches_the_logs_highlights_matches_and_n_moves_between_them(tmp_path: Path) -> None:
+    async def main() -> None:
+        state = synthetic_state(2)
+        state.logs.clear()
+        for i in range(30):
+            state.add_log(i % 2, f"step {i} loss 0.{i:02d}")
+        state.add_log(0, "node0:1 NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/CUMEM")
+        state.add_log(1, "UserWarning: grad strides do not match bucket view strides")
+        state.add_log(1, "RuntimeError: CUDA error: an illegal memory access")
+        app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("4")  # the logs tab
+            app.refresh_views()
+            await pilot.pause()
+            view = app.query_one(LogView)
+            await pilot.press("slash", *"loss 0.1", "enter")
+            await pilot.pause()
+            assert view.search == "loss 0.1"
+            matches = view.matches
+            assert sorted(view._shown[i][1] for i in matches) == [f"step {i} loss 0.{i:02d}" for i in range(10, 20)]
+            assert view.match_index == 0
+            log = app.query_one("#log", RichLog)
+            highlighted = [s for s in log.lines[matches[0]] if s.style and s.style.bgcolor is not None]
+            assert "".join(s.text for s in highlighted) == "loss 0.1"
+            assert "match 1 of 10" in str(app.query_one("#log-hint", Label).render())
+            await pilot.press("n", "n")
+            assert view.match_index == 2
+            await pilot.press("N")
+            assert view.match_index == 1
+            await pilot.press("escape")  # search cleared: n goes back to the app (run again)
+            assert view.search == "" and view.matches == []
+
+            await pilot.press("k")  # NCCL lines only
+            await pilot.pause()
+            assert [line for _, line in view._shown] == [
+                "node0:1 NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/CUMEM"]
+            await pilot.press("k", "k")  # warnings, then errors
+            await pilot.pause()
+            assert [line for _, line in view._shown] == ["RuntimeError: CUDA error: an illegal memory access"]
+            await pilot.press("k")  # all lines
+            await pilot.press("f", "f", "f")  # all -> ddptop -> r0 -> r1 ... the ddptop filter
+            await pilot.pause()
+
+    asyncio.run(main())
+
+
+def test_an_empty_log_filter_says_so(tmp_path: Path) -> None:
+    async def main() -> None:
+        state = synthetic_state(2)
+        state.logs.clear()
+        state.add_log(0, "hello from rank 0")
+        app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("4")
+            app.refresh_views()
+            await pilot.pause()
+            await pilot.press("f", "f", "f")  # all ranks -> ddptop -> r0 -> r1, which said nothing
+            await pilot.pause()
+            log = app.query_one("#log", RichLog)
+            assert [strip.text for strip in log.lines] == ["(no lines from r1 yet)"]
 
     asyncio.run(main())

@@ -1,5 +1,6 @@
 """LogView: every rank's output (and torchrun/ddptop's own, as rank -1), filterable
-by rank, NCCL lines highlighted. Follows the live RunState's bounded log deques."""
+by rank and by kind (NCCL, warnings, errors), NCCL lines highlighted, searchable (`/`, then
+`n`/`N` between matches, as in less). Follows the live RunState's bounded log deques."""
 
 from __future__ import annotations
 
@@ -11,13 +12,19 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Label, RichLog, Select
+from textual.widgets import Input, Label, RichLog, Select
 
 from ddptop.tui.live import Snapshot
 from ddptop.tui.render import NCCL_STYLE
 
 KEEP = 5000  # lines this view keeps to re-filter (RunState keeps 2000 per rank)
 ALL = "all"
+MATCH_STYLE = "bold black on #d7af00"
+CURRENT_STYLE = "bold black on #ff8700"
+# What the kind filter keeps (k cycles it): NCCL's own lines, warnings, errors.
+_WARN = re.compile(r"\bWARN(?:ING)?\b|Warning\b", re.IGNORECASE)
+_ERROR = re.compile(r"\b(?:ERROR|Error|Exception|Traceback|FAILED|ABORT)\b|Error:")
+KINDS = {ALL: "all lines", "nccl": "NCCL", "warn": "warnings", "error": "errors"}
 
 
 _NCCL = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT|version)\b")
@@ -32,28 +39,72 @@ def rank_label(rank: int) -> str:
     return "ddptop" if rank < 0 else f"r{rank}"
 
 
-def format_line(rank: int, line: str) -> Text:
+def line_kind_matches(kind: str, line: str) -> bool:
+    if kind == "nccl":
+        return is_nccl(line)
+    if kind == "warn":
+        return _WARN.search(line) is not None
+    if kind == "error":
+        return _ERROR.search(line) is not None
+    return True
+
+
+def format_line(rank: int, line: str, search: str = "", current: bool = False) -> Text:
+    """One log line; each case-insensitive occurrence of `search` highlighted (the line the
+    search is on, brighter)."""
     text = Text(f"{rank_label(rank):>6} │ ", style="dim")
+    start = len(text)
     text.append(line, style=NCCL_STYLE if is_nccl(line) else "")
+    if search:
+        lowered, needle = line.lower(), search.lower()
+        at = lowered.find(needle)
+        while at >= 0:
+            text.stylize(CURRENT_STYLE if current else MATCH_STYLE, start + at, start + at + len(needle))
+            at = lowered.find(needle, at + len(needle))
     return text
 
 
 class LogView(Vertical):
-    BINDINGS = [Binding("f", "cycle_filter", "Filter rank")]
+    BINDINGS = [
+        Binding("f", "cycle_filter", "Filter rank"),
+        Binding("k", "cycle_kind", "NCCL/warnings/errors"),
+        Binding("slash", "search", "Search"),
+        Binding("n", "search_next(1)", "Next match", show=False),
+        Binding("N", "search_next(-1)", "Previous match", show=False),
+        Binding("escape", "clear_search", "Clear search", show=False),
+    ]
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="log-bar"):
             yield Label("rank ", id="log-label")
             yield Select([("all ranks", ALL)], value=ALL, allow_blank=False, compact=True,
                          id="log-filter")
-            yield Label("  NCCL lines highlighted; f cycles the filter", id="log-hint")
+            yield Select([(label, kind) for kind, label in KINDS.items()], value=ALL,
+                         allow_blank=False, compact=True, id="log-kind")
+            yield Input(placeholder="search", id="log-search", compact=True)
+            yield Label("  f rank, k kind, / search, n/N next/previous", id="log-hint")
         yield RichLog(id="log", max_lines=KEEP, wrap=False, markup=False, highlight=False)
 
     def on_mount(self) -> None:
         self._run_id = ""
         self._seen: dict[int, tuple[int, Any]] = {}  # rank -> (count read, last line object)
         self._lines: collections.deque[tuple[int, str]] = collections.deque(maxlen=KEEP)
+        self._shown: list[tuple[int, str]] = []  # what the log shows now, in order
         self._ranks: tuple[int, ...] = ()
+        self.search = ""
+        self.match_index = -1  # which of the matches the search is on
+        self.query_one("#log-search", Input).display = False
+        self._rewrite()
+
+    def _wanted(self, rank: int, line: str) -> bool:
+        wanted, kind = self.filter, self.query_one("#log-kind", Select).value
+        return (wanted == ALL or wanted == rank) and line_kind_matches(str(kind), line)
+
+    @property
+    def matches(self) -> list[int]:
+        """Indexes (in the shown lines) of the lines the search finds."""
+        needle = self.search.lower()
+        return [i for i, (_, line) in enumerate(self._shown) if needle and needle in line.lower()]
 
     @property
     def filter(self) -> Any:
@@ -75,12 +126,15 @@ class LogView(Vertical):
                 select.set_options([("all ranks", ALL)] + [(rank_label(r), r) for r in ranks])
                 select.value = current if current in ranks or current == ALL else ALL
         log = self.query_one("#log", RichLog)
-        wanted = self.filter
         for rank, lines in state.logs.items():
             for line in self._new_lines(rank, lines):
                 self._lines.append((rank, line))
-                if wanted == ALL or wanted == rank:
-                    log.write(format_line(rank, line))
+                if self._wanted(rank, line):
+                    if not self._shown:
+                        log.clear()  # the "nothing yet" line
+                    self._shown.append((rank, line))
+                    log.write(format_line(rank, line, self.search))
+        del self._shown[:-KEEP]
 
     def _new_lines(self, rank: int, lines: collections.deque[str]) -> list[str]:
         """Lines appended since the last call. The deque drops old lines when full,
@@ -107,10 +161,61 @@ class LogView(Vertical):
     def _rewrite(self) -> None:
         log = self.query_one("#log", RichLog)
         log.clear()
-        wanted = self.filter
-        for rank, line in self._lines:
-            if wanted == ALL or wanted == rank:
-                log.write(format_line(rank, line))
+        self._shown = [(rank, line) for rank, line in self._lines if self._wanted(rank, line)]
+        current = self.matches[self.match_index] if 0 <= self.match_index < len(self.matches) else -1
+        for i, (rank, line) in enumerate(self._shown):
+            log.write(format_line(rank, line, self.search, current=i == current))
+        if not self._shown:  # say why the view is empty instead of leaving it blank
+            who = "any rank" if self.filter == ALL else f"{rank_label(int(self.filter))}"
+            kind = self.query_one("#log-kind", Select).value
+            what = "lines" if kind == ALL else f"{KINDS[str(kind)]} lines"
+            log.write(Text(f"(no {what} from {who} yet)", style="dim italic"))
+
+    # --- search -------------------------------------------------------------------------
+    def action_search(self) -> None:
+        box = self.query_one("#log-search", Input)
+        box.display = True
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.search = event.value.strip()
+        self.match_index = -1
+        self.query_one("#log", RichLog).focus()
+        event.input.display = bool(self.search)
+        self.action_search_next(1)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # Without a search, n and escape fall through to the app (n: run again).
+        if action in ("search_next", "clear_search"):
+            return bool(self.search)
+        return True
+
+    def action_search_next(self, delta: int) -> None:
+        matches = self.matches
+        hint = self.query_one("#log-hint", Label)
+        if not matches:
+            self.match_index = -1
+            self._rewrite()
+            hint.update(f"  no match for '{self.search}'" if self.search else "")
+            return
+        self.match_index = (self.match_index + delta) % len(matches) if self.match_index >= 0 else (
+            0 if delta > 0 else len(matches) - 1)
+        self._rewrite()
+        log = self.query_one("#log", RichLog)
+        log.scroll_to(y=max(0, matches[self.match_index] - log.size.height // 2), animate=False)
+        hint.update(f"  '{self.search}': match {self.match_index + 1} of {len(matches)} (n/N)")
+
+    def action_clear_search(self) -> None:
+        self.search, self.match_index = "", -1
+        box = self.query_one("#log-search", Input)
+        box.value, box.display = "", False
+        self.query_one("#log-hint", Label).update("  f rank, k kind, / search, n/N next/previous")
+        self._rewrite()
+
+    def action_cycle_kind(self) -> None:
+        select = self.query_one("#log-kind", Select)
+        kinds = list(KINDS)
+        select.value = kinds[(kinds.index(str(select.value)) + 1) % len(kinds)]
 
     def action_cycle_filter(self) -> None:
         options: list[Any] = [ALL, *self._ranks]
