@@ -1,0 +1,63 @@
+"""StepTimelineView: the selected rank's last step as a time bar (data, forward, backward,
+the wait for the last all-reduce, optimizer) with the all-reduce's in-flight time drawn
+under it, so the share of communication that backward hides is seen, not read."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ddptop.model.report import fmt
+from ddptop.model.timeline import StepTimeline, step_timeline
+from ddptop.tui.render import PHASE_COLORS
+
+LANE_STYLE = {**PHASE_COLORS, "exposed": PHASE_COLORS["comm"], "other": "#6c6c6c"}
+LANE_CHAR = {"exposed": "▒", "other": "·"}
+LABEL_W = 10
+
+
+def timeline_lines(timeline: StepTimeline | None, width: int) -> list[Text]:
+    """The header line, the step's lane, the all-reduce lane and a scale, `width` columns
+    of bar after a label column."""
+    if timeline is None:
+        return [Text("no step recorded yet", style="dim italic")]
+    bar_w = max(10, width - LABEL_W)
+    lane = Text("step".ljust(LABEL_W), style="dim")
+    cells = [Text(" ")] * bar_w
+    for span in timeline.lane:
+        a, b = timeline.columns(span, bar_w)
+        for c in range(a, b):
+            cells[c] = Text(LANE_CHAR.get(span.what, "█"), style=LANE_STYLE[span.what])
+    lane.append_text(Text("").join(cells))
+    comm = Text("all-reduce".ljust(LABEL_W), style="dim")
+    if timeline.comm is None:
+        comm.append("not timed in this run (GPU without nccl_timing: only the wait is known)", style="dim")
+    else:
+        a, b = timeline.columns(timeline.comm, bar_w)
+        comm.append(" " * a)
+        comm.append("▀" * (b - a), style=PHASE_COLORS["comm"])
+    scale = Text(" " * LABEL_W + "0 ms", style="dim")
+    end = f"{timeline.step_ms:.1f} ms"
+    scale.append(end.rjust(bar_w - 4), style="dim")
+    return [_header(timeline), lane, comm, scale]
+
+
+def _header(timeline: StepTimeline) -> Text:
+    head = Text.assemble(("step ", "dim"), (str(timeline.step), "bold"), "  ",
+                         (f"{timeline.step_ms:.1f} ms", "bold"))
+    exposed = next((s.ms for s in timeline.lane if s.what == "exposed"), 0.0)
+    if timeline.comm is not None and timeline.comm.ms > 0:
+        hidden = timeline.hidden_ms or 0.0
+        head.append(f"   all-reduce {timeline.comm.ms:.1f} ms: {hidden:.1f} hidden under backward "
+                    f"({hidden / timeline.comm.ms:.0%}), {exposed:.1f} exposed")
+    elif exposed:
+        head.append(f"   waited {fmt(exposed)} ms for the all-reduce after backward")
+    return head
+
+
+class StepTimelineView(Static):
+    """Call `show(record)` with a rank's last step record."""
+
+    def show(self, record: dict[str, float] | None) -> None:
+        width = self.content_region.width or 80
+        self.update(Text("\n").join(timeline_lines(step_timeline(record) if record else None, width)))

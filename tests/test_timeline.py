@@ -1,0 +1,55 @@
+"""The step timeline (issue 21): a known step's spans land at the right columns."""
+
+from ddptop.model.timeline import step_timeline
+from ddptop.tui.widgets.step_timeline import LABEL_W, timeline_lines
+
+# 100 ms: data 10, forward 20, backward 50 (of which the last 10 wait for the all-reduce),
+# optimizer 15, 5 unaccounted; the all-reduce is in flight for the last 30 ms of backward.
+STEP = {"step": 7, "step_ms": 100.0, "data_ms": 10.0, "forward_ms": 20.0, "backward_ms": 50.0,
+        "exposed_comm_ms": 10.0, "optimizer_ms": 15.0, "comm_ms": 30.0}
+
+
+def test_spans_in_ms():
+    tl = step_timeline(STEP)
+    assert tl is not None and tl.step == 7 and tl.step_ms == 100.0
+    assert [(s.what, s.start_ms, s.end_ms) for s in tl.lane] == [
+        ("data", 0, 10), ("forward", 10, 30), ("backward", 30, 70), ("exposed", 70, 80),
+        ("optimizer", 80, 95), ("other", 95, 100)]
+    assert (tl.comm.start_ms, tl.comm.end_ms) == (50.0, 80.0)
+    assert tl.hidden_ms == 20.0  # 30 in flight, 10 of them after compute ended
+
+
+def test_spans_at_the_right_columns():
+    tl = step_timeline(STEP)
+    cols = {s.what: tl.columns(s, 50) for s in tl.lane}
+    assert cols == {"data": (0, 5), "forward": (5, 15), "backward": (15, 35), "exposed": (35, 40),
+                    "optimizer": (40, 48), "other": (48, 50)}
+    assert tl.columns(tl.comm, 50) == (25, 40)
+
+
+def test_the_drawn_lanes_match_the_columns():
+    header, lane, comm, scale = timeline_lines(step_timeline(STEP), LABEL_W + 50)
+    bar = lane.plain[LABEL_W:]
+    assert bar == "█" * 35 + "▒" * 5 + "█" * 8 + "·" * 2
+    assert comm.plain[LABEL_W:] == " " * 25 + "▀" * 15
+    assert "all-reduce 30.0 ms: 20.0 hidden under backward (67%), 10.0 exposed" in header.plain
+    assert scale.plain.endswith("100.0 ms")
+    # colours by phase: data's cells are data's colour, forward's forward's
+    styles = {str(span.style) for span in lane.spans}
+    assert len(styles) >= 5
+
+
+def test_no_comm_timed_and_no_record():
+    rec = {k: v for k, v in STEP.items() if k != "comm_ms"}
+    tl = step_timeline(rec)
+    assert tl.comm is None and tl.hidden_ms is None
+    assert "not timed" in timeline_lines(tl, 60)[2].plain
+    assert step_timeline({"step": 1}) is None
+    assert timeline_lines(None, 60)[0].plain == "no step recorded yet"
+
+
+def test_a_tiny_span_still_gets_a_column():
+    rec = {**STEP, "data_ms": 0.1, "step_ms": 90.1}
+    tl = step_timeline(rec)
+    a, b = tl.columns(tl.lane[0], 20)
+    assert b - a == 1
