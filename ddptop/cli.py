@@ -287,11 +287,11 @@ def run_subcommand(name: str, argv: list[str]) -> int:
         print(presets_table())
         return 0
     if name == "nccl":
-        from ddptop.analysis.nccl import main_nccl
+        from ddptop.commands.nccl import main_nccl
 
         return main_nccl(argv)
     if name == "topo":
-        from ddptop.hw.gpu import main_topo
+        from ddptop.commands.topo import main_topo
 
         return main_topo(argv)
     if name == "sweep":

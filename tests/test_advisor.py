@@ -19,7 +19,7 @@ from ddptop.analysis.advisor import (
     transport_classes,
 )
 from ddptop.analysis.nccl import NcclParser
-from ddptop.hw.gpu import TopologyMatrix, TopoReading
+from ddptop.hw.topology import TopologyMatrix, TopoReading
 from ddptop.model.config import RunConfig, preset_config
 
 NCCL_LOGS = Path(__file__).parent / "fixtures" / "nccl"

@@ -122,7 +122,7 @@ def test_one_rank_nccl_kernel_counts_as_communication_and_gz_traces_read(tmp_pat
     """H100, DDP on one GPU: NCCL's all-reduce kernel is `...onerank...` (no "nccl" in its
     name) but carries 'Collective name'; a GEMM with "Broadcast" in its name is compute; a
     rank whose trace cannot be read is named, the others summarised."""
-    from ddptop.analysis.capture import summarize_capture
+    from ddptop.run.nsys import summarize_capture
 
     path = Path(__file__).parent / "fixtures" / "traces" / "h100_one_rank" / "rank0.trace.json.gz"
     bad = tmp_path / "rank1.trace.json.gz"

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ddptop.hw import gpu
+from ddptop.commands.topo import main_topo
+from ddptop.hw import gpu, topology
+from ddptop.hw.processes import ProcessStats, process_stats
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 SNAPSHOT = json.loads((FIXTURES / "nvml_snapshot.json").read_text())
@@ -125,7 +127,7 @@ def test_topology_from_fixture_matches_nvidia_smi() -> None:
         for j in range(4):
             assert matrix.link(i, j) == ("X" if i == j else "NV18")
     expected = first_table((FIXTURES / "nvidia_smi_topo.txt").read_text())
-    assert first_table(gpu.render_topology(matrix)) == expected
+    assert first_table(topology.render_topology(matrix)) == expected
     assert matrix.gpus[0].pcie_gen == 5 and matrix.gpus[0].pcie_width == 16
 
 
@@ -142,31 +144,31 @@ def test_direct_links_from_remote_pci_ids() -> None:
     # A DGX-1-like box: GPU0-GPU1 bonded by two links, GPU0-GPU2 by one, GPU1-GPU2 only PCIe.
     bus = ["0000:1b:00.0", "0000:1c:00.0", "0000:3d:00.0"]
     readings = [
-        gpu.TopoReading(0, "g", "00000000:1B:00.0", (1, 1, 1), (bus[1], bus[1], bus[2]),
+        topology.TopoReading(0, "g", "00000000:1B:00.0", (1, 1, 1), (bus[1], bus[1], bus[2]),
                         ancestor={1: 20, 2: 50}, p2p_nvlink={1: 0, 2: 0}),
-        gpu.TopoReading(1, "g", bus[1], (1, 1), (bus[0], bus[0]),
+        topology.TopoReading(1, "g", bus[1], (1, 1), (bus[0], bus[0]),
                         ancestor={0: 20, 2: 50}, p2p_nvlink={0: 0, 2: 5}),
-        gpu.TopoReading(2, "g", bus[2], (1,), (bus[0],),
+        topology.TopoReading(2, "g", bus[2], (1,), (bus[0],),
                         ancestor={0: 50, 1: 50}, p2p_nvlink={0: 0, 1: 5}),
     ]  # fmt: skip
-    m = gpu.topology_from_readings(readings)
+    m = topology.topology_from_readings(readings)
     assert [list(r) for r in m.links] == [
         ["X", "NV2", "NV1"],
         ["NV2", "X", "SYS"],
         ["NV1", "SYS", "X"],
     ]
-    assert m.nvlinks(0, 1) == 2 and gpu.link_class(m.link(1, 2)) == "cross-numa"
+    assert m.nvlinks(0, 1) == 2 and topology.link_class(m.link(1, 2)) == "cross-numa"
 
 
 def test_pcie_only_labels_and_missing_values() -> None:
     readings = [
-        gpu.TopoReading(0, "g", "0:1:0.0", ancestor={1: 10, 2: 40}),
-        gpu.TopoReading(1, "g", "0:2:0.0", ancestor={0: 10, 2: None}),
-        gpu.TopoReading(2, "g", "0:3:0.0", ancestor={0: 40, 1: None}),
+        topology.TopoReading(0, "g", "0:1:0.0", ancestor={1: 10, 2: 40}),
+        topology.TopoReading(1, "g", "0:2:0.0", ancestor={0: 10, 2: None}),
+        topology.TopoReading(2, "g", "0:3:0.0", ancestor={0: 40, 1: None}),
     ]
-    m = gpu.topology_from_readings(readings)
+    m = topology.topology_from_readings(readings)
     assert m.links[0] == ("X", "PIX", "NODE") and m.link(1, 2) == "N/A"
-    text = gpu.render_topology(m, legend=False)
+    text = topology.render_topology(m, legend=False)
     assert "GPU0\t X \tPIX\tNODE\tN/A\tN/A\t\tN/A" in text and "no NVLink" in text
 
 
@@ -205,7 +207,7 @@ def no_library_module() -> types.ModuleType:
 
 def test_main_topo_without_nvml_prints_one_line(monkeypatch, capsys) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", no_library_module())
-    assert gpu.main_topo([]) == 0
+    assert main_topo([]) == 0
     out = capsys.readouterr().out
     assert out.strip() == "NVML not available: libnvidia-ml.so.1 not found"
     assert out.count("\n") == 1
@@ -213,7 +215,7 @@ def test_main_topo_without_nvml_prints_one_line(monkeypatch, capsys) -> None:
 
 def test_main_topo_without_pynvml_installed(monkeypatch, capsys) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` fail
-    assert gpu.main_topo(["--json"]) == 0
+    assert main_topo(["--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["available"] is False and "not installed" in data["reason"]
 
@@ -228,21 +230,21 @@ def test_unavailable_nvml_reads_as_values_not_errors() -> None:
 
 
 def test_main_topo_json_with_fake(capsys) -> None:
-    assert gpu.main_topo(["--json"], source=gpu.Nvml(module=fake_pynvml(SNAPSHOT))) == 0
+    assert main_topo(["--json"], source=gpu.Nvml(module=fake_pynvml(SNAPSHOT))) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["links"][0] == ["X", "NV18", "NV18", "NV18"]
     assert data["gpus"][3]["active_nvlinks"] == 18 and data["gpus"][0]["cpu_affinity"] == "0-63"
 
 
 def test_mask_to_ranges() -> None:
-    assert gpu.mask_to_ranges([0b1011, 1]) == "0-1,3,64"
-    assert gpu.mask_to_ranges([0]) is None and gpu.mask_to_ranges(None) is None
+    assert topology.mask_to_ranges([0b1011, 1]) == "0-1,3,64"
+    assert topology.mask_to_ranges([0]) is None and topology.mask_to_ranges(None) is None
 
 
 def test_process_stats_of_self_and_gone_pid() -> None:
-    tracker = gpu.ProcessStats()
+    tracker = ProcessStats()
     gone = 2**22 + 12345  # above the default pid_max, so never a live process
-    stats = gpu.process_stats([os.getpid(), gone], tracker)
+    stats = process_stats([os.getpid(), gone], tracker)
     assert set(stats) == {os.getpid()}
     cpu, rss = stats[os.getpid()]
     assert cpu >= 0.0 and rss > 1_000_000

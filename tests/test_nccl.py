@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddptop.analysis import nccl
+from ddptop.commands.nccl import main_nccl
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
 LOGS = sorted(FIXTURES.glob("*.log"))
@@ -237,19 +238,19 @@ def test_incremental_feed_matches_batch() -> None:
 def test_main_nccl_text_json_and_unreadable(tmp_path, capsys) -> None:
     log = str(FIXTURES / "h200x4_p2pdisable_shm_info.log")
     missing = str(tmp_path / "nope.log")
-    assert nccl.main_nccl([log, missing]) == 0
+    assert main_nccl([log, missing]) == 0
     captured = capsys.readouterr()
     assert "SHM" in captured.out and "2.28.9" in captured.out
     assert captured.err.count("\n") == 1 and "nope.log" in captured.err
 
-    assert nccl.main_nccl([log, "--json"]) == 0
+    assert main_nccl([log, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["transports"]["0->1"]["label"] == "SHM" and data["nranks"] == 4
     assert data["files_read"] == 1 and data["files_skipped"] == 0
 
 
 def test_main_nccl_nothing_readable_exits_2(tmp_path, capsys) -> None:
-    assert nccl.main_nccl([str(tmp_path / "a.log"), str(tmp_path / "b.log")]) == 2
+    assert main_nccl([str(tmp_path / "a.log"), str(tmp_path / "b.log")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and "none of the log files" in err[-1]
 
@@ -257,7 +258,7 @@ def test_main_nccl_nothing_readable_exits_2(tmp_path, capsys) -> None:
 def test_main_nccl_file_without_nccl_lines(tmp_path, capsys) -> None:
     p = tmp_path / "plain.log"
     p.write_text("just a training log\n")
-    assert nccl.main_nccl([str(p)]) == 1
+    assert main_nccl([str(p)]) == 1
     assert "no NCCL_DEBUG lines" in capsys.readouterr().out
 
 
@@ -383,24 +384,24 @@ def test_cli_reads_gzip_whatever_its_name_and_says_when_cut(tmp_path, capsys) ->
     renamed = tmp_path / "nccl.txt"
     renamed.write_bytes(gzip.compress(raw))
     for path in (packed, renamed):
-        assert nccl.main_nccl([str(path)]) == 0
+        assert main_nccl([str(path)]) == 0
         out = capsys.readouterr()
         assert "P2P" in out.out and "NCCL_DEBUG" not in out.out and not out.err
     cut = tmp_path / "cut.gz"
     cut.write_bytes(packed.read_bytes()[: len(packed.read_bytes()) // 2])
-    assert nccl.main_nccl([str(cut)]) == 0
+    assert main_nccl([str(cut)]) == 0
     out = capsys.readouterr()
     assert "NCCL 2.28.9" in out.out and out.err.strip() == f"ddptop nccl: {cut}: compressed log ends early (EOFError)"
 
 
 def test_cli_bounded_read_of_dev_zero_and_a_huge_line(tmp_path, capsys) -> None:
-    assert nccl.main_nccl(["/dev/zero", "--max-mb", "8"]) == 1
+    assert main_nccl(["/dev/zero", "--max-mb", "8"]) == 1
     out = capsys.readouterr()
     assert out.err.strip() == "ddptop nccl: /dev/zero: read the first 8 MB only (--max-mb)"
     assert "no NCCL_DEBUG lines" in out.out
     big = tmp_path / "big.log"
     big.write_text("x" * 3_000_000 + "\n" + (FIXTURES / "net_socket_2node.log").read_text())
-    assert nccl.main_nccl([str(big), "--json"]) == 0
+    assert main_nccl([str(big), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["transports"]["0->1"]["label"] == "NET/Socket" and data["other_count"] == 1
 

@@ -1,13 +1,11 @@
-"""Capture windows, monitor side: the Capture record, parsing `--capture STEP:COUNT`,
-finding nsys, and summarising the per-rank Chrome traces a window produced (what
-ddptop.analysis.trace_analysis gives per rank, next to ddptop's own comm timer for the same steps).
-Pure except `find_nsys` and `summarize_capture` (reads the traces)."""
+"""Capture windows, monitor side: the Capture record, parsing `--capture STEP:COUNT`, and
+summarising the per-rank Chrome traces a window produced (what ddptop.analysis.trace_analysis
+gives per rank, next to ddptop's own comm timer for the same steps). Pure: the traces are read
+by ddptop.run.nsys.summarize_capture; finding nsys is ddptop.run.nsys's too."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,10 +13,8 @@ from typing import Any
 
 from ddptop.analysis.trace_analysis import OPEN_WITH, analyze, intersection_length, union_length
 
-__all__ = ["Capture", "compare_with_timer", "find_nsys", "intersection_length", "parse_capture_spec",
-           "summarize_capture", "summarize_trace", "union_length"]
-NSYS_FALLBACKS = ("/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys",
-                  "/opt/nvidia/nsight-systems/bin/nsys", "/usr/local/cuda/bin/nsys")
+__all__ = ["Capture", "capture_summary", "compare_with_timer", "intersection_length", "parse_capture_spec",
+           "summarize_trace", "union_length"]
 
 
 @dataclass
@@ -56,35 +52,14 @@ def parse_capture_spec(spec: str, steps: int) -> tuple[int, int]:
     return first, n
 
 
-def find_nsys(explicit: str | None = None) -> str | None:
-    if explicit:
-        return explicit if os.access(explicit, os.X_OK) else None
-    found = shutil.which("nsys")
-    if found:
-        return found
-    return next((p for p in NSYS_FALLBACKS if os.access(p, os.X_OK)), None)
-
-
 def summarize_trace(trace: dict[str, Any], top: int = 10) -> dict[str, Any]:
     """One rank's torch.profiler trace -> what the window shows (ddptop.analysis.trace_analysis)."""
     return analyze(trace, top=top)
 
 
-def summarize_capture(files: dict[int, list[str]]) -> dict[str, Any]:
-    """Per-rank summaries of a capture's trace files; unreadable files are named."""
-    from ddptop.commands.trace import TraceError, read_trace
-
-    ranks: dict[str, Any] = {}
-    for rank, paths in sorted(files.items()):
-        traces = [p for p in paths if p.endswith((".json", ".json.gz"))]
-        if not traces:
-            ranks[str(rank)] = {"files": paths, "note": "no trace to summarise (nsys writes its own report)"}
-            continue
-        try:
-            ranks[str(rank)] = {"file": traces[0], **analyze(read_trace(traces[0]))}
-        except (TraceError, ValueError) as exc:
-            ranks[str(rank)] = {"error": f"cannot read {exc}" if isinstance(exc, TraceError)
-                                else f"cannot read {traces[0]}: {exc}"}
+def capture_summary(ranks: dict[str, Any]) -> dict[str, Any]:
+    """A capture's summary from its per-rank entries (`analyze` of each rank's trace, or why
+    there is none): the ranks' mean comm time, and what opens the traces."""
     comm = [r["comm_ms"] for r in ranks.values() if r.get("comm_ms") is not None]
     out: dict[str, Any] = {"ranks": ranks, "comm_ms_mean": round(sum(comm) / len(comm), 3) if comm else None}
     if any("source" in r for r in ranks.values()):
@@ -137,8 +112,3 @@ def nsys_files_by_rank(paths: list[Path]) -> dict[int, list[str]]:
         if m:
             out.setdefault(int(m.group(1)), []).append(str(path))
     return out
-
-
-def nsys_outputs(captures_dir: Path) -> list[Path]:
-    """What nsys left for the capture windows: reports (.nsys-rep) or raw streams (.qdstrm)."""
-    return sorted(p for p in captures_dir.glob("nsys_rank*") if p.suffix in (".nsys-rep", ".qdstrm", ".sqlite"))

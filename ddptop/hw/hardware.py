@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ddptop.hw.gpu import GpuSample, Nvml, ProcessStats
+from ddptop.hw.gpu import Nvml
+from ddptop.hw.processes import ProcessStats
+from ddptop.hw.samples import GpuSample
 
 
 class HardwareSampler:

@@ -24,7 +24,6 @@ from ddptop.analysis.capture import (
     Capture,
     compare_with_timer,
     nsys_window_at,
-    summarize_capture,
 )
 from ddptop.analysis.nccl import NcclParser
 from ddptop.hw.hardware import HardwareSampler
@@ -37,7 +36,7 @@ from ddptop.run.hub import Hub
 from ddptop.run.launcher import SOCKET_DIR_PREFIX, Launcher, build_plan, remove_stale_socket_dirs
 from ddptop.run.logtail import LogTail, rank_log_files
 from ddptop.run.multinode import hub_bind_host, join_instructions
-from ddptop.run.nsys import attach_nsys, nsys_report
+from ddptop.run.nsys import attach_nsys, nsys_report, summarize_capture
 from ddptop.run.recorder import Recorder, disk_error, new_run_dir, write_json
 from ddptop.run.stacks import collect_stacks
 from ddptop.wire import protocol

@@ -1,0 +1,217 @@
+"""The advisor's rules: which path the ranks' gradients take (the slowest pair decides),
+whether an NCCL env override keeps them off NVLink, and the remedy for a path at a measured
+comm share. Pure: plain values in, an Advice out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ddptop.analysis.advice import (
+    HIGH,
+    LADDER,
+    LOSSY_CAVEAT,
+    MODERATE,
+    PATH_TEXT,
+    SLOW,
+    VERY_HIGH,
+    Advice,
+    is_lossy,
+)
+from ddptop.analysis.nccl import CLASS_ORDER
+from ddptop.model.config import DDP_KNOBS, PRESETS, RunConfig
+
+
+def ordered(classes: Iterable[str]) -> list[str]:
+    return sorted(classes, key=lambda c: CLASS_ORDER.index(c) if c in CLASS_ORDER else 99)
+
+
+def slowest_path(transports: set[str] | None, hw: set[str] | None) -> str | None:
+    """The slowest path any rank pair uses (a ring is as fast as its slowest hop)."""
+    if not transports:
+        return None
+    path = ordered(transports)[-1]
+    if path == "p2p" and hw:
+        if hw == {"nvlink"}:
+            return "nvlink"
+        if "nvlink" not in hw:
+            return "pcie-p2p"
+    return path
+
+
+# Env vars that keep NCCL off NVLink, and what they do, in the order to suspect them.
+SUSPECTS = {
+    "NCCL_P2P_DISABLE": "turns off P2P, so NVLink is never used",
+    "NCCL_P2P_LEVEL": "caps the topology distance P2P may span",
+    "NCCL_TOPO_FILE": "replaces the detected topology",
+    "NCCL_SHM_DISABLE": "turns off shared memory",
+}
+
+
+def _truthy(value: str) -> bool:
+    return value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def nvlink_unused(path: str, hw: set[str] | None, env: Mapping[str, str]) -> str:
+    """A warning when the GPUs have NVLink but NCCL moves gradients another way."""
+    if hw != {"nvlink"} or path not in SLOW:  # partial NVLink meshes may ring over PCIe
+        return ""
+    head = f"The GPUs have NVLink but NCCL sends over {PATH_TEXT[path]}:"
+    culprit = ""
+    if _truthy(env.get("NCCL_P2P_DISABLE", "")):
+        culprit = "NCCL_P2P_DISABLE"
+    elif env.get("NCCL_P2P_LEVEL", "").strip().upper() in ("LOC", "0"):
+        culprit = "NCCL_P2P_LEVEL"  # LOC: P2P nowhere, NVLink included
+    elif env.get("NCCL_TOPO_FILE"):
+        culprit = "NCCL_TOPO_FILE"
+    if culprit:
+        return f"{head} {culprit}={env[culprit]} {SUSPECTS[culprit]}; unset it."
+    return (
+        f"{head} no NCCL env override found (NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, NCCL_TOPO_FILE); "
+        "check that every rank sees the other GPUs (CUDA_VISIBLE_DEVICES, container IPC)."
+    )
+
+
+def fast_path(
+    config: Mapping[str, Any], path: str, share: float | None, evidence: list[str]
+) -> Advice:
+    changes = _changes(config, "overlap")
+    said = f"ranks talk over {PATH_TEXT[path]}"
+    if share is not None:
+        said += f" and all-reduce is {share:.0%} of the step"
+    if not changes:
+        return Advice(
+            "overlap",
+            {},
+            f"{said}: already on the overlap settings; nothing to change.",
+            evidence=evidence,
+        )
+    why = (
+        "at this share it is not worth its loss"
+        if path == "p2p"
+        else "it costs more than it saves on a fast link"
+    )
+    reason = (
+        f"{said}: no compression ({why}); use 100 MB buckets so all-reduce overlaps backward, "
+        "with static_graph and gradient_as_bucket_view."
+    )
+    if config.get("comm_hook", "none") != "none":
+        reason += f" Drop the {config['comm_hook']} hook."
+    return Advice("overlap", changes, reason, evidence=evidence)
+
+
+def slow_path(
+    config: Mapping[str, Any],
+    path: str,
+    share: float | None,
+    exposed: float | None,
+    evidence: list[str],
+) -> Advice:
+    said = f"ranks talk over {PATH_TEXT[path]}"
+    if share is None:
+        preset = _at_least(config, "bf16-overlap")
+        return _remedy(
+            config, preset, f"{said} (all-reduce share not measured yet)", evidence, "warn"
+        )
+    said += f" and all-reduce is {share:.0%} of the step"
+    if exposed is not None and share - exposed >= 0.05:
+        said += f" ({exposed:.0%} exposed)"
+    if share >= VERY_HIGH:
+        return _remedy(config, _at_least(config, "powersgd"), said, evidence, "warn")
+    if share >= HIGH:
+        return _remedy(config, _at_least(config, "bf16-overlap"), said, evidence, "warn")
+    if share >= MODERATE:
+        return _remedy(config, _at_least(config, "overlap"), said, evidence, "info")
+    return _nothing(config, said, evidence)
+
+
+def by_share_only(
+    config: Mapping[str, Any],
+    share: float | None,
+    exposed: float | None,
+    backend: str | None,
+    evidence: list[str],
+) -> Advice:
+    if backend == "gloo":
+        unknown = "transports are unknown on gloo"
+    else:
+        unknown = "NCCL transports are not known (no NCCL_DEBUG log parsed)"
+    evidence = [*evidence, unknown]
+    if share is None:
+        return Advice(
+            None,
+            {},
+            f"{unknown} and all-reduce time was not measured: nothing to go on; "
+            "compare presets with `ddptop sweep`.",
+            evidence=evidence,
+        )
+    said = f"{unknown}; all-reduce is {share:.0%} of the step"
+    if exposed is not None and share - exposed >= 0.05:
+        said += f" ({exposed:.0%} exposed)"
+    if share >= HIGH:
+        return _remedy(config, _at_least(config, "bf16-overlap"), said, evidence, "warn")
+    if share >= MODERATE:
+        return _remedy(config, _at_least(config, "overlap"), said, evidence, "info")
+    return _nothing(config, said, evidence)
+
+
+def _nothing(config: Mapping[str, Any], said: str, evidence: list[str]) -> Advice:
+    if config.get("comm_hook", "none") != "none":
+        # the small share may be the hook's doing: do not advise dropping it here
+        return Advice(
+            None,
+            {},
+            f"{said}: the {config['comm_hook']} hook keeps communication small; "
+            f"keep it ({LOSSY_CAVEAT}).",
+            evidence=evidence,
+            lossy=True,
+        )
+    return Advice(
+        None, {}, f"{said}: DDP costs little here; nothing worth tuning.", evidence=evidence
+    )
+
+
+def _at_least(config: Mapping[str, Any], preset: str) -> str:
+    """`preset`, or the stronger remedy the run already uses."""
+    hook = config.get("comm_hook", "none")
+    current = {"powersgd": "powersgd", "bf16": "bf16-overlap", "fp16": "bf16-overlap"}.get(hook)
+    if current is None:
+        return preset
+    return max(preset, current, key=LADDER.index)
+
+
+_WHAT = {
+    "overlap": "use 100 MB buckets so all-reduce overlaps backward, with static_graph and "
+    "gradient_as_bucket_view",
+    "bf16-overlap": "compress gradients (bf16 hook; lossy, so check accuracy) and use 100 MB "
+    "buckets so all-reduce overlaps backward",
+    "powersgd": "compress gradients hard (PowerSGD rank 1 from iteration 2; lossy, so check "
+    "accuracy), or milder with bf16-overlap",
+}
+
+
+def _remedy(
+    config: Mapping[str, Any], preset: str, said: str, evidence: list[str], severity: str
+) -> Advice:
+    changes = _changes(config, preset)
+    lossy = is_lossy(preset)
+    if not changes:
+        caveat = f"; {LOSSY_CAVEAT}" if lossy else ""
+        reason = f"{said}: keep the {preset} settings you have{caveat}."
+    else:  # _WHAT carries the lossy caveat inline
+        reason = f"{said}: {_WHAT[preset]}."
+    return Advice(preset, changes, reason, severity, evidence, lossy)
+
+
+def _changes(config: Mapping[str, Any], preset: str) -> dict[str, Any]:
+    """The DDP knobs that differ between `config` and `preset`. Autocast stays the user's
+    unless the preset sets it; PowerSGD parameters matter only with PowerSGD."""
+    defaults = RunConfig()
+    settings = PRESETS[preset].settings
+    target = {k: getattr(defaults, k) for k in DDP_KNOBS} | settings
+    if "autocast" not in settings:
+        target.pop("autocast")
+    if target.get("comm_hook") != "powersgd":
+        target.pop("powersgd_rank")
+        target.pop("powersgd_start_iter")
+    return {k: v for k, v in target.items() if config.get(k, getattr(defaults, k)) != v}
