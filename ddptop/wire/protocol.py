@@ -40,6 +40,12 @@ STEP_FIELDS = (
     "loss",
     "compressing",  # 1 when gradients travel compressed this step (PowerSGD: after warm-up)
     "profiled",  # 1 inside a capture window and the step after it: left out of throughput
+    # memory, sampled by the rank side every few steps (MiB): torch's CUDA caching allocator
+    # (allocated, reserved, peak allocated) on a GPU, the process's resident set everywhere
+    "mem_allocated_mb",
+    "mem_reserved_mb",
+    "mem_peak_mb",
+    "rss_mb",
 )
 PHASES = ("data", "forward", "backward", "optimizer")
 

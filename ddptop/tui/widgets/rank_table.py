@@ -13,6 +13,7 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.message import Message
 from textual.widgets import Static
 
 from ddptop.model.report import fmt
@@ -107,7 +108,15 @@ class RankTable(Vertical):
         Binding("less_than_sign", "sort_column(-1)", "Sort by previous column", show=False),
         Binding("greater_than_sign", "sort_column(1)", "Sort by next column", show=False),
         Binding("i", "invert_sort", "Invert sort", show=False),
+        Binding("enter", "choose", "Rank detail"),
     ]
+
+    class RankChosen(Message):
+        """Enter (or a double click) on a rank's row: the app opens its detail."""
+
+        def __init__(self, rank: int) -> None:
+            super().__init__()
+            self.rank = rank
 
     def __init__(self, **kwargs) -> None:  # noqa: ANN003 - Widget's options
         super().__init__(**kwargs)
@@ -115,6 +124,7 @@ class RankTable(Vertical):
         self._rows_for = -1
         self._header_for: tuple[int, bool, str, bool] | None = None
         self.sort_key = "rank"
+        self._items: list[int | Text] = []
         self.sort_descending = False
         self.border_title = "ranks"
 
@@ -132,6 +142,12 @@ class RankTable(Vertical):
     def action_sort_column(self, delta: int) -> None:
         keys = [k for k, *_ in COLUMNS]
         self.sort_by(keys[(keys.index(self.sort_key) + delta) % len(keys)])
+
+    def action_choose(self) -> None:
+        cursor = self.body.cursor
+        item = self._items[cursor] if 0 <= cursor < len(self._items) else None
+        if isinstance(item, int):
+            self.post_message(self.RankChosen(item))
 
     def action_invert_sort(self) -> None:
         self.sort_by(self.sort_key, not self.sort_descending)
@@ -198,7 +214,7 @@ class RankTable(Vertical):
         slow = snap.slowest if state.world_size > 1 else None
         flags = rank_flags(snap)
         # a row is a rank, or a node's header line (Text) on a multi-node run
-        items = self._items(snap, groups)
+        items = self._items = self._ordered(snap, groups)
 
         def line(i: int) -> Text:
             item = items[i]
@@ -206,7 +222,7 @@ class RankTable(Vertical):
 
         self.body.set_lines(self.body.lines_in_view(len(items), line))
 
-    def _items(self, snap: Snapshot, groups: list[tuple[Text, list[int]]] | None) -> list[int | Text]:
+    def _ordered(self, snap: Snapshot, groups: list[tuple[Text, list[int]]] | None) -> list[int | Text]:
         """The rows in order: ranks sorted as asked, under their node's header line on a
         multi-node run (sorted within each node)."""
         if groups is None:

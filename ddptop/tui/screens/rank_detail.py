@@ -1,0 +1,145 @@
+"""RankDetailScreen: Enter on a rank opens everything known about it: its last step as a time
+bar, step-time history and phase split, communication, memory (the allocator's figures from
+the rank side, NVML per process, resident set) with a creep alert, its process, its NCCL
+peers and transports, and its last log lines. Refreshes from the app's latest Snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from ddptop.model import memory
+from ddptop.model.report import NA, fmt
+from ddptop.model.snapshot import Snapshot
+from ddptop.tui.live import rank_location
+from ddptop.tui.render import STATUS_STYLES, fmt_bytes, legend, phase_bar, spark
+from ddptop.tui.widgets.step_timeline import StepTimelineView
+from ddptop.tui.widgets.wiring_panel import wiring_pairs
+
+LOG_LINES = 8
+REFRESH_S = 0.5
+
+
+def _section(title: str) -> Text:
+    return Text(title, style="bold underline")
+
+
+def summary_lines(snap: Snapshot, rank: int, width: int) -> list[Text]:
+    """Step times, phases and communication of one rank's recent window."""
+    f = snap.ranks.get(rank)
+    if f is None:
+        return [Text("no steps from this rank yet", style="dim italic")]
+    hist = Text.assemble(("step ms  ", "dim"), (spark(list(f.step_ms), max(10, width - 40)), "#5f87d7"),
+                         f"  p50 {fmt(f.p50)}  p95 {fmt(f.p95)}")
+    bar = Text("phases   ", style="dim").append_text(phase_bar(f.phases, max(10, width - 40)))
+    bar.append("  ").append_text(legend(snap.phase_names))
+    comm = Text("comm     ", style="dim")
+    if f.comm_share is None and f.exposed_share is None:
+        comm.append("not measured on this run", style="dim")
+    else:
+        comm.append(f"in flight {fmt(None if f.comm_share is None else 100 * f.comm_share, '.0f')}% of the step"
+                    f"  exposed {fmt(None if f.exposed_share is None else 100 * f.exposed_share, '.0f')}%")
+    return [hist, bar, comm]
+
+
+def memory_lines(snap: Snapshot, rank: int) -> list[Text]:
+    """The allocator's figures and resident set the rank reports, NVML's per-process reading
+    for its pid, and a creep alert when memory keeps rising."""
+    rs = snap.state.ranks[rank]
+    mem = memory.latest(rs.recent)
+    lines = []
+    if any(k in mem for k in ("mem_allocated_mb", "mem_reserved_mb")):
+        lines.append(Text.assemble(("allocator ", "dim"), f"allocated {fmt(mem.get('mem_allocated_mb'), '.0f')} MiB"
+                                   f"  reserved {fmt(mem.get('mem_reserved_mb'), '.0f')} MiB"
+                                   f"  peak {fmt(mem.get('mem_peak_mb'), '.0f')} MiB"))
+    else:
+        lines.append(Text("allocator  no CUDA allocator figures (a CPU run, or the rank has not reported yet)",
+                          style="dim"))
+    pid = rs.hello.pid if rs.hello is not None else None
+    gpu = snap.state.gpu
+    used = next((p.used_mem for g in getattr(gpu, "gpus", ()) for p in g.processes if p.pid == pid), None)
+    proc = snap.state.proc_stats.get(pid) if pid is not None else None
+    rss = mem.get("rss_mb")
+    lines.append(Text.assemble(
+        ("process   ", "dim"), f"pid {pid if pid is not None else NA}",
+        f"  GPU memory (NVML) {fmt_bytes(used) if used is not None else NA}",
+        f"  resident {fmt(rss, '.0f') + ' MiB' if rss is not None else fmt_bytes(proc[1]) if proc else NA}",
+        f"  CPU {fmt(proc[0], '.0f') + '%' if proc else NA}"))
+    found = memory.creep(list(rs.recent))
+    if found is not None:
+        lines.append(Text("▲ " + found.describe(), style="bold #d7503c"))
+    return lines
+
+
+def nccl_lines(snap: Snapshot, rank: int) -> list[Text]:
+    ranks, pairs, _ = wiring_pairs(snap.state)
+    mine = [p for (a, b), p in sorted(pairs.items()) if rank in (a, b) and p.transport]
+    if not mine:
+        return [Text("no NCCL transports seen for this rank (gloo, or NCCL has not connected)", style="dim")]
+    return [Text.assemble(f"{p.src} → {p.dst}  ", (p.transport or "?", "bold"),
+                          f"  hardware {p.hw or NA}", (f"  {p.verdict}" if p.verdict else "", "#c79100"))
+            for p in mine[:12]]
+
+
+def detail_lines(snap: Snapshot, rank: int, width: int) -> list[Text]:
+    """Everything below the timeline, section by section."""
+    rs = snap.state.ranks[rank]
+    status = snap.status.get(rank, rs.status)
+    lines = [Text.assemble(("rank ", "dim"), (str(rank), "bold"), "  ", rank_location(rs), "  ",
+                           (status, STATUS_STYLES.get(status, "")), "  ",
+                           ("step ", "dim"), str(rs.last_step + 1 if rs.last_step >= 0 else NA)), Text()]
+    lines += [_section("recent steps"), *summary_lines(snap, rank, width), Text()]
+    lines += [_section("memory"), *memory_lines(snap, rank), Text()]
+    lines += [_section("NCCL peers"), *nccl_lines(snap, rank), Text()]
+    lines.append(_section("last log lines"))
+    logs = list(snap.state.logs.get(rank, ()))[-LOG_LINES:]
+    lines += [Text(line[: width - 2], style="dim") for line in logs] or [Text("(none yet)", style="dim")]
+    return lines
+
+
+class RankDetailScreen(Screen[None]):
+    """One rank, live. `[` and `]` move to the previous/next rank; escape goes back."""
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("q", "app.pop_screen", "Back", show=False),
+        Binding("left_square_bracket", "move(-1)", "Previous rank"),
+        Binding("right_square_bracket", "move(1)", "Next rank"),
+    ]
+
+    def __init__(self, rank: int, latest: Callable[[], Snapshot | None]) -> None:
+        super().__init__()
+        self.rank = rank
+        self._latest = latest
+
+    def compose(self) -> ComposeResult:
+        yield StepTimelineView(id="detail-timeline")
+        with VerticalScroll():
+            yield Static(id="detail-body")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(REFRESH_S, self.refresh_detail)
+        self.refresh_detail()
+
+    def action_move(self, delta: int) -> None:
+        snap = self._latest()
+        if snap is not None and snap.state.ranks:
+            ranks = sorted(snap.state.ranks)
+            self.rank = ranks[(ranks.index(self.rank) + delta) % len(ranks)] if self.rank in ranks else ranks[0]
+            self.refresh_detail()
+
+    def refresh_detail(self) -> None:
+        snap = self._latest()
+        if snap is None or self.rank not in snap.state.ranks:
+            return
+        rs = snap.state.ranks[self.rank]
+        self.query_one(StepTimelineView).show(rs.recent[-1] if rs.recent else None)
+        width = self.size.width or 100
+        self.query_one("#detail-body", Static).update(Text("\n").join(detail_lines(snap, self.rank, width)))
