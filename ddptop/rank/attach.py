@@ -17,13 +17,6 @@ from typing import Any
 
 from ddptop.wire import protocol
 
-_instrument: Any = None
-
-
-def current() -> Any:
-    """The attached Instrument of this process, or None."""
-    return _instrument
-
 
 def should_attach(environ: dict[str, str] | os._Environ[str], pid: int) -> bool:
     if not environ.get(protocol.ENV_ADDR) or environ.get(protocol.ENV_BOOT, "1") == "0":
@@ -66,11 +59,11 @@ class _TorchWatcher(importlib.abc.MetaPathFinder):
 def attach(torch: Any) -> None:
     """Connect to the hub and install the instrument's hooks; any failure leaves the
     script running unmeasured, with one line on stderr."""
-    global _instrument
-    if _instrument is not None:
-        return
     try:
-        from ddptop.probe import Probe
+        from ddptop.rank.client import Probe, attached, set_attached
+
+        if attached() is not None:
+            return
         from ddptop.rank.instrument import Instrument, stacks_on_sigusr1
 
         os.environ[protocol.ENV_RANK_PID] = str(os.getpid())
@@ -83,7 +76,7 @@ def attach(torch: Any) -> None:
         instrument.install()
         if stacks:  # ddptop may send SIGUSR1 for stacks: this process will not die of it
             instrument.send_facts({"stacks": "faulthandler on SIGUSR1"})
-        _instrument = instrument
+        set_attached(instrument)
     except Exception as exc:  # noqa: BLE001
         print(f"ddptop: not measuring this rank: {type(exc).__name__}: {exc}", file=sys.stderr)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddptop.probe import Probe
+from ddptop.rank.client import Probe
 from ddptop.wire.protocol import Command
 
 

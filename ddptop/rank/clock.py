@@ -5,6 +5,7 @@ makes the host wait for the GPU)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 
@@ -41,3 +42,25 @@ class CudaClock:
 
     def sync(self) -> None:
         self._cuda.synchronize(self.device)
+
+
+class LazyClock:
+    """The step tracker's clock until the model's device is known (the first DDP or forward):
+    `current()` gives the clock chosen so far (a HostClock when none is yet)."""
+
+    def __init__(self, current: Callable[[], Any]) -> None:
+        self._current = current
+
+    def stamp(self) -> Any:
+        return self._current().stamp()
+
+    def elapsed(self, a: Any, b: Any) -> float:
+        if isinstance(a, float) != isinstance(b, float):
+            return 0.0  # stamped before and after the clock was chosen
+        return self._current().elapsed(a, b)
+
+    def done(self, stamp: Any) -> bool:
+        return isinstance(stamp, float) or self._current().done(stamp)
+
+    def sync(self) -> None:
+        self._current().sync()

@@ -21,6 +21,7 @@ takes exposed communication from backward's own events.
 from __future__ import annotations
 
 import collections
+import importlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +42,7 @@ class CommTimer:
 
     def hook(self, state, bucket):  # unannotated: DDP checks the annotations it is given
         buf = bucket.buffer()
-        entry: list[Any] = [self._stamp() if self.timed else None, None, buf.numel() * buf.element_size()]
+        entry = [self._stamp() if self.timed else None, None, buf.numel() * buf.element_size()]
         self._add(entry)
         if self.user is not None:
             user_state, user_hook = self.user
@@ -141,9 +142,8 @@ class NcclTimes:
                 return None
             register = pg._register_on_completion_hook
             times = cls()
-            from torch._C._distributed_c10d import OpType
-
-            times._allreduce = OpType.ALLREDUCE
+            c10d: Any = importlib.import_module("torch._C._distributed_c10d")  # no OpType in its stubs
+            times._allreduce = c10d.OpType.ALLREDUCE
             register(times._on_done)
         except Exception:  # noqa: BLE001 - no such hook, or one is set: the Python hook times instead
             return None

@@ -1,0 +1,186 @@
+"""How each of the script's DDP modules has its gradient communication timed, and NCCL's
+own times joined to the step records.
+
+On a GPU with no comm hook DDP keeps its C++ all-reduce: NCCL times it (nccl_timing), else
+backward's events give exposed communication only. Otherwise a `CommTimer` hook per DDP
+module times each bucket (around the hook the script or the run registers). See
+ddptop.rank.comm for the timers themselves.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ddptop.rank.comm import CommTimer, NcclTimes
+from ddptop.rank.ddp_settings import ScriptDdp
+from ddptop.rank.steps import StepTracker
+
+Guard = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+class DdpComm:
+    def __init__(self, torch: Any, tracker: StepTracker, enabled: bool, every: int, *,
+                 cuda: Callable[[], bool], capturing: Callable[[], bool], guard: Guard,
+                 send_facts: Callable[[dict[str, Any]], None], note: Callable[[str], None],
+                 script: ScriptDdp | None) -> None:
+        self.torch = torch
+        self.tracker = tracker
+        self.enabled = enabled  # the run's comm_timing
+        self.every = every  # a GPU times one step in `every` (and every step of a capture window)
+        self._cuda, self._capturing, self._guard = cuda, capturing, guard
+        self.send_facts, self.note, self.script = send_facts, note, script
+        self.register: Any = None  # DDP's own register_comm_hook
+        self.timers: dict[int, CommTimer] = {}  # id(ddp) -> its timer
+        # NCCL's own timing where DDP keeps its C++ all-reduce: id(process group) -> its times
+        self.nccl_times: dict[int, NcclTimes] = {}
+        self._nccl_timed: dict[int, int] = {}  # id(ddp) -> its gradient bytes per step (0: a hook changes them)
+        self._exposed_only: set[int] = set()  # id(ddp): DDP's C++ all-reduce, exposed comm only
+        self._untimed: set[int] = set()  # timers that only carry a hook ddptop set (comm_timing off)
+        self._closed_at: dict[int, float] = {}  # step -> host time it closed (steady clock)
+        self._held: list[dict[str, Any]] = []  # records waiting for NCCL to report their all-reduces
+
+    # --- a new DDP module -----------------------------------------------------------------
+    def choose(self, ddp: Any, hook: tuple[Any, Any] | None) -> str | None:
+        """Set up the timing of a new DDP module (`hook`: the one the run sets on it); what
+        the facts call its comm timing, None when not timed."""
+        cuda = self._cuda()
+        if self.enabled and hook is None and cuda:
+            # DDP keeps its C++ all-reduce: a Python hook per bucket cost ~3.5% of a ViT-L step
+            # on one H100 (docs/BENCHMARKS.md); backward's events give exposed comm every step
+            self.tracker.comm_elsewhere = True
+            if self._time_by_nccl(ddp):
+                return "NCCL's own timing of each all-reduce (nccl_timing), DDP's C++ all-reduce"
+            self._exposed_only.add(id(ddp))
+            return ("exposed communication from backward's events, DDP's C++ all-reduce "
+                    "(nccl_timing=true: all-reduce time too)")
+        if not (self.enabled or hook is not None):
+            return None
+        timer = self.make_timer(ddp)
+        if hook is not None:  # the run's hook, through the timer as if the script had registered it
+            timer.user = hook
+            if not self.enabled:
+                self._untimed.add(id(ddp))
+        # registered at the first forward, so that a hook the script registers after
+        # DDP() is wrapped instead of refused (DDP takes one registration)
+        return "per-bucket hook" + ("" if not cuda else f", completions every {self.every} steps")
+
+    def make_timer(self, ddp: Any) -> CommTimer:
+        timer = CommTimer(self.torch.distributed, self.tracker.clock.stamp, self.tracker.add_comm,
+                          average_in_nccl=self._cuda(), group=ddp.process_group)
+        timer.timed = self.timed(self.tracker.step) and self.enabled
+        self.timers[id(ddp)] = timer
+        self._exposed_only.discard(id(ddp))
+        return timer
+
+    def _time_by_nccl(self, ddp: Any) -> bool:
+        """NCCL times this DDP's all-reduces (its group's completion hook, shared by every
+        DDP on the group), where the run asked for it (TORCH_NCCL_ENABLE_TIMING)."""
+        pg = ddp.process_group
+        times = self.nccl_times.get(id(pg)) or NcclTimes.attach(self.torch.distributed, pg)
+        if times is None:
+            return False
+        self.nccl_times[id(pg)] = times
+        self._nccl_timed[id(ddp)] = sum(p.numel() * p.element_size() for p in ddp.module.parameters()
+                                        if p.requires_grad)
+        return True
+
+    def register_timer(self, ddp: Any) -> None:
+        """At a forward of `ddp`: its timer's hook is registered, once."""
+        timer = self.timers.get(id(ddp))
+        if timer is None or getattr(ddp, "_ddptop_hooked", False):
+            return
+        ddp._ddptop_hooked = True
+        self.register(ddp, None, timer.hook)
+        self.send_facts({"comm_hook": timer.hook_name()})
+
+    # --- the script registers a comm hook ---------------------------------------------------
+    def on_register(self, ddp: Any, state: Any, hook: Any, register: Any) -> Any:
+        """DDP.register_comm_hook: the script's hook runs inside ddptop's timer, or is
+        registered as it is where nothing of ddptop's times this DDP."""
+        timer = self.timers.get(id(ddp))
+        if timer is None and id(ddp) in self._exposed_only:  # a Python hook now: time around it
+            timer = self._guard(self.make_timer)(ddp)
+            self.send_facts({"comm_timing": "per-bucket hook around the script's comm hook"})
+        if timer is None:  # NCCL times it, comm timing off, or not our DDP
+            if id(ddp) in self._nccl_timed:
+                self._nccl_timed[id(ddp)] = 0  # its hook decides what travels: bytes unknown
+                self.send_facts({"comm_hook": getattr(hook, "__qualname__", None) or repr(hook)[:80]})
+            return register(ddp, state, hook)
+        if self.script is not None:
+            self._guard(self.script.script_hook_wins)(ddp, hook)
+        first = timer.user is None and not getattr(ddp, "_ddptop_hooked", False)
+        timer.user = (state, hook)
+        self.send_facts({"comm_hook": timer.hook_name()})
+        if first:
+            ddp._ddptop_hooked = True
+            return register(ddp, None, timer.hook)
+        return None  # ours is registered already: it now runs the script's hook
+
+    def on_builtin(self, ddp: Any, comm_hook_type: Any, builtin: Any) -> Any:
+        """DDP._register_builtin_comm_hook: a C++ hook, not timed per bucket."""
+        if self.script is not None:
+            self._guard(self.script.script_hook_wins)(ddp, comm_hook_type)
+        self.timers.pop(id(ddp), None)
+        if id(ddp) in self._nccl_timed:
+            self._nccl_timed[id(ddp)] = 0
+        else:
+            self.note("DDP's built-in C++ comm hook is registered: per-bucket communication is not timed")
+        return builtin(ddp, comm_hook_type)
+
+    # --- step boundaries -------------------------------------------------------------------
+    def timed(self, step: int) -> bool:
+        return not self._cuda() or step % self.every == 0 or self._capturing()
+
+    def set_timed(self, step: int) -> None:
+        """Whether the timers stamp step `step`'s buckets."""
+        timed = self.timed(step)
+        for key, timer in self.timers.items():
+            timer.timed = timed and key not in self._untimed
+
+    def compressing(self) -> float | None:
+        """The compression the timers' hooks reported for the step just closed."""
+        compressing = [t.compressing() for t in self.timers.values()]
+        return max((c for c in compressing if c is not None), default=None)
+
+    def step_closed(self, step: int) -> None:
+        if self.nccl_times:
+            self._closed_at[step] = time.monotonic()
+
+    def with_nccl_times(self, records: list[dict[str, Any]], flush: bool) -> list[dict[str, Any]]:
+        """Records whose all-reduces NCCL has reported (one issued after the step closed has
+        been: they complete in order), with comm_ms (the kernels' time), buckets and bytes.
+        A record waits at most a few steps; one still unreported then goes without comm_ms,
+        like a step the Python hook does not time."""
+        if not self.nccl_times:
+            return records
+        self._held.extend(records)
+        if flush and self._held:
+            time.sleep(0.25)  # the end of the run: NCCL's watchdog reports every ~0.1 s
+        out = []
+        while self._held:
+            rec = self._held[0]
+            closed = self._closed_at.get(int(rec["step"]))
+            times = list(self.nccl_times.values())
+            reported = closed is not None and all(t.reported_after(closed) for t in times)
+            if not (reported or flush or len(self._held) > 4 or closed is None):
+                break
+            self._held.pop(0)
+            self._closed_at.pop(int(rec["step"]), None)
+            if closed is not None and (reported or flush):
+                self._add_times(rec, times, closed)
+            elif closed is not None:
+                for t in times:
+                    t.take(closed)  # too late for this step: its all-reduces are dropped
+            out.append(rec)
+        return out
+
+    def _add_times(self, rec: dict[str, Any], times: list[NcclTimes], closed: float) -> None:
+        durations = [d for t in times for d in t.take(closed)]
+        if durations:
+            rec["comm_ms"] = sum(durations)  # one stream per group: they do not overlap
+            rec["buckets"] = float(len(durations))
+            per_step = list(self._nccl_timed.values())
+            if all(per_step):
+                rec["comm_bytes"] = float(sum(per_step))

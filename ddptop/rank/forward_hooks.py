@@ -1,0 +1,134 @@
+"""Where forwards and backwards are seen: the outermost modules of a step, and backward's
+start, compute end and return.
+
+Without a DDP module, global module hooks (`OutermostHooks`) find the outermost modules of
+the first step (which are then hooked themselves, and the global hooks dropped: they cost
+every submodule call). A hook on the forward's output marks backward's start; autograd
+callbacks mark the end of its compute and, chained after DDP's own, its return
+(`BackwardMarks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ddptop.rank.steps import StepTracker
+
+Guard = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+class OutermostHooks:
+    """Global forward hooks that call `on_pre`/`on_post` for the outermost module of each
+    forward only, and remember those modules (`tops`)."""
+
+    def __init__(self, torch: Any, guard: Guard, on_pre: Callable[..., None],
+                 on_post: Callable[..., None]) -> None:
+        self.torch = torch
+        self._guard = guard
+        self._on_pre = on_pre
+        self._on_post = on_post
+        self.tops: dict[int, Any] = {}  # id -> module seen as outermost
+        self._depth = 0
+        self._handles: list[Any] = []
+
+    def install(self) -> None:
+        from torch.nn.modules import module as nn_module
+
+        compiling = getattr(getattr(self.torch, "compiler", None), "is_compiling", lambda: False)
+
+        def pre(module: Any, args: Any) -> None:
+            if compiling():
+                return
+            self._depth += 1
+            if self._depth == 1:
+                self.tops.setdefault(id(module), module)
+                self._on_pre(module, args, {})
+
+        def post(module: Any, args: Any, output: Any) -> None:
+            if compiling():
+                return
+            self._depth -= 1
+            if self._depth == 0:
+                self._on_post(module, args, output)
+
+        self._handles = [nn_module.register_module_forward_pre_hook(self._guard(pre)),
+                         nn_module.register_module_forward_hook(self._guard(post), always_call=True)]
+
+    def drop(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self._depth = 0
+
+    def take_tops(self) -> list[Any]:
+        tops = list(self.tops.values())
+        self.tops = {}
+        return tops
+
+
+class BackwardMarks:
+    """Marks backward's phases on the step tracker, once per backward."""
+
+    def __init__(self, torch: Any, tracker: StepTracker, guard: Guard) -> None:
+        self.torch = torch
+        self.tracker = tracker
+        self._guard = guard
+        self._in_backward = False
+
+    def started(self, grad: Any) -> None:  # noqa: ARG002 - a tensor hook on the forward's output
+        if self._in_backward:
+            return None
+        self._in_backward = True
+        self.tracker.mark("bwd")
+        engine = self.torch.autograd.Variable._execution_engine
+
+        def compute_end() -> None:
+            self.tracker.mark("bwd_end")
+            # queued now, so it runs after DDP's finalize (queued during backward): backward
+            # has returned, every all-reduce is done and its result copied back
+            engine.queue_callback(self._guard(returned))
+
+        def returned() -> None:
+            self._in_backward = False
+            self.tracker.mark("bwd_ret")
+
+        engine.queue_callback(self._guard(compute_end))
+        return None
+
+
+def batch_size(torch: Any, args: Any, kwargs: Any) -> int | None:
+    """The first dimension of the first tensor the forward was given."""
+    tensor = first_tensor(torch, (args, kwargs or {}), depth=0, want_grad=False)
+    return int(tensor.shape[0]) if tensor is not None and tensor.dim() >= 1 else None
+
+
+def loss_like(torch: Any, output: Any) -> Any:
+    """The tensor in a forward's output whose gradient arrives first in backward: a scalar
+    that requires grad (a loss computed inside the model), else the first that does."""
+    scalar = first_tensor(torch, output, depth=0, want_grad=True, scalar=True)
+    return scalar if scalar is not None else first_tensor(torch, output, depth=0, want_grad=True)
+
+
+def first_tensor(torch: Any, value: Any, depth: int, want_grad: bool, scalar: bool = False) -> Any:
+    if isinstance(value, torch.Tensor):
+        if want_grad and not value.requires_grad:
+            return None
+        if scalar and value.dim() != 0:
+            return None
+        return value
+    if depth > 3:
+        return None
+    if isinstance(value, dict):
+        items: Any = value.values()
+    elif isinstance(value, (list, tuple)):
+        items = value
+    elif hasattr(value, "to_tuple"):  # Hugging Face ModelOutput
+        items = value.to_tuple()
+    else:
+        return None
+    for item in list(items)[:16]:
+        found = first_tensor(torch, item, depth + 1, want_grad, scalar)
+        if found is not None:
+            return found
+    return None

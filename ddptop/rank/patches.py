@@ -1,0 +1,115 @@
+"""Where the instrument wraps torch and sys: GradScaler.step, DistributedDataParallel's
+construction and comm hook registration, destroy_process_group, sys.excepthook and
+sys.exit. Each wrapper calls the instrument's callbacks and then does what the original
+does; a function wrapped once is not wrapped again (`_ddptop` on it)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def _mark(fn: Any) -> None:
+    fn._ddptop = True
+
+
+def _wrapped(fn: Any) -> bool:
+    return bool(getattr(fn, "_ddptop", False))
+
+
+def wrap_grad_scaler(torch: Any, before: Callable[[Any], None], after: Callable[[Any], None]) -> None:
+    """`before(optimizer)`/`after(optimizer)` around GradScaler.step: a step that GradScaler
+    skips (inf/NaN gradients) is still the script's step."""
+    amp = getattr(torch, "amp", None)
+    scaler = getattr(amp, "GradScaler", None)
+    if scaler is None or _wrapped(scaler.step):
+        return
+    original = scaler.step
+
+    @functools.wraps(original)
+    def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        before(optimizer)
+        try:
+            return original(self, optimizer, *args, **kwargs)
+        finally:
+            after(optimizer)
+
+    _mark(step)
+    scaler.step = step
+
+
+def wrap_ddp(ddp_class: Any, change_args: Callable[..., Any], on_init: Callable[[Any], None],
+             on_register: Callable[..., Any], on_builtin: Callable[..., Any]) -> Any:
+    """DDP's __init__ (`change_args(init, ddp, args, kwargs)` may give other arguments;
+    `on_init(ddp)` after), register_comm_hook (`on_register(ddp, state, hook, original)`)
+    and _register_builtin_comm_hook (`on_builtin(ddp, comm_hook_type, original)`). Returns
+    DDP's own register_comm_hook (None when DDP was wrapped already)."""
+    if _wrapped(ddp_class.__init__):
+        return None
+    init, register, builtin = ddp_class.__init__, ddp_class.register_comm_hook, ddp_class._register_builtin_comm_hook
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        change = change_args(init, self, args, kwargs)
+        if change is not None:
+            args, kwargs = change
+        init(self, *args, **kwargs)
+        on_init(self)
+
+    @functools.wraps(register)
+    def register_comm_hook(self: Any, state: Any, hook: Any) -> Any:
+        return on_register(self, state, hook, register)
+
+    @functools.wraps(builtin)
+    def register_builtin(self: Any, comm_hook_type: Any) -> Any:
+        return on_builtin(self, comm_hook_type, builtin)
+
+    _mark(__init__)
+    ddp_class.__init__ = __init__
+    ddp_class.register_comm_hook = register_comm_hook
+    ddp_class._register_builtin_comm_hook = register_builtin
+    return register
+
+
+def wrap_destroy(dist: Any, before: Callable[[], None], left: Callable[[], bool]) -> None:
+    """`before()` ahead of destroy_process_group; a no-op when `left()` (the instrument
+    destroyed the group already) and no group is left."""
+    original = getattr(dist, "destroy_process_group", None)
+    if original is None or _wrapped(original):
+        return
+
+    @functools.wraps(original)
+    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+        before()
+        if left() and not dist.is_initialized():
+            return None
+        return original(*args, **kwargs)
+
+    _mark(destroy_process_group)
+    dist.destroy_process_group = destroy_process_group
+
+
+def chain_excepthook(on_exception: Callable[[BaseException], None]) -> None:
+    """`on_exception(exc)` for an uncaught exception other than SystemExit, then the hook
+    there was."""
+    previous = sys.excepthook
+
+    def hook(*exc_info: Any) -> None:
+        if not issubclass(exc_info[0], SystemExit):
+            on_exception(exc_info[1])
+        previous(*exc_info)
+
+    sys.excepthook = hook
+
+
+def watch_exit(on_status: Callable[[Any], None]) -> None:
+    """`on_status(status)` with what the script passes to sys.exit()."""
+    original = sys.exit
+
+    def exit(status: Any = None) -> Any:
+        on_status(status)
+        return original(status)
+
+    sys.exit = exit
