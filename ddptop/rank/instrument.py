@@ -34,6 +34,7 @@ from ddptop.rank.ddp_comm import DdpComm
 from ddptop.rank.ddp_settings import ScriptDdp, ScriptSettings, blame_settings
 from ddptop.rank.facts import ddp_facts, ddp_timing, facts_without_ddp, model_facts
 from ddptop.rank.forward_hooks import BackwardMarks, OutermostHooks, batch_size, loss_like
+from ddptop.rank.memory import MEMORY_EVERY, memory_sample
 from ddptop.rank.steps import StepTracker
 from ddptop.rank.values import HostCopy, read_values
 
@@ -236,6 +237,8 @@ class Instrument:
             closed["compressing"] = compressing
         if step == 0 and not self.ddps:
             self._first_step_without_ddp()
+        if step % MEMORY_EVERY == 0:
+            closed.update(memory_sample(self.torch, self._cuda()))
         self._report(tracker.ready(keep_last=self.api_used))
         self._captures_after(step)
         self.comm.set_timed(step + 1)

@@ -1,0 +1,34 @@
+"""A rank's memory, sampled every few steps for the rank detail and the creep alert: torch's
+CUDA caching allocator (allocated, reserved, peak allocated) on a GPU, and the process's
+resident set everywhere. Host-side reads only (the allocator's counters, /proc): no sync."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+MEMORY_EVERY = 10  # steps between samples: a few µs each, nothing per step
+MIB = float(1 << 20)
+
+
+def rss_mb() -> float | None:
+    """This process's resident set (Linux /proc; None elsewhere)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / MIB
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def memory_sample(torch: Any, cuda: bool) -> dict[str, float]:
+    out: dict[str, float] = {}
+    rss = rss_mb()
+    if rss is not None:
+        out["rss_mb"] = round(rss, 1)
+    if cuda:
+        device = torch.cuda.current_device()
+        out["mem_allocated_mb"] = round(torch.cuda.memory_allocated(device) / MIB, 1)
+        out["mem_reserved_mb"] = round(torch.cuda.memory_reserved(device) / MIB, 1)
+        out["mem_peak_mb"] = round(torch.cuda.max_memory_allocated(device) / MIB, 1)
+    return out
