@@ -124,3 +124,18 @@ def test_reference_speedup_is_one_and_others_are_ratios(rates: list[float]) -> N
     assert table.reference_id == rows[0].run_id
     for r, rate in zip(rows, rates):
         assert abs(table.speedups[r.run_id] - rate / rates[0]) < 1e-9
+
+
+def test_a_run_with_nccl_env_does_not_pass_for_its_preset_in_the_table_and_export(tmp_path):
+    """Issue 21: runs with nccl_env overrides looked like plain `baseline`."""
+    from ddptop.model.config import RunConfig, preset_config
+    from ddptop.run.runs import build_table, markdown, row_from_summary
+
+    plain = preset_config("baseline", RunConfig())
+    shm = preset_config("baseline", RunConfig(nccl_env={"NCCL_P2P_DISABLE": "1"}, nccl_timing=True))
+    rows = [row_from_summary({"run_id": f"r{i}", "config": c.to_dict(), "steps_per_s": s, "status": "completed"})
+            for i, (c, s) in enumerate([(plain, 10.0), (shm, 6.0)])]
+    assert rows[0].settings == "bucket 2000MB"
+    assert rows[1].settings == "bucket 2000MB; NCCL_P2P_DISABLE=1 nccl_timing"
+    text = markdown(build_table(rows))
+    assert "bucket 2000MB; NCCL_P2P_DISABLE=1 nccl_timing" in text

@@ -147,9 +147,9 @@ class RunConfig:
         """Short human summary of the DDP knobs, for tables. For a user's script, the knobs
         ddptop sets (the script's own arguments are read back from its DDP, not known here)."""
         if self.script:
-            return self._describe_applied()
+            return self._describe_applied() + self._describe_env()
         if not self.ddp:
-            return "no DDP"
+            return "no DDP" + self._describe_env()
         parts = [f"bucket {self.bucket_cap_mb:g}MB"]
         if self.static_graph:
             parts.append("static")
@@ -164,7 +164,17 @@ class RunConfig:
             parts.append(f"autocast {self.autocast}")
         if self.grad_accum > 1:
             parts.append(f"accum {self.grad_accum}")
-        return ", ".join(parts)
+        return ", ".join(parts) + self._describe_env()
+
+    def _describe_env(self) -> str:
+        """What else a run changed that makes it not its preset: the ranks' environment and
+        how communication was timed (a runs table row must not pass for plain `baseline`)."""
+        parts = [f"{k}={v}" for k, v in sorted(self.nccl_env.items())]
+        if self.nccl_timing:
+            parts.append("nccl_timing")
+        if not self.comm_timing:
+            parts.append("no comm timing")
+        return "; " + " ".join(parts) if parts else ""
 
     def _describe_applied(self) -> str:
         applied = self.applied
