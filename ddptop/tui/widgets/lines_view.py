@@ -10,6 +10,7 @@ from collections.abc import Callable
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.binding import Binding
 from textual.geometry import Region, Size
 from textual.reactive import reactive
@@ -127,6 +128,12 @@ class LinesView(ScrollView, can_focus=True):
 
     def action_jump(self, where: int) -> None:
         self.move_cursor(len(self._lines) - 1 if where < 0 else where)
+
+    def on_click(self, event: events.Click) -> None:
+        """The mouse moves the cursor to the row clicked (a double click, to the app)."""
+        if self.show_cursor and event.y >= 0:
+            self.focus()
+            self.move_cursor(int(self.scroll_y) + event.y)
 
     def move_cursor(self, index: int) -> None:
         if not self._lines:

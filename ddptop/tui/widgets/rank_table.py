@@ -155,6 +155,9 @@ class RankTable(Vertical):
     def on_click(self, event: events.Click) -> None:
         """A click on the header line sorts by the column under it (again: inverts)."""
         header = self.query_one("#rank-header", Static)
+        if event.widget is self.body and event.chain == 2:  # a double click on a row opens the rank
+            self.action_choose()
+            return
         if event.widget is not header:
             return
         x, edge = event.x, 0
