@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from ddptop.analysis.advisor import recommend_from_sweep
-from ddptop.commands.sweep import (
+from ddptop.commands.sweep import main_sweep
+from ddptop.commands.sweep_table import (
     build_rows,
-    main_sweep,
     markdown_table,
     reference_preset,
     render_markdown,

@@ -10,13 +10,18 @@ import sys
 import pytest
 
 from ddptop.analysis.advisor import Advice
-from ddptop.commands.tune import (
-    TUNE_PRESETS,
-    Trial,
+from ddptop.commands.tune import main_tune, run_tune
+from ddptop.commands.tune_report import (
     best_trial,
     command_line,
-    main_tune,
     markdown_table,
+    rank_trials,
+    tune_rows,
+    verdict,
+)
+from ddptop.commands.tune_search import (
+    TUNE_PRESETS,
+    Trial,
     nearest_preset,
     neighbours,
     normalize,
@@ -24,11 +29,7 @@ from ddptop.commands.tune import (
     point_of,
     preset_name,
     preset_point,
-    rank_trials,
-    run_tune,
     seed_sources,
-    tune_rows,
-    verdict,
 )
 from ddptop.model.config import RunConfig, apply_overrides, preset_config
 

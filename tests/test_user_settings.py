@@ -217,6 +217,6 @@ def test_a_script_that_reports_tokens_gets_tokens_per_s_in_its_summary_and_the_s
     assert summary["tokens_per_s"] == pytest.approx(32 * summary["samples_per_s"], rel=0.02)
     assert [r["steps"] for r in summary["ranks"]] == [12, 12]  # tick() and the instrument: one count
     assert " tokens/s  step p50" in res.stdout
-    from ddptop.commands.sweep import build_rows, markdown_table
+    from ddptop.commands.sweep_table import build_rows, markdown_table
 
     assert "tokens/s" in markdown_table(build_rows([{**summary, "status": "completed"}]))

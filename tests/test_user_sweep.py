@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from ddptop.analysis.advisor import recommend_from_sweep
-from ddptop.commands.sweep import build_rows, in_effect, markdown_table
-from ddptop.commands.tune import Trial, command_line, point_read_back, preset_point, run_tune
+from ddptop.commands.sweep_table import build_rows, in_effect, markdown_table
+from ddptop.commands.tune import run_tune
+from ddptop.commands.tune_report import command_line
+from ddptop.commands.tune_search import Trial, point_read_back, preset_point
 from ddptop.model.config import RunConfig, preset_config
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "endless_ddp.py"

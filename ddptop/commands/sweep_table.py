@@ -1,0 +1,205 @@
+"""The sweep's table, built by pure functions over run summaries (summary.json dicts):
+one row per run with speedups and scaling efficiency (`build_rows`), its Markdown
+(`markdown_table`, `render_markdown`); and the Markdown table renderer and cell formats that
+`ddptop tune`'s table uses too (`markdown_grid`, `ratio_text`, `share_text`). Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ddptop.analysis.advisor import Advice, comm_shares, mean_ms
+from ddptop.model.config import ConfigError, RunConfig
+from ddptop.model.report import fmt
+
+IN_EFFECT = ("static_graph", "gradient_as_bucket_view", "bucket_cap_mb", "comm_hook", "autocast")
+
+
+# ---------------------------------------------------------------------------- cells
+
+
+def ratio_text(value: float | None) -> str:
+    return fmt(value, ".2f") + ("x" if value is not None else "")
+
+
+def share_text(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.0f}%"
+
+
+def markdown_grid(headers: Sequence[str], cells: Sequence[Sequence[str]], numeric: Sequence[bool]) -> str:
+    """A GitHub Markdown table, padded so it also reads as plain text; `numeric` columns
+    right-aligned."""
+    widths = [max(len(x) for x in [h, *(c[i] for c in cells)]) for i, h in enumerate(headers)]
+
+    def line(values: Sequence[str]) -> str:
+        padded = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = ["-" * (w - 1) + ":" if num else "-" * w for w, num in zip(widths, numeric)]
+    return "\n".join([line(headers), line(rule), *(line(c) for c in cells)])
+
+
+# ---------------------------------------------------------------------------- rows
+
+
+def _settings(summary: Mapping[str, Any]) -> str:
+    if summary.get("command"):
+        return in_effect(summary)
+    try:
+        return RunConfig.from_dict(dict(summary.get("config") or {})).describe()
+    except (ConfigError, TypeError):
+        return "-"
+
+
+def rank_info(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """What the first rank's instrument read off the script's DDP (empty when nothing)."""
+    for r in summary.get("ranks") or []:
+        if isinstance(r, Mapping) and isinstance(r.get("info"), Mapping) and "static_graph" in r["info"]:
+            return dict(r["info"])
+    return {}
+
+
+def in_effect(summary: Mapping[str, Any]) -> str:
+    """A script run's DDP arguments in effect, as read back from the rank's DDP object after
+    construction (not what was asked), e.g. `bucket 100MB, static, view, hook bf16_compress_hook`."""
+    info = rank_info(summary)
+    if not info:
+        return "-"
+    parts = []
+    if isinstance(info.get("bucket_cap_mb"), (int, float)):
+        parts.append(f"bucket {info['bucket_cap_mb']:g}MB")
+    parts += [word for key, word in (("static_graph", "static"), ("gradient_as_bucket_view", "view"))
+              if info.get(key)]
+    hook = str(info.get("comm_hook") or "")
+    if hook and not hook.startswith("allreduce"):
+        parts.append("hook " + hook.removesuffix("_hook"))
+    if info.get("autocast") not in (None, "none"):
+        parts.append(f"autocast {info['autocast']}")
+    return ", ".join(parts)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def _row(s: Mapping[str, Any]) -> dict[str, Any]:
+    share, exposed = comm_shares(s)
+    row = {
+        "preset": s.get("preset"),
+        "settings": _settings(s),
+        "world_size": s.get("world_size"),
+        "status": s.get("status"),
+        "error": s.get("error") or "",
+        "steps_per_s": s.get("steps_per_s"),
+        "samples_per_s": s.get("samples_per_s"),
+        "tokens_per_s": s.get("tokens_per_s"),
+        "step_ms_p50": s.get("step_ms_p50"),
+        "comm_ms": mean_ms(s, "comm_ms"),
+        "comm_share": share,
+        "exposed_comm_ms": mean_ms(s, "exposed_comm_ms"),
+        "exposed_comm_share": exposed,
+        "run_id": s.get("run_id"),
+    }  # fmt: skip
+    if s.get("command"):  # what the script asked for and what ddptop changed, read back
+        info = rank_info(s)
+        row.update(ddp_asked=info.get("ddp_asked"), ddp_set=info.get("ddp_set"),
+                   in_effect={k: info.get(k) for k in IN_EFFECT})
+    return row
+
+
+def build_rows(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per run summary (summary.json dicts), with speedup vs `baseline` (else vs the
+    first row with a throughput) and scaling efficiency vs `single` when it is in the sweep:
+    steps/s of the row over steps/s of single, as each rank processes its own batch."""
+    rows = [_row(s) for s in summaries]
+    ref = reference_preset(rows)
+    ref_rate = next((r["steps_per_s"] for r in rows if r["preset"] == ref), None)
+    single = next(
+        (r["steps_per_s"] for r in rows if r["preset"] == "single" and r["steps_per_s"]), None
+    )
+    for r in rows:
+        r["speedup"] = _ratio(r["steps_per_s"], ref_rate)
+        r["efficiency"] = _ratio(r["steps_per_s"], single)
+    return rows
+
+
+def reference_preset(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """What speedups are measured against: the script as it is (asis) or baseline if it ran,
+    else the first row that did."""
+    measured = [r for r in rows if r.get("steps_per_s")]
+    base = next((r for r in measured if r["preset"] == "asis"), None)
+    base = base or next((r for r in measured if r["preset"] == "baseline"), None)
+    ref = base or (measured[0] if measured else None)
+    return ref["preset"] if ref else None
+
+
+# ---------------------------------------------------------------------------- the table
+
+
+def table_cells(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Headers and formatted cells; the efficiency column only when `single` is in the sweep."""
+    ref = reference_preset(rows)
+    has_single = any(r["preset"] == "single" for r in rows)
+    has_tokens = any(r.get("tokens_per_s") for r in rows)
+    headers = [
+        "preset",
+        "settings",
+        "ranks",
+        "status",
+        "steps/s",
+        "samples/s",
+        *(["tokens/s"] if has_tokens else []),
+        "step p50 ms",
+        "comm share",
+        "exposed comm ms",
+        f"speedup vs {ref or 'baseline'}",
+    ]
+    if has_single:
+        headers.append("efficiency vs single")
+    cells = []
+    for r in rows:
+        row = [
+            str(r["preset"]),
+            r["settings"],
+            fmt(r["world_size"], "d"),
+            str(r["status"]),
+            fmt(r["steps_per_s"], ".2f"),
+            fmt(r["samples_per_s"], ".1f"),
+            *([fmt(r.get("tokens_per_s"), ".0f")] if has_tokens else []),
+            fmt(r["step_ms_p50"], ".1f"),
+            share_text(r["comm_share"]),
+            fmt(r["exposed_comm_ms"], ".1f"),
+            ratio_text(r["speedup"]),
+        ]
+        if has_single:
+            row.append(share_text(r["efficiency"]))
+        cells.append(row)
+    return headers, cells
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """A GitHub Markdown table, padded so it also reads as plain text; numbers right-aligned."""
+    headers, cells = table_cells(rows)
+    return markdown_grid(headers, cells, [i >= 4 or h == "ranks" for i, h in enumerate(headers)])
+
+
+def render_markdown(
+    rows: Sequence[Mapping[str, Any]],
+    advice: Advice,
+    title: str,
+    diagnosis: Advice | None = None,
+    notes: Sequence[str] = (),
+) -> str:
+    """The whole sweep.md: title, table, notes, recommendation (and the advisor's reading of
+    the reference run when it has one)."""
+    parts = [f"## {title}", "", markdown_table(rows), ""]
+    failed = [r for r in rows if r["status"] not in ("completed",) and r["error"]]
+    parts += [f"- {r['preset']}: {r['status']}: {r['error']}" for r in failed]
+    parts += [f"- {n}" for n in notes]
+    if failed or notes:
+        parts.append("")
+    parts.append(f"**Recommendation:** {advice.reason}")
+    if diagnosis is not None and diagnosis.reason:
+        parts += ["", f"**Why (advisor, on the {reference_preset(rows)} run):** {diagnosis.reason}"]
+    return "\n".join(parts) + "\n"
