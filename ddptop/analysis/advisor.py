@@ -216,7 +216,7 @@ def _evidence(
 
 def recommend_from_sweep(rows: Sequence[Mapping[str, Any]]) -> Advice:
     """The fastest preset of a sweep. `rows` are dicts with at least `preset`, `status` and
-    `steps_per_s` (ddptop.commands.sweep.build_rows makes them). `single` is the per-GPU ceiling, not
+    `steps_per_s` (ddptop.commands.sweep_table.build_rows makes them). `single` is the per-GPU ceiling, not
     a DDP setting, so it is never the recommendation."""
     done = [
         r
