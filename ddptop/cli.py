@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import math
 import os
 import secrets
@@ -61,6 +62,8 @@ def run_parser() -> argparse.ArgumentParser:
     m.add_argument("--node-rank", type=int, default=0, help="this node, 0..nnodes-1; node 0 has the live view")
     m.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="node 0's address as the other nodes reach it")
     m.add_argument("--hub-port", type=int, help="node 0's hub port (default: the rendezvous port + 1)")
+    m.add_argument("--hub-host", metavar="ADDR", help="node 0: the address its hub listens on (default: the "
+                   "rendezvous endpoint's own address here; 0.0.0.0 or :: for every interface)")
     m.add_argument("--token-file", type=Path, help=f"a file (mode 600) holding the run's shared secret "
                    f"(default: ${protocol.ENV_TOKEN}; node 0 makes one when neither is set)")
     m.add_argument("--token", help="the secret itself: visible to every local user in `ps`; prefer "
@@ -78,7 +81,8 @@ def node_options(args: argparse.Namespace, environ: dict[str, str] | None = None
         raise UsageError(f"--node-rank must be in 0..{n - 1} for --nnodes {n}, got {r}")
     if n == 1:
         given = [flag for flag, value in (("--rdzv-endpoint", args.rdzv_endpoint), ("--hub-port", args.hub_port),
-                                          ("--token", args.token), ("--token-file", args.token_file))
+                                          ("--hub-host", args.hub_host), ("--token", args.token),
+                                          ("--token-file", args.token_file))
                  if value is not None]
         if given:
             raise UsageError(f"{given[0]} is for multi-node runs (--nnodes 2 or more)")
@@ -90,6 +94,10 @@ def node_options(args: argparse.Namespace, environ: dict[str, str] | None = None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     hub_port = args.hub_port if args.hub_port is not None else port + 1
+    if args.hub_host is not None and r > 0:
+        raise UsageError("--hub-host is where node 0's hub listens: give it on node 0 only")
+    if args.hub_host is not None and not args.hub_host.strip():
+        raise UsageError("--hub-host needs an address (0.0.0.0 or :: for every interface)")
     if not 0 < hub_port < 65536 or hub_port == port:
         raise UsageError(f"--hub-port must be in 1-65535 and not the rendezvous port, got {hub_port}")
     token = args.token if args.token is not None else env.get(protocol.ENV_TOKEN, "")
@@ -104,7 +112,8 @@ def node_options(args: argparse.Namespace, environ: dict[str, str] | None = None
     if args.token is not None:
         print(f"ddptop: warning: --token is in this process's command line, which every local user can "
               f"read (ps); use {protocol.ENV_TOKEN}=... or --token-file", file=sys.stderr)
-    return NodeOptions(nnodes=n, node_rank=r, rdzv_host=host, rdzv_port=port, hub_port=hub_port, token=token)
+    return NodeOptions(nnodes=n, node_rank=r, rdzv_host=host, rdzv_port=port, hub_port=hub_port, token=token,
+                       hub_host=(args.hub_host or "").strip().strip("[]"))
 
 
 def read_token_file(path: Path) -> str:
@@ -120,21 +129,26 @@ def read_token_file(path: Path) -> str:
     return text
 
 
-def check_node(node: NodeOptions, config: RunConfig, args: argparse.Namespace) -> None:
+def check_node(node: NodeOptions, config: RunConfig, args: argparse.Namespace) -> NodeOptions:
+    """`node`, checked; on node 0 with where its hub listens resolved (hub_host)."""
     if not node.multi:
-        return
+        return node
     if not config.ddp:
         raise UsageError(f"preset {config.preset!r} is one process without DDP: it cannot span nodes")
     if node.node_rank > 0:
         if args.json:
             raise UsageError("--json: the summary is on node 0; other nodes only run their ranks")
-        return
+        return node
     from ddptop.run.multinode import hub_bind_host, port_free
 
-    bind = hub_bind_host(node)
+    try:
+        bind = hub_bind_host(node)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     for flag, port in (("rendezvous", node.rdzv_port), ("hub", node.hub_port)):
         if not port_free(bind, port):
             raise UsageError(f"the {flag} port {port} is already in use on this machine")
+    return dataclasses.replace(node, hub_host=bind)
 
 
 def build_config(args: argparse.Namespace, script: bool = False) -> RunConfig:
@@ -195,8 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--interval must be 0.1-3600 seconds, got {args.interval:g}")
         config = build_config(args, script=bool(user_cmd))
         check_runnable(config, args)
-        node = node_options(args)
-        check_node(node, config, args)
+        node = check_node(node_options(args), config, args)
         live = check_detach(args, node) if args.detach else None
     except (UsageError, ConfigError) as exc:
         print(f"ddptop: error: {exc}", file=sys.stderr)

@@ -420,3 +420,201 @@ def test_sigterm_on_another_node_stops_its_local_tree(tmp_path):
     assert node0.returncode == 1, out0[-3000:]  # node 0 lost half its world: a failed run
     assert json.loads(out0.strip().splitlines()[-1])["status"] == "failed"
     assert_gone(procs)
+
+
+# ---------------------------------------------------------------------------- where the hub listens
+
+
+def this_machines_address() -> str:
+    from ddptop.run.multinode import default_route_address
+
+    address = default_route_address()
+    if address is None:
+        pytest.skip("this machine has no non-loopback address")
+    return address
+
+
+def at(host: str, hub_host: str = "", node_rank: int = 0) -> NodeOptions:
+    return NodeOptions(nnodes=2, node_rank=node_rank, rdzv_host=host, rdzv_port=29500, hub_port=29501,
+                       token=TOKEN, hub_host=hub_host)
+
+
+def test_hub_binds_the_endpoints_own_address_and_every_interface_only_when_told(monkeypatch):
+    from ddptop.run import multinode
+    from ddptop.run.multinode import hub_bind_host
+
+    ip = this_machines_address()
+    assert hub_bind_host(at("127.0.0.1")) == "127.0.0.1" and hub_bind_host(at("localhost")) == "localhost"
+    assert hub_bind_host(at(ip)) == ip  # an address of this machine: that one, not 0.0.0.0
+    assert hub_bind_host(at(ip, hub_host="0.0.0.0")) == "0.0.0.0"  # told: every interface
+    assert hub_bind_host(at(ip, hub_host="::")) == "::"
+    with pytest.raises(ValueError, match="--hub-host 203.0.113.9 is not an address of this machine"):
+        hub_bind_host(at(ip, hub_host="203.0.113.9"))
+    # a hostname: resolved to this machine's address for it
+    names = {"node0.example": [ip], "debian-own-name": ["127.0.1.1"], "elsewhere.example": ["203.0.113.9"],
+             "nowhere.example": []}
+    monkeypatch.setattr(multinode, "resolve", lambda host: names[host])
+    assert hub_bind_host(at("node0.example")) == ip
+    # resolves here only to a loopback alias (no other node reaches that): where the default route leaves
+    assert hub_bind_host(at("debian-own-name")) == ip
+    with pytest.raises(ValueError, match="endpoint elsewhere.example .203.0.113.9. is not an address of this machine"):
+        hub_bind_host(at("elsewhere.example"))
+    with pytest.raises(ValueError, match="cannot resolve the rendezvous host 'nowhere.example'.*--hub-host"):
+        hub_bind_host(at("nowhere.example"))
+
+
+def test_node0s_own_ranks_report_to_the_address_its_hub_listens_on():
+    assert at("debian-own-name", hub_host="192.0.2.7").hub_addr == "tcp:192.0.2.7:29501"
+    assert at("h", hub_host="0.0.0.0").hub_addr == "tcp:h:29501"  # every interface: the name will do
+    assert at("h", hub_host="192.0.2.7", node_rank=1).hub_addr == "tcp:h:29501"  # other nodes: the endpoint
+    assert at("h").hub_addr == "tcp:h:29501"
+
+
+def test_a_hub_on_the_endpoints_address_is_not_on_loopback():
+    """For real: the hub of an endpoint at this machine's address takes connections there and
+    none on 127.0.0.1 (the old default listened on every interface)."""
+    import asyncio
+
+    from recording_sink import Sink
+
+    from ddptop.run.hub import Hub
+    from ddptop.run.multinode import hub_bind_host
+
+    ip = this_machines_address()
+
+    async def main() -> None:
+        hub = Hub(TOKEN, Sink(), world_size=2)
+        address = await hub.start_tcp(hub_bind_host(at(ip)), 0)
+        port = int(address.rsplit(":", 1)[1])
+        try:
+            socket.create_connection((ip, port), timeout=5).close()
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", port), timeout=5)
+        finally:
+            await hub.close()
+
+    asyncio.run(main())
+
+
+def test_cli_resolves_the_hub_host_and_says_where_it_listens():
+    from ddptop.run.multinode import join_instructions
+
+    ip = this_machines_address()
+    args = cli.run_parser().parse_args(["--nnodes", "2", "--rdzv-endpoint", f"{ip}:{free_port_pair()}"])
+    node0 = cli.check_node(cli.node_options(args, environ={}), RunConfig(nproc=2), args)
+    assert node0.hub_host == ip
+    args = cli.run_parser().parse_args(["--nnodes", "2", "--rdzv-endpoint", f"{ip}:{free_port_pair()}",
+                                        "--hub-host", "0.0.0.0"])
+    node0 = cli.check_node(cli.node_options(args, environ={}), RunConfig(nproc=2), args)
+    assert node0.hub_host == "0.0.0.0"
+    said = join_instructions(RunConfig(nproc=2), node0)
+    assert "(every interface)" in said and "--hub-host" not in said  # the join command does not carry it
+    said = join_instructions(RunConfig(nproc=2), at("debian-own-name", hub_host="192.0.2.7"))
+    assert "hub at debian-own-name:29501 (listening on 192.0.2.7)" in said
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--hub-host", "0.0.0.0"], "--hub-host is for multi-node runs"),
+        (["--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "h:5", "--hub-host", "0.0.0.0"],
+         "give it on node 0 only"),
+        (["--nnodes", "2", "--rdzv-endpoint", "203.0.113.9:29500"], "is not an address of this machine"),
+        (["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:29500", "--hub-host", "203.0.113.9"],
+         "--hub-host 203.0.113.9 is not an address of this machine"),
+    ],
+)
+def test_bad_hub_host_usage_exits_2_with_one_line(tmp_path, args, fragment):
+    test_bad_multi_node_usage_exits_2_with_one_line(tmp_path, args, fragment)
+
+
+# ---------------------------------------------------------------------------- forged ranks
+
+
+def forge(hub: tuple[str, int], frame: bytes) -> bytes:
+    """`frame` as the first of a connection to node 0's hub; what came back (b"": hung up on)."""
+    with socket.create_connection(hub, timeout=10) as sock:
+        sock.sendall(frame)
+        return sock.recv(1024)  # a hello let in would leave the connection open: a timeout here
+
+
+def forged_hello(rank: int, pid: int, world: int = 4) -> bytes:
+    return protocol.encode(protocol.Hello(rank=rank, local_rank=rank % 2, world_size=world, host="forger",
+                                          pid=pid, token=TOKEN, node=0))
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.e2e
+def test_forged_hellos_with_the_token_are_refused_counted_and_signal_nobody(tmp_path):
+    """Two nodes on this machine, node 0's hub on this machine's address (not on loopback), and a
+    token holder who forges hellos: a foreign process's pid, pid 0, ddptop's and torchrun's own
+    pids, rank 10**9, a 10**400 number, a second hello for a live rank. Each is hung up on and
+    counted; the honest ranks report every step; the foreign process is never signalled; the
+    run completes."""
+    host = this_machines_address()
+    port = free_port_pair()
+    hub = (host, port + 1)
+    common = ["--nnodes", "2", "--rdzv-endpoint", f"{host}:{port}", "--steps", "40", *RUN]
+    env = {**os.environ, protocol.ENV_TOKEN: TOKEN}
+    stranger = subprocess.Popen(["sleep", "600"])  # no process of the run: must never be signalled
+    node0 = start_node(["--node-rank", "0", "--json", *common], tmp_path / "n0", env)
+    node1 = None
+    try:
+        read_until(node0, lambda line: line.startswith(f"    {protocol.ENV_TOKEN}="))
+        # node 0's torchrun is up (so its hub listens), waiting for node 1 at the rendezvous: no
+        # rank has said hello yet
+        torchrun = wait_for(lambda: next((p for p in tree(node0)[1:] if "torch" in " ".join(p.cmdline())), None),
+                            30, "node 0's torchrun")
+        with pytest.raises(ConnectionRefusedError):  # the endpoint's address, not every interface
+            socket.create_connection(("127.0.0.1", hub[1]), timeout=5)
+        early = {
+            "a foreign pid": forged_hello(0, stranger.pid),
+            "pid 0": forged_hello(1, 0),
+            "ddptop's own pid": forged_hello(0, node0.pid),
+            "torchrun's pid": forged_hello(1, torchrun.pid),
+            "rank 10**9": forged_hello(10**9, stranger.pid),
+            "a 10**400 number": forged_hello(0, stranger.pid, world=10**400),
+        }
+        for what, frame in early.items():
+            assert forge(hub, frame) == b"", what
+        node1 = start_node(["--node-rank", "1", *common], tmp_path / "n1", env)
+        read_until(node0, lambda line: " running " in line and "step" in line, timeout=180)
+        late = {
+            "a second hello for live rank 0": forged_hello(0, stranger.pid),
+            "a second hello for live rank 3, pid 0": forged_hello(3, 0),
+            "rank 10**9 while running": forged_hello(10**9, stranger.pid),
+            "a 10**400 number while running": forged_hello(2, stranger.pid, world=10**400),
+        }
+        for what, frame in late.items():
+            assert forge(hub, frame) == b"", what
+        read_until(node0, lambda line: " running " in line, timeout=60)  # still going after them
+        shown = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"]) if TOKEN in " ".join(p.info["cmdline"] or [])]
+        assert shown == []  # neither node's processes carry the token in argv
+        out0, _ = node0.communicate(timeout=240)
+        out1, _ = node1.communicate(timeout=60)
+        stranger_alive = stranger.poll() is None
+    finally:
+        for p in (node0, node1, stranger):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert node0.returncode == 0, out0[-3000:]
+    assert node1.returncode == 0, out1[-3000:]
+    summary = json.loads(out0.strip().splitlines()[-1])
+    print(f"\nrefused {summary['refused_connections']} forged hello(s), dropped {summary['dropped_frames']}; "
+          f"steps {[r['steps'] for r in summary['ranks']]}")
+    assert summary["status"] == "completed" and summary["world_size"] == 4
+    assert [r["steps"] for r in summary["ranks"]] == [40] * 4  # the honest ranks reported every step
+    assert [r["status"] for r in summary["ranks"]] == ["done"] * 4
+    assert summary["refused_connections"] == len(early) + len(late)  # each forgery refused and counted
+    assert summary["dropped_frames"] == {}  # ...at its hello: nothing of it got into the run
+    assert stranger_alive  # never signalled: SIGUSR1 (stall stacks) or SIGTERM would have ended it

@@ -13,6 +13,9 @@ class CaptureOptions:
     nsys: str | None = None  # nsys binary when profiler == "nsys"
 
 
+WILDCARDS = ("0.0.0.0", "::")  # --hub-host values meaning every interface
+
+
 @dataclass(frozen=True)
 class NodeOptions:
     """Where this ddptop stands in a run: one node (the default), or node `node_rank` of
@@ -26,6 +29,9 @@ class NodeOptions:
     rdzv_port: int = 0
     hub_port: int = 0
     token: str = field(default="", repr=False)  # the run's secret: never printed by accident
+    # where node 0's hub listens: "" until resolved (ddptop.run.multinode.hub_bind_host: the
+    # endpoint's own address), or what --hub-host said (0.0.0.0 / :: for every interface)
+    hub_host: str = ""
 
     @property
     def multi(self) -> bool:
@@ -41,8 +47,13 @@ class NodeOptions:
 
     @property
     def hub_addr(self) -> str:
-        """DDPTOP_ADDR for every rank of the run, on any node."""
-        return f"tcp:{self.rdzv_host}:{self.hub_port}"
+        """DDPTOP_ADDR for the ranks of this node: the endpoint, as every node names node 0;
+        on node 0 itself the very address its hub listens on (the endpoint's name may resolve
+        here to a loopback alias the hub does not listen on)."""
+        host = self.rdzv_host
+        if self.node_rank == 0 and self.hub_host and self.hub_host not in WILDCARDS:
+            host = self.hub_host
+        return f"tcp:{host}:{self.hub_port}"
 
     @property
     def rdzv_id(self) -> str:

@@ -16,8 +16,11 @@ import contextlib
 import hmac
 import json
 import os
+import re
 import secrets
 import signal
+import socket
+import struct
 import sys
 import time
 from dataclasses import dataclass
@@ -41,11 +44,47 @@ FINAL_DRAIN_S = 5.0
 EXIT_CODES = {"completed": 0, "failed": 1, "stopped": 130}
 
 
+VIEWER_KIND = re.compile(r"\bfrom an? ([a-z]{1,16}) viewer\b")  # the TUI's "<reason>, from a web viewer"
+
+
+def peer_credentials(writer: asyncio.StreamWriter) -> tuple[int, int, int] | None:
+    """(pid, uid, gid) of the process at the other end of a Unix socket, as the kernel
+    tells it (SO_PEERCRED: what that process cannot forge); None where the transport
+    does not say."""
+    extra = getattr(writer, "get_extra_info", None)
+    sock = extra("socket") if extra is not None else None
+    option = getattr(socket, "SO_PEERCRED", None)
+    if sock is None or option is None or sock.family != socket.AF_UNIX:
+        return None
+    try:
+        pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+    except (OSError, struct.error):
+        return None
+    return pid, uid, gid
+
+
 @dataclass(eq=False)  # hashed by identity: kept in a set
 class _Viewer:
     writer: asyncio.StreamWriter
     owner: bool
     marks: state_codec.Marks | None = None  # what its last snapshot held (None: new, or missed one)
+    kind: str = ""  # what the viewer says it is ("terminal", "web"), if it says
+    creds: tuple[int, int, int] | None = None  # (pid, uid, gid) from the kernel
+
+    def who(self, reason: str = "") -> str:
+        """The viewer, for the run's log: its kind (as it says, in its hello or its reason),
+        whether it owns the run, and the uid and pid the kernel gives for its connection."""
+        match = VIEWER_KIND.search(reason)
+        kind = self.kind or (match.group(1) if match else "")
+        words = [f"a {kind} viewer" if kind else "a viewer"]
+        if self.owner:
+            words.append("the run's owner")
+        if self.creds is not None:
+            pid, uid, _ = self.creds
+            words += [f"uid {uid}", f"pid {pid}"]
+        else:
+            words.append("uid unknown")
+        return ", ".join(words)
 
     def send(self, data: bytes) -> bool:
         """Queue `data` unless this viewer is too far behind (it gets a later snapshot)."""
@@ -220,6 +259,7 @@ class Supervisor:
                 self.viewers.discard(viewer)
                 self._write_entry()
                 if viewer.owner and not self.detached and not self.session.done:
+                    self._audit(viewer, "stop", "its owner viewer disconnected")
                     self.session.request_stop("its owner viewer disconnected")
             writer.close()
             if task is not None:
@@ -255,7 +295,9 @@ class Supervisor:
         owner = bool(msg.get("owner")) and not self.detached and not self._owner_seen.is_set()
         if owner:
             self._owner_seen.set()
-        viewer = _Viewer(writer, owner)
+        kind = msg.get("viewer")
+        kind = kind if isinstance(kind, str) and re.fullmatch(r"[a-z]{1,16}", kind) else ""
+        viewer = _Viewer(writer, owner, kind=kind, creds=peer_credentials(writer))
         writer.write(vp.encode("welcome", run_id=self.session.run_id, owner=owner,
                                detached=self.detached))
         # The history so far, at once: a viewer never waits a tick for its first picture.
@@ -265,17 +307,32 @@ class Supervisor:
         self._write_entry()
         return viewer
 
+    def _audit(self, viewer: _Viewer, what: str, reason: str = "") -> str:
+        """Say in the run's log (its views, and supervisor.log in the run directory) who asked
+        for `what`: a stop (a restart or a settings change stops this run first), a detach, a
+        capture. Returns who."""
+        who = viewer.who(reason)
+        line = f"[ddptop] {what} asked by {who}" + (f": {reason}" if reason else "")
+        self.session.state.add_log(-1, line)
+        print(f"ddptop supervisor {os.getpid()}: {line.removeprefix('[ddptop] ')}", flush=True)
+        return who
+
     async def _command(self, viewer: _Viewer, msg: dict[str, Any]) -> None:
         kind = msg["kind"]
         if kind == "stop":
-            self.session.request_stop(str(msg.get("reason") or "stopped from a viewer"))
+            # "settings changed, from a web viewer" is a restart: this run stops, its viewer starts the next
+            reason = str(msg.get("reason") or "stopped from a viewer")[:300]
+            self._audit(viewer, "stop", reason)
+            self.session.request_stop(reason)
         elif kind == "detach":
             if not self.detached:
+                self._audit(viewer, "detach")
                 self.detached = True
                 self.session.state.add_log(-1, "[ddptop] detached: the run no longer belongs to a terminal")
                 self._write_entry()
             viewer.send(vp.encode("detached"))
         elif kind == "capture":
+            self._audit(viewer, f"capture of {str(msg.get('count'))[:12]} step(s)")
             await self._capture(viewer, msg)
         else:
             self.session.state.drop(f"viewer-unknown-{kind}"[:40])

@@ -18,6 +18,7 @@ from ddptop.wire import protocol
 HELLO_TIMEOUT_S = 10.0  # a connection that has not said hello by then is closed
 MAX_UNAUTHENTICATED = 64  # beyond this, the oldest connection still waiting for its hello goes
 READ_CHUNK = 1 << 16
+ACCEPT_ERRORS_EVERY_S = 60.0  # out of file descriptors for long: the count, at most this often
 
 
 class HubSink(Protocol):
@@ -43,6 +44,8 @@ class Hub:
         self._tasks: set[asyncio.Task[None]] = set()
         self._sticky: list[protocol.Command] = []  # replayed to ranks that connect later
         self.address = ""
+        self.accept_errors = 0  # accept() failures (out of file descriptors), all told
+        self._accept_errors_said = 0  # ...up to the last "accepting again" line
 
     async def start_unix(self, path: str) -> str:
         """Listen on `path`; its directory must already be private (0700)."""
@@ -62,17 +65,21 @@ class Hub:
 
     def _quiet_accept_errors(self) -> None:
         """Out of file descriptors (EMFILE) while accepting: asyncio retries every second and
-        logs a traceback each time; say it once, then count."""
+        logs a traceback each time (up to a hundred: one per connection waiting); say it once,
+        then count: the first connection accepted again says how many accepts failed, and
+        while none is, a line a minute says the count so far."""
         loop = asyncio.get_running_loop()
         previous = loop.get_exception_handler()
-        seen = [0]
+        said_at = [0.0]
 
         def handler(loop: asyncio.AbstractEventLoop, context: dict) -> None:
             if "accept" in str(context.get("message", "")):
-                seen[0] += 1
-                if seen[0] == 1 or seen[0] % 100 == 0:
+                self.accept_errors += 1
+                now = time.monotonic()
+                if self.accept_errors == 1 or now - said_at[0] >= ACCEPT_ERRORS_EVERY_S:
+                    said_at[0] = now
                     self._sink.hub_refused(f"cannot accept connections ({context.get('exception')}); "
-                                           f"{seen[0]} time(s)")
+                                           f"{self.accept_errors} time(s)")
                 return
             if previous is not None:
                 previous(loop, context)
@@ -117,6 +124,10 @@ class Hub:
         if task is not None:
             self._tasks.add(task)
         rank: int | None = None
+        if self.accept_errors > self._accept_errors_said:
+            self._accept_errors_said = self.accept_errors
+            self._sink.hub_refused(f"accepting connections again ({self.accept_errors} accept(s) failed "
+                                   "so far, out of file descriptors)")
         self._waiting[writer] = None
         if len(self._waiting) > MAX_UNAUTHENTICATED:
             oldest = next(iter(self._waiting))
@@ -142,8 +153,12 @@ class Hub:
 
     async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> int | None:
         try:
-            line = await asyncio.wait_for(reader.readline(), HELLO_TIMEOUT_S)
+            line: bytes | None = await asyncio.wait_for(reader.readline(), HELLO_TIMEOUT_S)
         except (asyncio.TimeoutError, ValueError, asyncio.LimitOverrunError):
+            line = None
+        if writer not in self._waiting:
+            return None  # closed to make room for newer ones: refused, and counted, then
+        if line is None:
             self._sink.hub_refused("no hello")
             return None
         try:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ddptop.model.config import PRESETS, RunConfig, preset_config
-from ddptop.model.options import NodeOptions
+from ddptop.model.options import WILDCARDS, NodeOptions
 from ddptop.model.run_ids import new_run_id
 from ddptop.run.launcher import Launcher, build_plan
 from ddptop.run.logtail import LogTail
@@ -41,13 +41,75 @@ def is_loopback(host: str) -> bool:
 
 
 def hub_bind_host(node: NodeOptions) -> str:
-    """Where node 0's hub listens. A loopback endpoint stays on loopback. Otherwise every
-    interface, as torchrun's own store does: the endpoint names node 0 as the other nodes
-    see it, and locally that name may resolve to a loopback alias (127.0.1.1 on Debian),
-    which no other node could reach. The token keeps strangers out."""
-    if is_loopback(node.rdzv_host):
-        return node.rdzv_host
-    return "::" if ":" in node.rdzv_host else "0.0.0.0"
+    """Where node 0's hub listens: what --hub-host said (0.0.0.0 or :: for every interface),
+    else the rendezvous endpoint's own address, never every interface unasked. A loopback
+    endpoint stays on loopback; an address of this machine is used as it is; a hostname is
+    resolved to this machine's address for it. A name that resolves here only to a loopback
+    alias (the machine's own name is 127.0.1.1 on Debian), which no other node could reach,
+    gives the address this machine's default route leaves from. ValueError (one line) when
+    the endpoint is no address of this machine: node 0 runs where the endpoint points, or
+    --hub-host says where to listen."""
+    if node.hub_host:
+        if node.hub_host not in WILDCARDS and not bindable(node.hub_host):
+            raise ValueError(f"--hub-host {node.hub_host} is not an address of this machine")
+        return node.hub_host
+    host = node.rdzv_host
+    if is_loopback(host):
+        return host
+    addrs = resolve(host)
+    local = [a for a in addrs if bindable(a)]
+    routable = [a for a in local if not ipaddress.ip_address(a).is_loopback]
+    if routable:
+        return routable[0]
+    hint = "; give --hub-host ADDR (the address the other nodes reach, or 0.0.0.0 for every interface)"
+    if local:
+        out = default_route_address(ipv6=":" in local[0])
+        if out is None:
+            raise ValueError(f"{host} resolves here to {local[0]}, a loopback address the other nodes "
+                             f"cannot reach{hint}")
+        return out
+    if not addrs:
+        raise ValueError(f"cannot resolve the rendezvous host {host!r} on this machine{hint}")
+    raise ValueError(f"the rendezvous endpoint {host} ({addrs[0]}) is not an address of this machine, "
+                     f"where node 0 hosts the rendezvous{hint}")
+
+
+def resolve(host: str) -> list[str]:
+    """`host`'s addresses as this machine resolves them, in order, without repeats ([] when
+    it does not resolve)."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return []
+    out: list[str] = []
+    for family, *_, sockaddr in infos:
+        if family in (socket.AF_INET, socket.AF_INET6) and sockaddr[0] not in out:
+            out.append(str(sockaddr[0]))
+    return out
+
+
+def bindable(host: str) -> bool:
+    """`host` is an address of this machine (a socket can be bound to it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+    except (OSError, UnicodeError):
+        return False
+    return True
+
+
+def default_route_address(ipv6: bool = False) -> str | None:
+    """The non-loopback address this machine's default route leaves from (a UDP socket
+    "connected" to a documentation address: no packet is sent), or None."""
+    family, probe = (socket.AF_INET6, "2001:db8::1") if ipv6 else (socket.AF_INET, "192.0.2.1")
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.connect((probe, 9))
+            addr = str(sock.getsockname()[0])
+    except OSError:
+        return None
+    return None if ipaddress.ip_address(addr.split("%")[0]).is_loopback else addr
 
 
 def port_free(host: str, port: int) -> bool:
@@ -103,8 +165,11 @@ def join_instructions(config: RunConfig, node: NodeOptions, user_cmd: list[str] 
     many = node.nnodes > 2
     cmd = join_command(config, node, user_cmd, node_rank="R" if many else "1")
     where = "on each other node, R = 1.." + str(node.nnodes - 1) if many else "on the other node"
+    listening = ""
+    if node.hub_host and node.hub_host != node.rdzv_host:
+        listening = " (every interface)" if node.hub_host in WILDCARDS else f" (listening on {node.hub_host})"
     lines = [f"ddptop: node 0 of {node.nnodes}: rendezvous at {node.endpoint}, hub at "
-             f"{node.rdzv_host}:{node.hub_port}; {where}, run:", f"    {cmd}"]
+             f"{node.rdzv_host}:{node.hub_port}{listening}; {where}, run:", f"    {cmd}"]
     if is_loopback(node.rdzv_host):
         lines.append(f"ddptop: note: {node.rdzv_host} is a loopback address: only this machine can join")
     return "\n".join(lines)

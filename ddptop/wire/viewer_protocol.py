@@ -3,6 +3,7 @@ run): JSON command lines up, framed JSON snapshots down. Pure: no I/O.
 
 Viewer -> supervisor, one JSON object per line:
     {"v": 2, "schema": S, "kind": "hello", "token": T, "owner": bool}   first, or refused
+                                                          (optional "viewer": K, its kind, for the run's log)
     {"v": 2, "kind": "stop", "reason": R}
     {"v": 2, "kind": "capture", "count": N, "id": I}      answered by "captured" with the same id
     {"v": 2, "kind": "detach"}                            answered by "detached"
