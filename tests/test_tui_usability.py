@@ -417,3 +417,19 @@ def test_an_empty_log_filter_says_so(tmp_path: Path) -> None:
             assert [strip.text for strip in log.lines] == ["(no lines from r1 yet)"]
 
     asyncio.run(main())
+
+
+def test_the_phase_bar_grows_with_the_terminal(tmp_path: Path) -> None:
+    async def widths() -> list[int]:
+        out = []
+        for size in ((80, 24), (120, 40), (200, 60)):
+            state = synthetic_state(2)
+            app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600)
+            async with app.run_test(size=size) as pilot:
+                app.refresh_views()
+                await pilot.pause()
+                out.append(app.query_one(RankTable).bar_width())
+        return out
+
+    w80, w120, w200 = asyncio.run(widths())
+    assert 8 <= w80 < w120 < w200 and w200 - w120 >= 70

@@ -38,7 +38,7 @@ GAP = "  "
 # pick the column, `i` inverts): timings, steps and rates largest first, the rest ascending.
 # The phase bar sorts by the share of the step spent waiting on communication.
 DESCENDING_FIRST = {"step", "p50", "p95", "phases", "samples"}
-MIN_BAR, MAX_BAR = 8, 40
+MIN_BAR, MAX_BAR = 8, 160  # the bar takes the width the other columns leave (issue 21: it stayed 40 at 200 columns)
 CHROME = 3  # border top and bottom + the header line
 NODE_STYLE = "bold #5fafd7"
 
