@@ -1,66 +1,17 @@
-"""The `summary.json` contract (see README): a run's state as one plain dict, with the
-per-rank entries, bus bandwidth and NCCL facts it keeps.
+"""Pieces of the `summary.json` contract (see README) that `RunState.summary()` puts
+together: each rank's entry, all-reduce bus bandwidth, the straggler and the NCCL facts.
 
-Pure: no I/O; reads a RunState, never changes it.
+Pure: no I/O; reads rank states and reports, never changes them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ddptop.model.figures import Straggler
 from ddptop.model.rank_state import RankState
 
-if TYPE_CHECKING:
-    from ddptop.model.state import RunState
-
-__all__ = ["bus_bandwidth", "nccl_facts", "rank_summary", "run_summary"]
-
-
-def run_summary(state: RunState) -> dict[str, Any]:
-    """What `RunState.summary()` returns."""
-    first = next((rs.hello for rs in state.ranks.values() if rs.hello), None)
-    info = next((rs.info for rs in state.ranks.values() if rs.info), {})
-    p50, p95 = state.step_ms_pcts(50, 95)
-    return {
-        "run_id": state.run_id,
-        "preset": state.config.get("preset"),
-        "config": state.config,
-        "command": state.command,
-        "params": info.get("params"),
-        "batch_size": info.get("batch_size"),
-        "notes": list(state.notes),
-        "world_size": state.world_size,
-        "nnodes": state.nnodes,
-        "backend": first.backend if first else None,
-        "model": first.model if first else None,
-        "torch": first.torch if first else None,
-        "nccl_version": first.nccl if first else None,
-        "status": state.status,
-        "error": state.error,
-        "failed_rank": state.failed_rank,
-        "failure_log": list(state.failure_log),
-        "elapsed_s": _round(state.elapsed(state.ended_at or state.started_at)),
-        "warmup": state.warmup,
-        "steps_per_s": _round(state.steps_per_s()),
-        "samples_per_s": _round(state.samples_per_s()),
-        "tokens_per_s": _round(state.tokens_per_s()),
-        "step_ms_p50": _round(p50),
-        "step_ms_p95": _round(p95),
-        "slowest_rank": state.slowest_rank(),
-        "straggler": _straggler_dict(state.straggler()),
-        "stalls": state.stalls,
-        "stall": state.stall.to_dict() if state.stall else None,
-        "comm_share": _round(state.mean_share("comm_ms"), 4),
-        "exposed_comm_share": _round(state.mean_share("exposed_comm_ms"), 4),
-        "nccl": nccl_facts(state.nccl),
-        "advice": state.advice.to_dict() if state.advice is not None else None,
-        "captures": [c.to_dict() for c in state.captures.values()],
-        "nsys": state.nsys,
-        "dropped_frames": dict(state.dropped),
-        "refused_connections": state.refused,
-        "ranks": [rank_summary(state.ranks[r], state.world_size) for r in sorted(state.ranks)],
-    }
+__all__ = ["bus_bandwidth", "nccl_facts", "rank_summary", "round_or_none", "straggler_dict"]
 
 
 def rank_summary(rs: RankState, world_size: int) -> dict[str, Any]:
@@ -76,24 +27,24 @@ def rank_summary(rs: RankState, world_size: int) -> dict[str, Any]:
         "status": rs.status,
         "steps": rs.steps,
         "last_step": rs.last_step,
-        "steps_per_s": _round(rs.steps_per_s),
-        "samples_per_s": _round(rs.samples_per_s),
-        "tokens_per_s": _round(rs.tokens_per_s),
-        "step_ms_p50": _round(rs.step_hist.percentile(50)),
-        "step_ms_p95": _round(rs.step_hist.percentile(95)),
-        "phases_ms": {p: _round(v) for p, v in rs.phases_mean().items()},
+        "steps_per_s": round_or_none(rs.steps_per_s),
+        "samples_per_s": round_or_none(rs.samples_per_s),
+        "tokens_per_s": round_or_none(rs.tokens_per_s),
+        "step_ms_p50": round_or_none(rs.step_hist.percentile(50)),
+        "step_ms_p95": round_or_none(rs.step_hist.percentile(95)),
+        "phases_ms": {p: round_or_none(v) for p, v in rs.phases_mean().items()},
     }
     for key, total in rs.extra_ms.items():
-        entry[key + "_mean"] = _round(total / max(rs.measured, 1))
+        entry[key + "_mean"] = round_or_none(total / max(rs.measured, 1))
     if rs.exposed_hist.n:
-        entry["comm_ms_p50"] = _round(rs.comm_hist.percentile(50))
+        entry["comm_ms_p50"] = round_or_none(rs.comm_hist.percentile(50))
         entry["comm_timed_steps"] = rs.comm_hist.n
-        entry["exposed_comm_ms_p50"] = _round(rs.exposed_hist.percentile(50))
-        entry["comm_share"] = _round(rs.share("comm_ms"), 4)
+        entry["exposed_comm_ms_p50"] = round_or_none(rs.exposed_hist.percentile(50))
+        entry["comm_share"] = round_or_none(rs.share("comm_ms"), 4)
         entry.update(bus_bandwidth(rs.timed_bytes, rs.extra_ms.get("comm_ms", 0.0), world_size))
-        entry["exposed_comm_share"] = _round(rs.share("exposed_comm_ms"), 4)
+        entry["exposed_comm_share"] = round_or_none(rs.share("exposed_comm_ms"), 4)
     if rs.ddp_timing:
-        entry["ddp_timing"] = {k: _round(v) for k, v in rs.ddp_timing.items()}
+        entry["ddp_timing"] = {k: round_or_none(v) for k, v in rs.ddp_timing.items()}
     if rs.info:
         entry["info"] = dict(rs.info)
     return entry
@@ -109,11 +60,11 @@ def bus_bandwidth(nbytes: float, comm_ms: float, world: int) -> dict[str, float 
     return {"algbw_gbps": round(algbw, 3), "busbw_gbps": round(algbw * 2 * (world - 1) / world, 3)}
 
 
-def _straggler_dict(s: Straggler | None) -> dict[str, Any] | None:
+def straggler_dict(s: Straggler | None) -> dict[str, Any] | None:
     if s is None:
         return None
-    return {"rank": s.rank, "phase": s.phase, "own_ms": _round(s.own_ms), "others_ms": _round(s.others_ms),
-            "excess_ms": _round(s.excess_ms), "text": s.describe()}
+    return {"rank": s.rank, "phase": s.phase, "own_ms": round_or_none(s.own_ms), "others_ms": round_or_none(s.others_ms),
+            "excess_ms": round_or_none(s.excess_ms), "text": s.describe()}
 
 
 def nccl_facts(report: Any) -> dict[str, Any] | None:
@@ -131,5 +82,5 @@ def nccl_facts(report: Any) -> dict[str, Any] | None:
     }
 
 
-def _round(value: float | None, digits: int = 3) -> float | None:
+def round_or_none(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)

@@ -3,7 +3,7 @@
 Pure: no I/O, no asyncio, no UI. Memory is bounded whatever the run length:
 recent records live in ring buffers, whole-run percentiles in log-binned
 histograms (about 1% resolution), sums in counters. Each rank's part is a RankState
-(ddptop.model.rank_state); the summary.json dict is built by ddptop.model.run_summary.
+(ddptop.model.rank_state); summary.json's per-rank entries come from ddptop.model.run_summary.
 """
 
 from __future__ import annotations
@@ -16,7 +16,13 @@ from typing import Any
 from ddptop.model import figures
 from ddptop.model.figures import STALL_MIN_S, STALL_STEPS, RankFigures, RankWindow, Straggler
 from ddptop.model.rank_state import RECENT, Histogram, RankState
-from ddptop.model.run_summary import bus_bandwidth, nccl_facts, run_summary
+from ddptop.model.run_summary import (
+    bus_bandwidth,
+    nccl_facts,
+    rank_summary,
+    round_or_none,
+    straggler_dict,
+)
 from ddptop.wire.protocol import Bye, Hello, Info, Steps
 
 __all__ = ["LOG_LINES", "RECENT", "STALL_MIN_S", "STALL_STEPS", "Histogram", "RankState", "RunState",
@@ -282,5 +288,46 @@ class RunState:
         return self.stall
 
     def summary(self) -> dict[str, Any]:
-        """The `summary.json` contract (see README; ddptop.model.run_summary)."""
-        return run_summary(self)
+        """The `summary.json` contract (see README); each rank's entry from ddptop.model.run_summary."""
+        first = next((rs.hello for rs in self.ranks.values() if rs.hello), None)
+        info = next((rs.info for rs in self.ranks.values() if rs.info), {})
+        p50, p95 = self.step_ms_pcts(50, 95)
+        return {
+            "run_id": self.run_id,
+            "preset": self.config.get("preset"),
+            "config": self.config,
+            "command": self.command,
+            "params": info.get("params"),
+            "batch_size": info.get("batch_size"),
+            "notes": list(self.notes),
+            "world_size": self.world_size,
+            "nnodes": self.nnodes,
+            "backend": first.backend if first else None,
+            "model": first.model if first else None,
+            "torch": first.torch if first else None,
+            "nccl_version": first.nccl if first else None,
+            "status": self.status,
+            "error": self.error,
+            "failed_rank": self.failed_rank,
+            "failure_log": list(self.failure_log),
+            "elapsed_s": round_or_none(self.elapsed(self.ended_at or self.started_at)),
+            "warmup": self.warmup,
+            "steps_per_s": round_or_none(self.steps_per_s()),
+            "samples_per_s": round_or_none(self.samples_per_s()),
+            "tokens_per_s": round_or_none(self.tokens_per_s()),
+            "step_ms_p50": round_or_none(p50),
+            "step_ms_p95": round_or_none(p95),
+            "slowest_rank": self.slowest_rank(),
+            "straggler": straggler_dict(self.straggler()),
+            "stalls": self.stalls,
+            "stall": self.stall.to_dict() if self.stall else None,
+            "comm_share": round_or_none(self.mean_share("comm_ms"), 4),
+            "exposed_comm_share": round_or_none(self.mean_share("exposed_comm_ms"), 4),
+            "nccl": nccl_facts(self.nccl),
+            "advice": self.advice.to_dict() if self.advice is not None else None,
+            "captures": [c.to_dict() for c in self.captures.values()],
+            "nsys": self.nsys,
+            "dropped_frames": dict(self.dropped),
+            "refused_connections": self.refused,
+            "ranks": [rank_summary(self.ranks[r], self.world_size) for r in sorted(self.ranks)],
+        }
