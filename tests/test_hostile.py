@@ -330,7 +330,7 @@ def test_drops_and_refusals_reach_the_run_summary(tmp_path):
         w.close()
         stranger.close()
 
-    with_hub(scenario, sink=session)  # a hub with the session as its sink, as Session.run wires it
+    with_hub(scenario, sink=session.collector)  # a hub with the session's collector as its sink, as Session wires it
     summary = session.state.summary()
     assert summary["dropped_frames"] == {
         "not-json": 1,

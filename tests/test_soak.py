@@ -70,10 +70,13 @@ def test_million_records_bounded_memory_all_on_disk(tmp_path):
     )
     me = psutil.Process()
 
+    # the collector (the hub's sink: state + recorder) on its own, no torchrun
+    collector = session.collector
+    run_dir = new_run_dir(tmp_path / "runs", "soak")
+    collector.recorder = recorder = Recorder(run_dir)
+
     async def main() -> tuple[float, float, float]:
         session.state.started_at = time.time()
-        session.run_dir = new_run_dir(tmp_path / "runs", "soak")
-        session.recorder = Recorder(session.run_dir)
         sock_dir = tmp_path / "s"
         sock_dir.mkdir(mode=0o700)
         path = str(sock_dir / "hub.sock")
@@ -102,7 +105,7 @@ def test_million_records_bounded_memory_all_on_disk(tmp_path):
             await asyncio.to_thread(p.join, 10)
             assert p.exitcode == 0
         await session.hub.close()
-        session.recorder.close()
+        recorder.close()
         return elapsed, baseline / 2**20, final / 2**20
 
     elapsed, base_mb, final_mb = asyncio.run(main())
@@ -111,9 +114,9 @@ def test_million_records_bounded_memory_all_on_disk(tmp_path):
         f"RSS {base_mb:.1f} MB after 100k -> {final_mb:.1f} MB after 1M"
     )
     assert final_mb - base_mb < BOUND_MB
-    with open(session.run_dir / "steps.jsonl", "rb") as f:
+    with open(run_dir / "steps.jsonl", "rb") as f:
         lines = sum(1 for _ in f)
-    assert lines == TOTAL == session.recorder.records_written
+    assert lines == TOTAL == recorder.records_written
     state = session.state
     assert all(rs.steps == TOTAL // RANKS and len(rs.recent) <= 256 for rs in state.ranks.values())
     assert state.total_dropped == 0 and state.summary()["steps_per_s"] is not None

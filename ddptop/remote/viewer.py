@@ -1,7 +1,7 @@
-"""RemoteSession: the viewer side of a supervised run. It offers what the TUI and
-the Workbench use on an in-process Session (`state`, `run()`, `request_stop()`,
-`request_capture()`), plus `detach()`, but the run lives in a supervisor process
-reached through the live directory's socket. No UI, no torch.
+"""RemoteSession: the viewer side of a supervised run. A `ddptop.run.handle.DetachableRun`:
+what the TUI and the Workbench use on an in-process Session (`state`, `run()`,
+`request_stop()`, `request_capture()`), plus `owner`, `detached` and `detach()`, but the
+run lives in a supervisor process reached through the live directory's socket. No UI, no torch.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ import itertools
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from ddptop.analysis.capture import Capture
 from ddptop.model.config import RunConfig
 from ddptop.model.options import CaptureOptions
+from ddptop.model.run_ids import new_run_id
 from ddptop.model.state import RunState
 from ddptop.remote.live import (
     LiveRun,
@@ -28,8 +29,10 @@ from ddptop.remote.live import (
     supervisor_alive,
     supervisor_spec,
 )
-from ddptop.run.session import new_run_id
 from ddptop.wire import viewer_protocol as vp
+
+if TYPE_CHECKING:
+    from ddptop.run.workbench import SessionFactory
 
 START_TIMEOUT_S = 30.0  # a supervisor takes viewers well within a second; allow a loaded box
 REPLY_TIMEOUT_S = 30.0
@@ -282,3 +285,12 @@ class RemoteSession:
         """The run no longer belongs to this viewer's terminal: it survives the viewer."""
         await self._ask(-1, "detach")
         self._detached = True
+
+
+def supervised(detached: bool = False, capture: CaptureOptions | None = None) -> SessionFactory:
+    """A Workbench's factory that runs each run in a supervisor process of its own (owned by
+    the front end unless `detached`)."""
+    def factory(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None) -> RemoteSession:
+        return RemoteSession.spawn(config, runs_dir, user_cmd, detached=detached, capture=capture)
+
+    return factory

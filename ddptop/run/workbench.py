@@ -1,7 +1,8 @@
 """Workbench: the runs of one interactive ddptop session, for any front end.
 
 It creates a session per config (through its factory: an in-process `Session`,
-or a `ddptop.remote.viewer.RemoteSession` whose run lives in a supervisor process),
+or a `ddptop.remote.viewer.RemoteSession` whose run lives in a supervisor process; both
+are `ddptop.run.handle.RunHandle`s, and a supervised one is a `DetachableRun`),
 remembers every run it started or attached to, knows the current one, and
 stops/restarts/detaches runs cleanly. UI-free (no Textual) and torch-free: the
 TUI gets one in its constructor and only calls these methods.
@@ -17,16 +18,16 @@ from ddptop.analysis.capture import Capture
 from ddptop.model.config import RunConfig
 from ddptop.model.state import RunState
 from ddptop.run import runs
+from ddptop.run.handle import DetachableRun, RunHandle, owns
 from ddptop.run.session import Session
 
-# Returns a Session or anything with its surface (state, run_id, run_dir, config, done,
-# run(), request_stop(), request_capture()), such as ddptop.remote.viewer.RemoteSession.
-SessionFactory = Callable[[RunConfig, Path, "list[str] | None"], Session]
+# (config, runs directory, the user's command or None) -> a run not started yet
+SessionFactory = Callable[[RunConfig, Path, "list[str] | None"], RunHandle]
 
 STOP_TIMEOUT_S = 30.0  # a clean stop; after it the run task is cancelled (which kills the tree)
 
 
-def _default_factory(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None) -> Session:
+def _default_factory(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None) -> RunHandle:
     return Session(config, runs_dir, user_cmd=user_cmd)
 
 
@@ -47,7 +48,7 @@ class Workbench:
         self.config = config  # the config of the current (or next) run
         self.runs_dir = Path(runs_dir)
         self.user_cmd = user_cmd
-        self.sessions: list[Session] = []
+        self.sessions: list[RunHandle] = []
         self.baseline_id: str | None = None  # chosen reference run for speedups (None: automatic)
         self._factory = session_factory
         self._ended: dict[str, asyncio.Event] = {}
@@ -55,10 +56,10 @@ class Workbench:
 
     # --- runs -------------------------------------------------------------------------
     @property
-    def current(self) -> Session | None:
+    def current(self) -> RunHandle | None:
         return self.sessions[-1] if self.sessions else None
 
-    def new_session(self, config: RunConfig | None = None) -> Session:
+    def new_session(self, config: RunConfig | None = None) -> RunHandle:
         """Create (not start) the next run; it becomes `current`."""
         if config is not None:
             self.config = config
@@ -67,14 +68,14 @@ class Workbench:
         self._ended[session.run_id] = asyncio.Event()
         return session
 
-    def attach(self, session: Session) -> Session:
+    def attach(self, session: RunHandle) -> RunHandle:
         """Make an existing run (e.g. a RemoteSession of a live supervisor) the current one."""
         self.config = session.config
         self.sessions.append(session)
         self._ended[session.run_id] = asyncio.Event()
         return session
 
-    async def run(self, session: Session) -> RunState:
+    async def run(self, session: RunHandle) -> RunState:
         """Run `session` to its end. Marks it ended even if it never got going (a
         run directory that cannot be created raises before the session's own
         bookkeeping), so `stop()` never waits for a run that is not there."""
@@ -86,7 +87,7 @@ class Workbench:
         finally:
             self._ended.setdefault(session.run_id, asyncio.Event()).set()
 
-    def is_live(self, session: Session | None = None) -> bool:
+    def is_live(self, session: RunHandle | None = None) -> bool:
         """True while the run may still have processes (started or about to start)."""
         session = session or self.current
         if session is None:
@@ -98,23 +99,22 @@ class Workbench:
         """True when the current run ends with this front end (an in-process run, or a
         supervised one this viewer owns); False for a detached run or another's run."""
         session = self.current
-        if session is None:
-            return False
-        return not getattr(session, "detached", False) and getattr(session, "owner", True)
+        return session is not None and owns(session)
 
     def can_detach(self) -> bool:
-        return self.is_live() and hasattr(self.current, "detach")
+        """True while the current run is live and can outlive this process (supervised)."""
+        return self.is_live() and isinstance(self.current, DetachableRun)
 
     async def detach(self) -> str:
         """Let the current run go on without this front end; returns how to come back.
         RuntimeError when the run cannot outlive this process (in-process, or ended)."""
         session = self.current
-        if session is None or not self.can_detach():
+        if not (isinstance(session, DetachableRun) and self.is_live(session)):
             raise RuntimeError("no live supervised run to detach")
-        await session.detach()  # type: ignore[attr-defined]
+        await session.detach()
         return f"run {session.run_id} goes on detached; watch it again with: ddptop attach {session.run_id}"
 
-    def error(self, session: Session) -> str:
+    def error(self, session: RunHandle) -> str:
         """Why `session` failed to run at all ('' if it ran)."""
         return self._errors.get(session.run_id, "")
 
@@ -137,7 +137,7 @@ class Workbench:
             return False
         return True
 
-    async def restart(self, config: RunConfig | None = None, reason: str = "settings changed") -> Session:
+    async def restart(self, config: RunConfig | None = None, reason: str = "settings changed") -> RunHandle:
         """Stop the current run cleanly, then create the next one with `config`
         (default: the same config again). The caller starts it with `run()`."""
         await self.stop(reason)
@@ -147,7 +147,7 @@ class Workbench:
         """Profile the next `count` steps on every rank of the current run (the session
         picks a step no rank has reached). RuntimeError when no run is live to capture."""
         session = self.current
-        if session is None or not self.is_live(session) or not hasattr(session, "request_capture"):
+        if session is None or not self.is_live(session):
             raise RuntimeError("no live run to capture")
         return await session.request_capture(count)
 

@@ -1,7 +1,7 @@
 """The ddptop Textual app: wiring, bindings and routing only.
 
-Gets a Workbench (its data source) in the constructor; runs each Session in a
-worker, refreshes the visible views from `session.state` on a timer, and turns
+Gets a Workbench (its data source) in the constructor; runs each run (a RunHandle) in a
+worker, refreshes the visible views from its state on a timer (ddptop.tui.views), and turns
 keys into intents (stop, apply settings, capture, detach, quit). Never imports torch;
 never touches sockets or subprocesses (the Session, or the RemoteSession that follows a
 supervisor process, does).
@@ -11,34 +11,35 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.css.query import NoMatches
 from textual.driver import Driver
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import Footer, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
-from ddptop.commands.headless import EXIT_CODES, closing_lines
 from ddptop.model.config import RunConfig
 from ddptop.model.options import CaptureOptions
 from ddptop.model.state import RunState
 from ddptop.remote.live import LiveRun
-from ddptop.remote.viewer import RemoteSession
+from ddptop.remote.viewer import RemoteSession, supervised
+from ddptop.run.handle import DetachableRun, RunHandle
 from ddptop.run.session import Session
-from ddptop.run.workbench import SessionFactory, Workbench
-from ddptop.tui.live import LiveFigures
+from ddptop.run.workbench import Workbench
+from ddptop.tui.closing import exit_code, run_app
 from ddptop.tui.messages import CaptureEnded, RunEnded, RunStarted, SettingsApplied, StopRequested
+from ddptop.tui.palette import run_commands
 from ddptop.tui.screens.choice_screen import ChoiceScreen
 from ddptop.tui.screens.confirm_screen import ConfirmScreen
 from ddptop.tui.screens.help_screen import HelpScreen
 from ddptop.tui.screens.settings_screen import SettingsScreen
 from ddptop.tui.terminal import EXIT_SIGNALS, ExitSignals, TerminalLost, driver_for, silence_output
+from ddptop.tui.views import REFRESH_S, ViewRouter
 from ddptop.tui.widgets.captures_panel import CapturesPanel
 from ddptop.tui.widgets.gpu_panel import GpuPanel
 from ddptop.tui.widgets.log_view import LogView
@@ -49,15 +50,13 @@ from ddptop.tui.widgets.runs_panel import RunsPanel
 from ddptop.tui.widgets.throughput_panel import ThroughputPanel
 from ddptop.tui.widgets.wiring_panel import WiringPanel
 
-REFRESH_S = 0.5
-RUNS_REFRESH_S = 2.0  # the runs table reads the runs directory: less often
-TABS = ("ranks", "gpu", "runs", "logs", "wiring", "captures")
-TAB_FOCUS = {"ranks": RankTable, "gpu": GpuPanel, "runs": RunsPanel, "logs": LogView,
-             "wiring": WiringPanel, "captures": CapturesPanel}
+__all__ = ["DdpTopApp", "build_app", "build_attach_app", "exit_code", "run_app", "run_tui"]
+
 CAPTURE_STEPS = 3
 # Actions that only make sense on the main screen (not under settings/help/confirm).
 MAIN_ONLY = {"settings", "stop_run", "rerun", "show_tab", "help", "request_quit", "capture", "detach"}
 READ_ONLY = "read-only view"  # what a watcher's app says to any key that would change the run
+RUN_END_SEVERITY: dict[str, SeverityLevel] = {"completed": "information", "stopped": "warning"}
 
 
 class DdpTopApp(App[int]):
@@ -94,9 +93,7 @@ class DdpTopApp(App[int]):
         self.viewer = viewer
         self.autostart = autostart
         self.refresh_s = refresh_s
-        self._runs_shown_at = 0.0
-        self.live = LiveFigures()
-        self._capture_status: dict[tuple[str, int], str] = {}  # to notice captures finishing
+        self.views = ViewRouter(self, workbench)
         self.exit_note = ""  # printed by run_tui once the terminal is back (e.g. how to re-attach)
         self.terminal_lost = ""  # why the terminal (or the page's server) went away, once it has
         self._signals: ExitSignals | None = None
@@ -182,7 +179,7 @@ class DdpTopApp(App[int]):
         self.stop_and_exit(self._by(f"its terminal closed ({event.reason})"))
 
     # --- runs -------------------------------------------------------------------------
-    def start_run(self, session: Session) -> None:
+    def start_run(self, session: RunHandle) -> None:
         self.run_worker(self.workbench.run(session), name=session.run_id, group="run",
                         exit_on_error=False)
         self.post_message(RunStarted(session.run_id))
@@ -196,13 +193,14 @@ class DdpTopApp(App[int]):
                 self.notify(f"{worker.name or worker.group}: {worker.error}", severity="error",
                             timeout=10)
             return
-        if event.state == WorkerState.ERROR:
+        final = worker.result
+        if event.state == WorkerState.ERROR or not isinstance(final, RunState):
             self.post_message(RunEnded(worker.name, "error", str(worker.error)))
         else:
-            self.post_message(RunEnded(worker.name, worker.result.status, worker.result.error))
+            self.post_message(RunEnded(worker.name, final.status, final.error))
 
     def on_run_ended(self, event: RunEnded) -> None:
-        severity = {"completed": "information", "stopped": "warning"}.get(event.status, "error")
+        severity = RUN_END_SEVERITY.get(event.status, "error")
         detail = f": {event.error}" if event.error else ""
         self.notify(f"run {event.run_id} {event.status}{detail}", severity=severity,
                     timeout=30 if severity == "error" else 6)
@@ -255,49 +253,13 @@ class DdpTopApp(App[int]):
 
     # --- views ------------------------------------------------------------------------
     def refresh_views(self, force_runs: bool = False) -> None:
-        session = self.workbench.current
-        if session is None:
-            return
-        try:
-            header = self.query_one(RunHeader)
-        except NoMatches:  # exit() has begun taking the views down; a tick can fall in that gap
-            return
-        now = time.time()
-        snap = self.live.snapshot(session.state, now)
-        header.show(snap)
-        self.query_one(RunAlerts).show(snap)
-        self._notice_captures(session.state)
-        tab = self.query_one(TabbedContent).active
-        if tab == "ranks":
-            self.query_one(RankTable).show(snap)
-            self.query_one(ThroughputPanel).show(snap)
-        elif tab == "gpu":
-            self.query_one(GpuPanel).show(snap)
-        elif tab == "runs" and (force_runs or now - self._runs_shown_at >= RUNS_REFRESH_S):
-            self._runs_shown_at = now
-            self.query_one(RunsPanel).show(self.workbench.runs_table())
-        elif tab == "wiring":
-            self.query_one(WiringPanel).show(snap)
-        elif tab == "captures":
-            self.query_one(CapturesPanel).show(snap)
-        # The log view follows even when hidden, so switching to it is instant.
-        self.query_one(LogView).show(snap)
-
-    def _notice_captures(self, state: RunState) -> None:
-        for cap in state.captures.values():
-            key = (state.run_id, cap.capture_id)
-            before = self._capture_status.get(key)
-            self._capture_status[key] = cap.status
-            if cap.status != before and cap.status in ("done", "failed"):
-                detail = cap.error or (f"{len(cap.files)} rank(s), files in {cap.out_dir}"
-                                       if cap.status == "done" else "")
-                self.post_message(CaptureEnded(state.run_id, cap.capture_id, cap.status, detail))
+        self.views.refresh(force_runs)
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         self.refresh_views(force_runs=True)
 
     @on(RunsPanel.ExportRequested)
-    def _export(self) -> None:
+    def export_runs(self) -> None:
         if self._refused("export the runs table"):
             return
         try:
@@ -328,12 +290,7 @@ class DdpTopApp(App[int]):
         return True
 
     def action_show_tab(self, tab: str) -> None:
-        self.query_one(TabbedContent).active = tab
-        widget = self.query_one(TAB_FOCUS[tab])
-        target = widget if widget.can_focus or isinstance(widget, RankTable) else next(
-            (w for w in widget.query("*") if w.can_focus), None)
-        if target is not None:
-            target.focus()
+        self.views.show_tab(tab)
 
     def action_settings(self) -> None:
         if self._refused("change settings"):
@@ -345,18 +302,21 @@ class DdpTopApp(App[int]):
 
         self.push_screen(SettingsScreen(self.workbench.config), applied)
 
+    def _confirm(self, question: str, then: Callable[[], object]) -> None:
+        """Ask a yes/no `question`; `then()` on yes."""
+        def answered(yes: bool | None) -> None:
+            if yes:
+                then()
+
+        self.push_screen(ConfirmScreen(question), answered)
+
     def action_stop_run(self) -> None:
         if self._refused("stop the run"):
             return
         if not self.workbench.is_live():
             self.notify("no live run to stop", severity="warning")
             return
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.post_message(StopRequested())
-
-        self.push_screen(ConfirmScreen("Stop the live run? (ddptop stays open)"), answered)
+        self._confirm("Stop the live run? (ddptop stays open)", lambda: self.post_message(StopRequested()))
 
     def action_rerun(self) -> None:
         if self._refused("start a run"):
@@ -364,12 +324,7 @@ class DdpTopApp(App[int]):
         if not self.workbench.is_live():  # nothing to lose: start at once
             self.restart(None, "run again")
             return
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.restart(None, "run again")
-
-        self.push_screen(ConfirmScreen("A run is live. Stop it and start it again?"), answered)
+        self._confirm("A run is live. Stop it and start it again?", lambda: self.restart(None, "run again"))
 
     def action_capture(self) -> None:
         if not self._refused("capture"):
@@ -403,12 +358,7 @@ class DdpTopApp(App[int]):
             self.push_screen(ChoiceScreen("Detach (run keeps going) or stop the run?",
                                           [("d", "Detach", "detach"), ("s", "Stop run", "stop")]), chosen)
             return
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.stop_and_exit()
-
-        self.push_screen(ConfirmScreen("A run is live. Stop it and quit ddptop?"), answered)
+        self._confirm("A run is live. Stop it and quit ddptop?", self.stop_and_exit)
 
     async def action_quit(self) -> None:
         # ctrl+q and the palette's Quit: no question, but still a clean stop of a run this
@@ -417,82 +367,31 @@ class DdpTopApp(App[int]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        yield SystemCommand("Settings", "Change the run's knobs and restart", self.action_settings)
-        yield SystemCommand("Stop run", "Stop the current run (keep ddptop open)",
-                            self.action_stop_run)
-        yield SystemCommand("Run again", "Start a new run with the same settings", self.action_rerun)
-        yield SystemCommand("Capture", f"Profile the next {CAPTURE_STEPS} steps on every rank",
-                            self.action_capture)
-        yield SystemCommand("Detach", "Leave the run going without this terminal (ddptop attach)",
-                            self.action_detach)
-        yield SystemCommand("Export runs", "Write the runs table as Markdown into the runs directory",
-                            self._export)
-        yield SystemCommand("Toggle light/dark", "Switch between light and dark themes",
-                            self.action_toggle_dark)
-        for tab in TABS:
-            yield SystemCommand(f"Show {tab}", f"Switch to the {tab} view",
-                                lambda tab=tab: self.action_show_tab(tab))
-
-
-def supervised(detached: bool = False, capture: CaptureOptions | None = None) -> SessionFactory:
-    """Each run in a supervisor process of its own (owned by this TUI unless `detached`)."""
-    def factory(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None) -> RemoteSession:
-        return RemoteSession.spawn(config, runs_dir, user_cmd, detached=detached, capture=capture)
-
-    return factory  # type: ignore[return-value]
+        yield from run_commands(self, CAPTURE_STEPS)
 
 
 def build_app(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None = None,
               in_process: bool = False, capture: CaptureOptions | None = None,
-              **kwargs: object) -> DdpTopApp:
+              autostart: bool = True, refresh_s: float = REFRESH_S) -> DdpTopApp:
     """The one factory for the CLI, the tests and the screenshot script. Runs go through
     a supervisor (so they can be detached) unless `in_process`; each run takes `capture`
     (--capture windows, --profiler)."""
     bench = Workbench(config, Path(runs_dir), user_cmd, session_factory=(
         (lambda c, d, u: Session(c, d, user_cmd=u, capture=capture)) if in_process
         else supervised(capture=capture)))
-    return DdpTopApp(bench, **kwargs)  # type: ignore[arg-type]
+    return DdpTopApp(bench, autostart=autostart, refresh_s=refresh_s)
 
 
 def build_attach_app(entry: LiveRun, read_only: bool = False, viewer: str = "terminal",
-                     **kwargs: object) -> DdpTopApp:
+                     autostart: bool = True, refresh_s: float = REFRESH_S) -> DdpTopApp:
     """A viewer of the live run `entry` (a watcher when `read_only`); runs started from it
     (settings, run again) are detached when that run was. `viewer` names it in the reasons
     of the stops and restarts it asks for."""
-    session = RemoteSession.attach(entry)
+    session: DetachableRun = RemoteSession.attach(entry)
     bench = Workbench(session.config, Path(entry.runs_dir), entry.user_cmd,
                       session_factory=supervised(detached=entry.detached))
-    bench.attach(session)  # type: ignore[arg-type]
-    return DdpTopApp(bench, read_only=read_only, viewer=viewer, **kwargs)  # type: ignore[arg-type]
-
-
-def run_app(app: DdpTopApp) -> int:
-    """Run the TUI; then, as headless does, the closing lines of the run it owned and the
-    exit code of how that run ended (0 completed, 1 failed, 130 stopped)."""
-    app.run()
-    code = exit_code(app)
-    if app.terminal_lost:
-        return code  # nobody to tell
-    if app.exit_note:
-        print(f"ddptop: {app.exit_note}")
-    session = app.workbench.current
-    if session is not None and app.workbench.owns_current() and session.state.finished:
-        try:
-            print(closing_lines(session.state, session.run_dir), flush=True)
-        except OSError:  # the terminal went away just now
-            pass
-    return code
-
-
-def exit_code(app: DdpTopApp) -> int:
-    if app.return_code:  # Textual's own: 1 for an error inside the app
-        return app.return_code
-    session = app.workbench.current
-    if session is None or not app.workbench.owns_current():
-        return 0  # a viewer, or a run detached from here: it goes on
-    if not session.state.finished:
-        return EXIT_CODES["stopped"]  # left while its stop was on the way (a lost terminal)
-    return EXIT_CODES.get(session.state.status, 1)
+    bench.attach(session)
+    return DdpTopApp(bench, read_only=read_only, viewer=viewer, autostart=autostart, refresh_s=refresh_s)
 
 
 def run_tui(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None = None,

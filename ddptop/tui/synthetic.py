@@ -11,8 +11,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from ddptop.analysis.capture import Capture
 from ddptop.model.config import RunConfig, preset_config
 from ddptop.model.state import RECENT, RunState
+from ddptop.run.handle import RunHandle
 from ddptop.run.workbench import Workbench
 from ddptop.wire.protocol import Hello, Steps
 
@@ -75,7 +77,7 @@ def synthetic_gpu_sample(n_gpus: int, t: float | None = None, util: float = 97.0
 
 @dataclass
 class StaticSession:
-    """Stands in for a Session whose state is scripted: nothing runs, nothing to stop."""
+    """A RunHandle whose state is scripted: nothing runs, nothing to stop or capture."""
 
     state: RunState
     config: RunConfig = field(default_factory=RunConfig)
@@ -86,13 +88,20 @@ class StaticSession:
     def run_id(self) -> str:
         return self.state.run_id
 
+    async def run(self) -> RunState:
+        return self.state
+
     def request_stop(self, reason: str = "") -> None:
         pass
+
+    async def request_capture(self, count: int = 3) -> Capture:
+        raise RuntimeError("a scripted run has no ranks to capture")
 
 
 def synthetic_workbench(state: RunState, runs_dir: Path) -> Workbench:
     """A Workbench whose current run is `state` (start the app with autostart=False)."""
     config = RunConfig.from_dict(state.config)
     bench = Workbench(config, runs_dir)
-    bench.sessions.append(StaticSession(state, config, Path(runs_dir) / state.run_id))  # type: ignore[arg-type]
+    session: RunHandle = StaticSession(state, config, Path(runs_dir) / state.run_id)
+    bench.sessions.append(session)
     return bench

@@ -1,0 +1,118 @@
+"""CapturePipeline: profile the same steps on every rank, follow the ranks' reports, and
+summarize each window once every rank has written its trace (and, after an nsys run,
+put nsys's stats into the captures). Also `agreed_step`, the step no rank has reached
+yet that captures and stops are scheduled at. No UI, no torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from pathlib import Path
+
+from ddptop.analysis.capture import Capture, compare_with_timer
+from ddptop.model.options import CaptureOptions
+from ddptop.model.state import RunState
+from ddptop.run.hub import Hub
+from ddptop.run.nsys import attach_nsys, nsys_report, summarize_capture
+from ddptop.run.recorder import write_json
+from ddptop.wire import protocol
+
+DRAIN_TIMEOUT_S = 30.0  # summaries still being made when the run ends
+
+
+def agreed_step(state: RunState) -> int:
+    """A step no rank has reached yet, allowing for the probes' report delay."""
+    latest = max((rs.last_step for rs in state.ranks.values()), default=-1)
+    p50 = max((rs.recent_pct(50) or 0.0 for rs in state.ranks.values()), default=0.0)
+    margin = 2 + (math.ceil(2000.0 * 0.2 / p50) if p50 > 0 else 0)
+    return latest + min(margin, 200)
+
+
+class CapturePipeline:
+    def __init__(self, state: RunState, hub: Hub, options: CaptureOptions, run_dir: Path) -> None:
+        self.state = state
+        self.hub = hub
+        self.options = options  # --capture windows, --profiler, nsys
+        self.run_dir = run_dir  # captures go to <run_dir>/captures/<id>/
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def schedule_windows(self) -> None:
+        """The windows asked for on the command line (--capture)."""
+        for start, count in self.options.windows:
+            await self.request(count, start)
+
+    async def request(self, count: int = 3, start: int | None = None) -> Capture:
+        """Profile `count` steps on every rank from `start` (default: the first step no
+        rank can have reached yet), so every rank records the same steps."""
+        capture_id = len(self.state.captures) + 1
+        start = agreed_step(self.state) + 1 if start is None else start
+        out_dir = self.run_dir / "captures" / str(capture_id)
+        cap = Capture(capture_id, start, count, self.options.profiler, str(out_dir))
+        self.state.captures[capture_id] = cap
+        args = {"id": capture_id, "count": count, "dir": str(out_dir), "profiler": cap.profiler}
+        await self.hub.broadcast(protocol.Command("capture", at_step=start, args=args))
+        self.state.add_log(-1, f"[ddptop] capture {capture_id}: steps {cap.steps} with {cap.profiler}")
+        return cap
+
+    def report(self, msg: protocol.CaptureReport) -> None:
+        """A rank's news about a window: recording, written (files), or failed."""
+        cap = self.state.captures.get(msg.capture_id)
+        if cap is None:
+            self.state.drop("unknown-capture")
+            return
+        cap.ranks[msg.rank] = msg.status
+        if msg.files:
+            cap.files[msg.rank] = msg.files
+        if msg.status == "failed":
+            cap.status, cap.error = "failed", f"rank {msg.rank}: {msg.error}"
+        elif msg.status == "recording" and cap.status == "scheduled":
+            cap.status = "recording"
+        world = self.state.world_size
+        if cap.status != "failed" and sum(1 for v in cap.ranks.values() if v == "written") == world:
+            cap.status = "processing"
+            task = asyncio.get_running_loop().create_task(self._process(cap))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+        """Let the summaries under way finish (the run has ended)."""
+        if self._background:
+            await asyncio.wait(self._background, timeout=timeout_s)
+
+    async def _process(self, cap: Capture) -> None:
+        try:
+            summary = await asyncio.to_thread(summarize_capture, cap.files)
+            window = range(cap.start, cap.start + cap.count)
+            await self._records_arrived(window[-1])
+            compare_with_timer(summary, {r: list(rs.recent) for r, rs in self.state.ranks.items()}, window)
+            cap.summary = summary
+            cap.status = "done"  # before writing: the file on disk says how the capture ended
+            write_json(Path(cap.out_dir) / "summary.json", cap.to_dict())
+        except Exception as exc:  # noqa: BLE001 - a bad trace must not take the run down
+            cap.status, cap.error = "failed", f"summary: {type(exc).__name__}: {exc}"
+
+    async def _records_arrived(self, step: int, timeout_s: float = 5.0) -> None:
+        """Wait (briefly) until every rank has reported `step`: a rank writes its trace
+        before the step's record, which comes with the probe's next batch."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(rs.last_step < step for rs in self.state.ranks.values()):
+            await asyncio.sleep(0.1)
+
+    async def nsys_stats(self) -> None:
+        """After an nsys run: nsys writes at range end/exit, after the ranks reported their
+        windows written: import raw streams, `nsys stats` each report, and put both into
+        the captures."""
+        if not self.options.nsys:
+            return
+        state = self.state
+        state.nsys = await nsys_report(self.options.nsys, self.run_dir / "captures")
+        attach_nsys(state.captures.values(), state.nsys)
+        for cap in state.captures.values():
+            if cap.profiler == "nsys":
+                with contextlib.suppress(OSError):
+                    write_json(Path(cap.out_dir) / "summary.json", cap.to_dict())
+        state.add_log(-1, f"[ddptop] nsys: {len(state.nsys['reports'])} report(s); "
+                          f"{state.nsys.get('note', 'stats in the capture summaries')}")

@@ -1,0 +1,80 @@
+"""How a run ended: its final status and, for a failure, which rank failed and why (from
+torchrun's report, the ranks' error files and stderr), set on the state once torchrun
+has exited. Reads files under the run directory; no UI, no torch.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ddptop.model.failures import RootCause, blame, last_exception, last_words
+from ddptop.model.state import RunState
+from ddptop.run.rank_procs import RankProcesses
+
+
+def settle(state: RunState, rc: int, procs: RankProcesses, *, recorder_error: str, stopped: bool,
+           stop_reason: str, user_script: bool) -> None:
+    """Finish `state` after torchrun exited with `rc` (-1: it was cancelled)."""
+    now = time.time()
+    if recorder_error:
+        state.finish("failed", now, error=recorder_error)
+        return
+    if stopped or rc == -1:
+        state.finish("stopped", now, error=stop_reason)
+        return
+    if rc == 0 and (user_script or all(rs.status in ("done", "exited") for rs in state.ranks.values())):
+        state.finish("completed", now)
+        return
+    _settle_failure(state, rc, procs, now)
+
+
+def _settle_failure(state: RunState, rc: int, procs: RankProcesses, now: float) -> None:
+    ranks = state.ranks.values()
+    log = ""
+    try:
+        log = (procs.run_dir / "torchrun.log").read_text(errors="replace")
+    except OSError:
+        pass
+    lost = sorted((rs.lost_at, rs.rank) for rs in ranks if rs.lost_at is not None)
+    cause = blame(log, lost[0][1] if lost else None, procs.error_files())
+    failed = cause.rank if cause else None
+    own = last_exception(log.splitlines()[-200:]) if cause is None and rc > 0 else ""
+    if own and "ChildFailedError" not in own:  # that one is the report of a rank's failure
+        # torchrun itself failed (a command that does not exist, a bad rendezvous): no rank ran
+        state.finish("failed", now, error=f"torchrun exited with code {rc}: {own}")
+        return
+    if failed is None:
+        running = [rs for rs in ranks if rs.status in ("lost", "crashed", "starting", "running")]
+        failed = running[0].rank if running else None
+    tail = procs.stderr_tail(failed) if failed is not None else []
+    if failed is not None and tail:
+        state.failure_log = tail
+    error = _error_text(state, rc, cause, failed, tail)
+    rs = state.ranks.get(failed) if failed is not None else None
+    if rs is not None and rs.hello is None and rs.lost_at is None:
+        # it never reached `import torch` with ddptop's layer, or died before its hello
+        error = f"rank {failed} failed before connecting to ddptop: {error}"
+    killed = cause is None or cause.exitcode is None or cause.exitcode < 0
+    if all(rs.status == "done" for rs in ranks) and killed:
+        # Every rank said goodbye after its last step: the training completed, and a
+        # process died in teardown (gloo has aborted at interpreter exit, "terminate
+        # called without an active exception"). Say both, and keep the run's result.
+        rank = f"rank {failed}: " if failed is not None else ""
+        state.finish("completed", now, error=f"every rank completed; then at exit {rank}{error}")
+        state.add_log(-1, f"[ddptop] run completed, but {rank}{error} after its last step")
+        return
+    state.finish("failed", now, error=error, failed_rank=failed)
+
+
+def _error_text(state: RunState, rc: int, cause: RootCause | None, failed: int | None,
+                tail: list[str]) -> str:
+    if cause and cause.message:
+        return cause.message
+    if cause and cause.exitcode is not None:
+        # a script without torchrun's @record leaves no error file: its own last words
+        # (its exception, or what the interpreter or the shell said on its stderr)
+        last = (last_exception(state.logs.get(failed, ())) or last_words(tail)) if failed is not None else ""
+        return f"{last} (exit code {cause.exitcode})" if last else f"exit code {cause.exitcode}"
+    if rc == 0:
+        return "torchrun exited 0 but not every rank reported completion"
+    return f"torchrun exited with code {rc}"

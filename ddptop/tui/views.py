@@ -1,0 +1,96 @@
+"""Which view shows what: the tabs, the widget each tab focuses, and the router that shows
+the current run's snapshot on the visible views (on the app's timer) and notices captures
+that ended. Reads state only; never touches sockets or subprocesses.
+"""
+
+from __future__ import annotations
+
+import time
+
+from textual.app import App
+from textual.css.query import NoMatches
+from textual.widget import Widget
+from textual.widgets import TabbedContent
+
+from ddptop.model.state import RunState
+from ddptop.run.workbench import Workbench
+from ddptop.tui.live import LiveFigures
+from ddptop.tui.messages import CaptureEnded
+from ddptop.tui.widgets.captures_panel import CapturesPanel
+from ddptop.tui.widgets.gpu_panel import GpuPanel
+from ddptop.tui.widgets.log_view import LogView
+from ddptop.tui.widgets.rank_table import RankTable
+from ddptop.tui.widgets.run_alerts import RunAlerts
+from ddptop.tui.widgets.run_header import RunHeader
+from ddptop.tui.widgets.runs_panel import RunsPanel
+from ddptop.tui.widgets.throughput_panel import ThroughputPanel
+from ddptop.tui.widgets.wiring_panel import WiringPanel
+
+REFRESH_S = 0.5
+RUNS_REFRESH_S = 2.0  # the runs table reads the runs directory: less often
+TABS = ("ranks", "gpu", "runs", "logs", "wiring", "captures")
+TAB_FOCUS: dict[str, type[Widget]] = {
+    "ranks": RankTable, "gpu": GpuPanel, "runs": RunsPanel, "logs": LogView,
+    "wiring": WiringPanel, "captures": CapturesPanel,
+}
+
+
+class ViewRouter:
+    """Shows the workbench's current run on `app`'s views: the header and alerts always,
+    the active tab's views, and the log view (it follows even when hidden, so switching
+    to it is instant)."""
+
+    def __init__(self, app: App[int], workbench: Workbench) -> None:
+        self.app = app
+        self.workbench = workbench
+        self.live = LiveFigures()
+        self._runs_shown_at = 0.0
+        self._capture_status: dict[tuple[str, int], str] = {}  # to notice captures finishing
+
+    def refresh(self, force_runs: bool = False) -> None:
+        session = self.workbench.current
+        if session is None:
+            return
+        query = self.app.query_one
+        try:
+            header = query(RunHeader)
+        except NoMatches:  # exit() has begun taking the views down; a tick can fall in that gap
+            return
+        now = time.time()
+        snap = self.live.snapshot(session.state, now)
+        header.show(snap)
+        query(RunAlerts).show(snap)
+        self._notice_captures(session.state)
+        tab = query(TabbedContent).active
+        if tab == "ranks":
+            query(RankTable).show(snap)
+            query(ThroughputPanel).show(snap)
+        elif tab == "gpu":
+            query(GpuPanel).show(snap)
+        elif tab == "runs" and (force_runs or now - self._runs_shown_at >= RUNS_REFRESH_S):
+            self._runs_shown_at = now
+            query(RunsPanel).show(self.workbench.runs_table())
+        elif tab == "wiring":
+            query(WiringPanel).show(snap)
+        elif tab == "captures":
+            query(CapturesPanel).show(snap)
+        query(LogView).show(snap)
+
+    def show_tab(self, tab: str) -> None:
+        """Switch to `tab` and focus its view (or the first widget in it that takes focus)."""
+        self.app.query_one(TabbedContent).active = tab
+        widget = self.app.query_one(TAB_FOCUS[tab])
+        target = widget if widget.can_focus or isinstance(widget, RankTable) else next(
+            (w for w in widget.query("*") if w.can_focus), None)
+        if target is not None:
+            target.focus()
+
+    def _notice_captures(self, state: RunState) -> None:
+        for cap in state.captures.values():
+            key = (state.run_id, cap.capture_id)
+            before = self._capture_status.get(key)
+            self._capture_status[key] = cap.status
+            if cap.status != before and cap.status in ("done", "failed"):
+                detail = cap.error or (f"{len(cap.files)} rank(s), files in {cap.out_dir}"
+                                       if cap.status == "done" else "")
+                self.app.post_message(CaptureEnded(state.run_id, cap.capture_id, cap.status, detail))
