@@ -21,7 +21,8 @@ from pathlib import Path
 
 from ddptop.cli import visible_gpus
 from ddptop.model.config import PRESETS, RunConfig, preset_config
-from ddptop.tui.app import DdpTopApp, build_app
+from ddptop.tui.app import DdpTopApp
+from ddptop.tui.factory import build_app
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -167,7 +167,7 @@ def test_capture_window_of_a_tui_run_and_its_summary_on_disk_says_done(tmp_path)
     from test_tui import START_TIMEOUT, cpu_config, wait_for
 
     from ddptop.model.options import CaptureOptions
-    from ddptop.tui.app import build_app
+    from ddptop.tui.factory import build_app
     from ddptop.tui.messages import RunEnded
 
     seen = []

@@ -29,7 +29,7 @@ from test_tui import START_TIMEOUT, alive_of, cpu_config, wait_for
 
 from ddptop.remote.live import LIVE_ENV, LiveRun, find_run, live_runs
 from ddptop.remote.viewer import RemoteSession
-from ddptop.tui.app import build_app, build_attach_app
+from ddptop.tui.factory import build_app, build_attach_app
 from ddptop.tui.screens.choice_screen import ChoiceScreen
 from ddptop.tui.synthetic import synthetic_state
 from ddptop.wire import state_codec

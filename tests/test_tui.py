@@ -21,7 +21,8 @@ from rich.console import Console
 
 from ddptop.commands.trace import read_trace
 from ddptop.model.config import PRESETS, RunConfig, preset_config
-from ddptop.tui.app import DdpTopApp, build_app
+from ddptop.tui.app import DdpTopApp
+from ddptop.tui.factory import build_app
 from ddptop.tui.messages import CaptureEnded, RunEnded, RunStarted, SettingsApplied
 from ddptop.tui.screens.confirm_screen import ConfirmScreen
 from ddptop.tui.screens.help_screen import HelpScreen

@@ -16,7 +16,8 @@ from test_tui import wait_for
 
 from ddptop.model.config import RunConfig, preset_config
 from ddptop.model.report import final_report, script_ddp_lines
-from ddptop.tui.app import DdpTopApp, build_app
+from ddptop.tui.app import DdpTopApp
+from ddptop.tui.factory import build_app
 from ddptop.tui.screens.settings_screen import SettingsScreen, knob_names
 from ddptop.tui.synthetic import synthetic_state, synthetic_workbench
 from ddptop.tui.widgets.run_header import script_ddp_text

@@ -123,7 +123,8 @@ def main_attach(argv: list[str]) -> int:
         return USAGE_EXIT
     if args.web:
         return serve_web(entry, args.port, read_only=args.read_only)
-    from ddptop.tui.app import build_attach_app, run_app
+    from ddptop.tui.closing import run_app
+    from ddptop.tui.factory import build_attach_app
 
     # Who asked for a stop or a restart goes into the run's log and summary.
     viewer = "web" if "web_driver" in os.environ.get("TEXTUAL_DRIVER", "") else "terminal"

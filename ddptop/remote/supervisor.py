@@ -354,7 +354,7 @@ def session_from_spec(spec: dict[str, Any]) -> Session:
     return Session(
         RunConfig.from_dict(spec["config"]), Path(spec["runs_dir"]), user_cmd=spec.get("user_cmd"),
         run_id=spec["run_id"],
-        capture=CaptureOptions(windows=[tuple(w) for w in capture.get("windows", [])],  # type: ignore[misc]
+        capture=CaptureOptions(windows=[tuple(w) for w in capture.get("windows", [])],
                                profiler=capture.get("profiler", "torch"), nsys=capture.get("nsys")),
     )
 

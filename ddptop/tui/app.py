@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
@@ -24,12 +23,8 @@ from textual.widgets import Footer, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
 from ddptop.model.config import RunConfig
-from ddptop.model.options import CaptureOptions
 from ddptop.model.state import RunState
-from ddptop.remote.live import LiveRun
-from ddptop.remote.viewer import RemoteSession, supervised
-from ddptop.run.handle import DetachableRun, RunHandle
-from ddptop.run.session import Session
+from ddptop.run.handle import RunHandle
 from ddptop.run.workbench import Workbench
 from ddptop.tui.closing import exit_code, run_app
 from ddptop.tui.messages import CaptureEnded, RunEnded, RunStarted, SettingsApplied, StopRequested
@@ -37,6 +32,7 @@ from ddptop.tui.palette import run_commands
 from ddptop.tui.screens.choice_screen import ChoiceScreen
 from ddptop.tui.screens.confirm_screen import ConfirmScreen
 from ddptop.tui.screens.help_screen import HelpScreen
+from ddptop.tui.screens.rank_detail import RankDetailScreen
 from ddptop.tui.screens.settings_screen import SettingsScreen
 from ddptop.tui.terminal import EXIT_SIGNALS, ExitSignals, TerminalLost, driver_for, silence_output
 from ddptop.tui.views import REFRESH_S, ViewRouter
@@ -50,7 +46,7 @@ from ddptop.tui.widgets.runs_panel import RunsPanel
 from ddptop.tui.widgets.throughput_panel import ThroughputPanel
 from ddptop.tui.widgets.wiring_panel import WiringPanel
 
-__all__ = ["DdpTopApp", "build_app", "build_attach_app", "exit_code", "run_app", "run_tui"]
+__all__ = ["DdpTopApp", "exit_code", "run_app"]
 
 CAPTURE_STEPS = 3
 # Actions that only make sense on the main screen (not under settings/help/confirm).
@@ -79,6 +75,9 @@ class DdpTopApp(App[int]):
         Binding("5", "show_tab('wiring')", "Wiring", show=False),
         Binding("6", "show_tab('captures')", "Captures", show=False),
         Binding("t", "toggle_dark", "Theme", show=False),
+        Binding("space", "pause", "Pause display", show=False),
+        Binding("plus", "refresh_every(0.5)", "Refresh faster", show=False),
+        Binding("minus", "refresh_every(2)", "Refresh slower", show=False),
         Binding("question_mark", "help", "Help"),
     ]
 
@@ -131,7 +130,7 @@ class DdpTopApp(App[int]):
                               (signal.SIGTERM, signal.SIGHUP) if headless else EXIT_SIGNALS,
                               deadline=not headless)
         self._signals = signals if signals.install() else None
-        self.set_interval(self.refresh_s, self.refresh_views)
+        self._ticks = self.set_interval(self.refresh_s, self.refresh_views)
         if self.autostart:  # the run attached to, or a new one
             self.start_run(self.workbench.current or self.workbench.new_session())
         self.query_one(RankTable).focus()
@@ -274,6 +273,25 @@ class DdpTopApp(App[int]):
         self.workbench.baseline_id = event.run_id
         self.refresh_views(force_runs=True)
 
+    @on(RankTable.RankChosen)
+    def _open_rank(self, event: RankTable.RankChosen) -> None:
+        self.push_screen(RankDetailScreen(event.rank, lambda: self.views.last))
+
+    def action_pause(self) -> None:
+        """Freeze what the views show (the run and its records go on), as top's space does."""
+        self.views.paused = not self.views.paused
+        self.clear_notifications()
+        self.notify("display paused: space resumes (the run goes on)" if self.views.paused
+                    else "display resumed", timeout=3600 if self.views.paused else 2)
+        self.refresh_views()
+
+    def action_refresh_every(self, factor: float) -> None:
+        """+ and - halve and double the refresh interval (0.25 s to 8 s)."""
+        self.refresh_s = min(8.0, max(0.25, self.refresh_s * factor))
+        self._ticks.stop()
+        self._ticks = self.set_interval(self.refresh_s, self.refresh_views)
+        self.notify(f"refreshing every {self.refresh_s:g} s", timeout=2)
+
     # --- actions ----------------------------------------------------------------------
     def _refused(self, what: str) -> bool:
         """True (and says so) when this app is a watcher's and `what` would change the run."""
@@ -368,32 +386,3 @@ class DdpTopApp(App[int]):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         yield from run_commands(self, CAPTURE_STEPS)
-
-
-def build_app(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None = None,
-              in_process: bool = False, capture: CaptureOptions | None = None,
-              autostart: bool = True, refresh_s: float = REFRESH_S) -> DdpTopApp:
-    """The one factory for the CLI, the tests and the screenshot script. Runs go through
-    a supervisor (so they can be detached) unless `in_process`; each run takes `capture`
-    (--capture windows, --profiler)."""
-    bench = Workbench(config, Path(runs_dir), user_cmd, session_factory=(
-        (lambda c, d, u: Session(c, d, user_cmd=u, capture=capture)) if in_process
-        else supervised(capture=capture)))
-    return DdpTopApp(bench, autostart=autostart, refresh_s=refresh_s)
-
-
-def build_attach_app(entry: LiveRun, read_only: bool = False, viewer: str = "terminal",
-                     autostart: bool = True, refresh_s: float = REFRESH_S) -> DdpTopApp:
-    """A viewer of the live run `entry` (a watcher when `read_only`); runs started from it
-    (settings, run again) are detached when that run was. `viewer` names it in the reasons
-    of the stops and restarts it asks for."""
-    session: DetachableRun = RemoteSession.attach(entry)
-    bench = Workbench(session.config, Path(entry.runs_dir), entry.user_cmd,
-                      session_factory=supervised(detached=entry.detached))
-    bench.attach(session)
-    return DdpTopApp(bench, read_only=read_only, viewer=viewer, autostart=autostart, refresh_s=refresh_s)
-
-
-def run_tui(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None = None,
-            capture: CaptureOptions | None = None) -> int:
-    return run_app(build_app(config, runs_dir, user_cmd, capture=capture))

@@ -150,7 +150,7 @@ class PageDriver(_Lost, WebDriver):
     def __init__(self, app: Any, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
         self._init_lost()
-        self._write = self._write_all  # type: ignore[method-assign,assignment]
+        self._write = self._write_all  # type: ignore[assignment]
 
     def _write_all(self, data: bytes) -> None:
         if self.lost_reason:

@@ -14,7 +14,7 @@ from textual.widgets import TabbedContent
 
 from ddptop.model.state import RunState
 from ddptop.run.workbench import Workbench
-from ddptop.tui.live import LiveFigures
+from ddptop.tui.live import LiveFigures, Snapshot
 from ddptop.tui.messages import CaptureEnded
 from ddptop.tui.widgets.captures_panel import CapturesPanel
 from ddptop.tui.widgets.gpu_panel import GpuPanel
@@ -46,6 +46,8 @@ class ViewRouter:
         self.live = LiveFigures()
         self._runs_shown_at = 0.0
         self._capture_status: dict[tuple[str, int], str] = {}  # to notice captures finishing
+        self.last: Snapshot | None = None  # what the views show now (the rank detail reads it)
+        self.paused = False  # space: the views keep what they show; the run goes on
 
     def refresh(self, force_runs: bool = False) -> None:
         session = self.workbench.current
@@ -57,7 +59,9 @@ class ViewRouter:
         except NoMatches:  # exit() has begun taking the views down; a tick can fall in that gap
             return
         now = time.time()
-        snap = self.live.snapshot(session.state, now)
+        if self.paused and self.last is not None:
+            return
+        snap = self.last = self.live.snapshot(session.state, now)
         header.show(snap)
         query(RunAlerts).show(snap)
         self._notice_captures(session.state)

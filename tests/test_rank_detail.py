@@ -1,0 +1,138 @@
+"""A rank you can open (issue 21): Enter on a rank row asks for its detail; the detail screen
+shows the step timeline, history, memory (with a creep alert) and processes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from textual.widgets import Static
+
+from ddptop.model import memory
+from ddptop.model.snapshot import snapshot
+from ddptop.tui.app import DdpTopApp
+from ddptop.tui.screens.rank_detail import RankDetailScreen, detail_lines
+from ddptop.tui.synthetic import synthetic_state, synthetic_workbench
+from ddptop.tui.widgets.rank_table import RankTable
+from ddptop.tui.widgets.step_timeline import StepTimelineView
+
+
+def rising(n: int, start: float, per_step: float, key: str = "mem_allocated_mb") -> list[dict[str, float]]:
+    return [{"step": i, key: start + per_step * i} for i in range(n)]
+
+
+def test_creep_is_memory_that_keeps_rising_not_a_steady_sawtooth():
+    found = memory.creep(rising(40, 1000.0, 10.0))
+    assert found is not None and found.field == "mem_allocated_mb" and found.rise_mb == 390.0
+    assert "allocated GPU memory keeps rising: +390 MiB (39%) over the last 39 steps" == found.describe()
+    sawtooth = [{"step": i, "mem_allocated_mb": 1000.0 + (i % 5) * 100} for i in range(40)]
+    assert memory.creep(sawtooth) is None
+    assert memory.creep(rising(10, 1000.0, 50.0)) is None  # too few samples to say
+    assert memory.creep(rising(40, 1000.0, 0.5)) is None  # +20 MiB: allocator noise
+    assert memory.creep(rising(40, 500.0, 5.0, "rss_mb")).field == "rss_mb"
+
+
+def test_the_detail_names_memory_processes_and_the_creep(tmp_path: Path) -> None:
+    state = synthetic_state(2)
+    for i, rec in enumerate(state.ranks[1].recent):
+        rec.update(mem_allocated_mb=2000.0 + 20 * i, mem_reserved_mb=4096.0, mem_peak_mb=2500.0 + 20 * i,
+                   rss_mb=3000.0)
+    state.proc_stats[state.ranks[1].hello.pid] = (97.0, 3 << 30)
+    state.add_log(1, "rank 1 says hello")
+    text = "\n".join(t.plain for t in detail_lines(snapshot(state, time.time()), 1, 120))
+    assert "allocated 7100 MiB" in text and "reserved 4096 MiB" in text and "peak 7600 MiB" in text
+    assert f"pid {state.ranks[1].hello.pid}" in text and "CPU 97%" in text and "resident 3000 MiB" in text
+    assert "allocated GPU memory keeps rising" in text
+    assert "rank 1 says hello" in text
+    other = "\n".join(t.plain for t in detail_lines(snapshot(state, time.time()), 0, 120))
+    assert "keeps rising" not in other and "no CUDA allocator figures" in other
+
+
+def test_enter_on_a_rank_opens_its_detail_with_timeline_memory_and_processes(tmp_path: Path) -> None:
+    async def main() -> None:
+        state = synthetic_state(4, slow_rank=2)
+        app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.refresh_views()
+            await pilot.pause()
+            await pilot.press("down", "down", "enter")
+            await pilot.pause()
+            assert isinstance(app.screen, RankDetailScreen) and app.screen.rank == 2
+            body = str(app.screen.query_one("#detail-body", Static).render())
+            assert "rank 2" in body and "memory" in body and "process" in body and "recent steps" in body
+            timeline = str(app.screen.query_one(StepTimelineView).render())
+            assert "all-reduce" in timeline and "ms" in timeline
+            await pilot.press("right_square_bracket")
+            assert app.screen.rank == 3
+            await pilot.press("escape")
+            await pilot.pause()
+            assert app.screen is app.screen_stack[0]
+            assert isinstance(app.query_one(RankTable), RankTable)
+
+    asyncio.run(main())
+
+
+def test_a_real_run_reports_each_ranks_memory_every_few_steps(tmp_path: Path) -> None:
+    """The rank side samples its resident set (and, on a GPU, the CUDA allocator) every
+    MEMORY_EVERY steps: a user's script, unchanged, on 2 gloo ranks."""
+    import json
+    import subprocess
+
+    from test_user_scripts import ddptop, summary_of
+
+    from ddptop.rank.memory import MEMORY_EVERY
+
+    runs = tmp_path / "runs"
+    out = subprocess.run(ddptop(["--steps", "25"], runs, "plain_ddp.py", []), capture_output=True,
+                         text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = summary_of(out.stdout)
+    lines = (runs / summary["run_id"] / "steps.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    sampled = {(r["rank"], r["step"]): r["rss_mb"] for r in records if "rss_mb" in r}
+    assert {step for _, step in sampled} == {s for s in range(0, 27) if s % MEMORY_EVERY == 0}
+    assert {rank for rank, _ in sampled} == {0, 1}
+    assert all(50 < mb < 20_000 for mb in sampled.values()), sampled
+    assert not any("mem_allocated_mb" in r for r in records)  # no CUDA allocator on a CPU run
+
+
+def test_space_freezes_the_display_and_plus_minus_change_the_refresh(tmp_path: Path) -> None:
+    async def main() -> None:
+        state = synthetic_state(2)
+        app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=1.0)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.refresh_views()
+            await pilot.pause()
+            shown = app.views.last
+            await pilot.press("space")
+            assert app.views.paused
+            state.ranks[0].last_step += 100  # the run goes on...
+            app.refresh_views()
+            assert app.views.last is shown  # ...the views keep what they showed
+            await pilot.press("space")
+            assert not app.views.paused and app.views.last is not shown
+            await pilot.press("plus")
+            assert app.refresh_s == 0.5
+            await pilot.press("minus", "minus")
+            assert app.refresh_s == 2.0
+
+    asyncio.run(main())
+
+
+def test_a_double_click_on_a_rank_row_opens_it(tmp_path: Path) -> None:
+    async def main() -> None:
+        state = synthetic_state(4)
+        app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.refresh_views()
+            await pilot.pause()
+            rows = app.query_one("#rank-rows")
+            await pilot.click(rows, offset=(2, 3))
+            await pilot.pause()
+            assert rows.cursor == 3
+            await pilot.click(rows, offset=(2, 1), times=2)
+            await pilot.pause()
+            assert isinstance(app.screen, RankDetailScreen) and app.screen.rank == 1
+
+    asyncio.run(main())
