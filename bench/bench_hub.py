@@ -34,9 +34,14 @@ from pathlib import Path
 
 import psutil
 
-from ddptop.model.config import RunConfig
+import secrets
+
+from ddptop.model.options import NodeOptions
+from ddptop.model.state import RunState
+from ddptop.run.collector import Collector
+from ddptop.run.hub import Hub
+from ddptop.run.rank_procs import RankProcesses
 from ddptop.run.recorder import Recorder, new_run_dir
-from ddptop.run.session import Session
 from ddptop.wire import protocol
 
 TARGET_RATE = 50_000.0
@@ -126,11 +131,15 @@ def sender(
     sock.close()
 
 
-class TimedSession(Session):
-    """The real Session sink, plus when each frame reached RunState and how many records."""
+class TimedSession(Collector):
+    """A run's real hub sink (the Collector: RunState + recorder), plus when each frame reached
+    RunState and how many records; with the run's Hub on its token."""
 
-    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
-        super().__init__(*args, **kwargs)
+    def __init__(self, state: RunState, run_dir: Path) -> None:
+        super().__init__(state, RankProcesses(state, NodeOptions(), run_dir))
+        self.token = secrets.token_hex(16)
+        self.hub = Hub(self.token, self, world_size=state.world_size)
+        self.run_dir = run_dir
         self.records = 0
         self.latency_ms: list[float] = []
         self.first_at = 0.0
@@ -211,10 +220,9 @@ async def main_async(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="ddptop-bench-"))
     sock_dir = tmp / "sock"
     sock_dir.mkdir(mode=0o700)
-    config = RunConfig(nproc=args.ranks, steps=10**9, warmup=5, backend="gloo", model="tiny_vit")
-    session = TimedSession(config, tmp / "runs", run_id="bench")
-    session.state.started_at = time.time()
-    session.run_dir = new_run_dir(tmp / "runs", "bench")
+    state = RunState(run_id="bench", config={}, world_size=max(args.ranks, args.paced_ranks), warmup=5,
+                     started_at=time.time())
+    session = TimedSession(state, new_run_dir(tmp / "runs", "bench"))
     session.recorder = Recorder(session.run_dir)
     path = str(sock_dir / "hub.sock")
     await session.hub.start_unix(path)
