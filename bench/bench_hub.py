@@ -25,6 +25,7 @@ import gc
 import json
 import multiprocessing as mp
 import os
+import secrets
 import socket
 import statistics
 import sys
@@ -33,8 +34,6 @@ import time
 from pathlib import Path
 
 import psutil
-
-import secrets
 
 from ddptop.model.options import NodeOptions
 from ddptop.model.state import RunState
