@@ -151,6 +151,15 @@ def check_node(node: NodeOptions, config: RunConfig, args: argparse.Namespace) -
     return dataclasses.replace(node, hub_host=bind)
 
 
+def check_runs_dir(runs_dir: Path) -> None:
+    """The runs dir can be written (made if missing): a UsageError if not."""
+    from ddptop.run.recorder import check_writable
+
+    problem = check_writable(runs_dir)
+    if problem:
+        raise UsageError(problem)
+
+
 def build_config(args: argparse.Namespace, script: bool = False) -> RunConfig:
     base = RunConfig(nproc=args.nproc if args.nproc is not None else _default_nproc(), script=script)
     changes = {
@@ -169,7 +178,6 @@ def build_config(args: argparse.Namespace, script: bool = False) -> RunConfig:
 def check_runnable(config: RunConfig, args: argparse.Namespace) -> None:
     from ddptop.analysis.capture import parse_capture_spec
     from ddptop.run.nsys import find_nsys
-    from ddptop.run.recorder import check_writable
 
     if args.json and not args.headless and sys.stdout.isatty():
         raise UsageError("--json needs --headless (the TUI owns the terminal)")
@@ -181,9 +189,6 @@ def check_runnable(config: RunConfig, args: argparse.Namespace) -> None:
     if args.profiler == "nsys" and not find_nsys(args.nsys_path):
         raise UsageError("--profiler nsys: no nsys on PATH, in /opt/nvidia/nsight-systems*, CUDA or "
                          "Nsight Compute's host/target-linux-x64 (or not executable at --nsys-path)")
-    problem = check_writable(args.runs_dir)
-    if problem:
-        raise UsageError(problem)
     if config.backend != "gloo" and config.ddp:
         gpus = visible_gpus()
         if gpus and config.nproc > gpus:
@@ -211,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         check_runnable(config, args)
         node = check_node(node_options(args), config, args)
         live = check_detach(args, node) if args.detach else None
+        check_runs_dir(args.runs_dir)  # last: it creates the runs dir, so no usage error may follow
     except (UsageError, ConfigError) as exc:
         print(f"ddptop: error: {exc}", file=sys.stderr)
         return USAGE_EXIT

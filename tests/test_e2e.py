@@ -1,6 +1,7 @@
 """Real runs: ddptop launches torchrun, 2 gloo ranks on the CPU, through the real socket."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -14,9 +15,9 @@ pytestmark = pytest.mark.e2e
 HERE = Path(__file__).resolve().parent
 
 
-def run_ddptop(args, runs_dir, timeout=240):
+def run_ddptop(args, runs_dir, timeout=240, cwd=None):
     cmd = [sys.executable, "-m", "ddptop", "--headless", "--runs-dir", str(runs_dir), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
 def only_run_dir(runs_dir: Path) -> Path:
@@ -87,29 +88,69 @@ def test_presets_run_on_cpu(tmp_path, preset):
         (["--interval", "0"], "--interval must be"),
         (["--steps", "20", "--capture", "30:2"], "past the run"),
         (["--capture", "ten"], "STEP:COUNT"),
+        # found after the checks of the run itself: still before the runs dir is made
+        (["--token", "abc"], "--token is for multi-node runs"),
+        (["--nnodes", "2"], "needs --rdzv-endpoint"),
+        (["--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "127.0.0.1:29400"], "needs the run's --token"),
+        (["--preset", "single", "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:29400"], "cannot span nodes"),
+        (["--detach"], "--detach runs without a terminal"),
     ],
 )
 def test_bad_usage_exits_2_with_one_line_and_starts_nothing(tmp_path, args, fragment):
     runs = tmp_path / "runs"
-    res = run_ddptop(args, runs, timeout=30)
+    res = run_ddptop(args, runs, timeout=30, cwd=tmp_path)
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ddptop: error:") and fragment in lines[0], res.stderr
     assert res.stdout == ""
-    assert not runs.exists() or not any(runs.iterdir())
+    assert not runs.exists()  # not even `mkdir -p` of the runs dir (issue 17, item 10)
+    assert list(tmp_path.iterdir()) == []  # nor anything else where it ran
 
 
 @pytest.mark.parametrize("args, fragment", [
     (["presets", "extra"], "presets takes no arguments"),
     (["nccl", "--bogus", "x.log"], "unrecognized arguments"),
     (["nccl"], "LOGFILE"),
+    (["nccl", "--max-mb", "0", "x.log"], "--max-mb must be above 0"),
     (["trace"], "error"),
+    (["sweep", "--bogus"], "unrecognized arguments"),
+    (["sweep", "--presets", "nosuch"], "unknown preset(s) nosuch"),
+    (["tune", "--budget", "-1"], "--budget must be positive"),
+    (["ls", "extra"], "unrecognized arguments"),
+    (["attach", "a", "b"], "unrecognized arguments"),
 ])
-def test_subcommand_usage_errors_are_one_line_exit_2(args, fragment):
-    res = subprocess.run([sys.executable, "-m", "ddptop", *args], capture_output=True, text=True, timeout=30)
+def test_subcommand_usage_errors_are_one_line_exit_2(tmp_path, args, fragment):
+    # in an empty directory, with the live-run registry there too: a usage error creates
+    # nothing (no ddptop-runs/ where it ran, no live dir)
+    env = {**os.environ, "DDPTOP_LIVE_DIR": str(tmp_path / "live")}
+    res = subprocess.run([sys.executable, "-m", "ddptop", *args], capture_output=True, text=True, timeout=30,
+                         cwd=tmp_path, env=env)
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith("ddptop") and "error:" in lines[0], res.stderr
     assert fragment in lines[0] and res.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_nccl_on_an_endless_file_reads_the_default_bound_and_says_so(tmp_path):
+    """`ddptop nccl /dev/zero` with no --max-mb: it stops at the default bound (256 MB), says
+    so, and holds one chunk at a time, not the file (peak RSS measured by a parent of its own)."""
+    default_mb = 256  # the nccl command's MAX_FILE_BYTES, as its --help says
+    measure = ("import resource, subprocess, sys;"
+               "res = subprocess.run([sys.executable, '-m', 'ddptop', 'nccl', '/dev/zero'], capture_output=True, text=True);"
+               "sys.stderr.write(res.stderr); sys.stdout.write(res.stdout);"
+               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(res.returncode)")
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-c", measure], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    took = time.monotonic() - t0
+    peak_mb = int(res.stdout.strip().splitlines()[-1]) / 1024
+    print(f"\nddptop nccl /dev/zero: {took:.1f}s, peak RSS {peak_mb:.0f} MB")
+    assert res.returncode == 1, res.stderr  # read, nothing found: not a usage error, no traceback
+    assert "Traceback" not in res.stderr and "MemoryError" not in res.stderr
+    err = res.stderr.strip().splitlines()
+    assert f"ddptop nccl: /dev/zero: read the first {default_mb} MB only (--max-mb)" in err, err
+    assert "no NCCL_DEBUG lines found" in res.stdout + res.stderr
+    assert peak_mb < default_mb / 2, peak_mb  # well under the bytes it read
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_unwritable_runs_dir_is_a_usage_error(tmp_path):
@@ -195,7 +236,7 @@ def test_more_ranks_than_visible_gpus_is_a_usage_error(tmp_path, monkeypatch, ca
     assert ddptop.cli.main(["--headless", "--nproc", "4", "--runs-dir", str(runs)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--nproc 4" in err[0] and "2 visible GPU" in err[0]
-    assert not runs.exists() or not any(runs.iterdir())
+    assert not runs.exists()
     # on gloo the GPU count does not limit the ranks
     args = ddptop.cli.run_parser().parse_args(["--nproc", "4", "--set", "backend=gloo", "--runs-dir", str(runs)])
     ddptop.cli.check_runnable(ddptop.cli.build_config(args), args)

@@ -294,3 +294,20 @@ def test_a_hung_scripts_rank_gets_its_stacks_taken_not_killed_and_is_the_suspect
     assert stall["suspects"] == [1] and list(stall["stacks"]) == ["1"]  # rank 0 had finished: not asked
     text = (stacks / "rank1.txt").read_text()
     assert f'File "{script}", line 14 in <module>' in text, text
+
+
+def test_torchrun_killed_blames_no_rank_unless_one_failed_first():
+    from ddptop.model.failures import ErrorFile, blame, launcher_killed
+
+    # kill -9 of torchrun: no report in its log (it had no time), no error file, nobody crashed
+    log = "W1125 06:31:55 torch/distributed/run.py:982] Setting OMP_NUM_THREADS ...\n"
+    said = launcher_killed(-9, log, {}, crashed=[])
+    assert said == "torchrun was killed (SIGKILL); ddptop ended its ranks, which had not failed"
+    assert "signal 64" in launcher_killed(-64, log)
+    assert blame(log, 0, {}) is not None  # what the session would say without it: the first rank lost
+    # a rank to blame after all
+    assert launcher_killed(-9, REPORT) == ""  # torchrun had reported a rank's failure
+    assert launcher_killed(-9, log, {1: ErrorFile("RuntimeError: boom", 1.0)}) == ""  # a rank raised
+    assert launcher_killed(-9, log, {}, crashed=[1]) == ""  # a rank's own exception hook said so
+    # torchrun not killed: exited with an error (its rank failed) or cleanly
+    assert launcher_killed(1, log) == "" and launcher_killed(0, log) == ""

@@ -19,12 +19,15 @@ pytestmark = pytest.mark.e2e
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 PHASES = ("data", "forward", "backward", "optimizer")
 
-# script, its arguments, whether it runs DDP (so has gradient communication)
+SLOW = ["--slow-rank", "1", "--slow-ms", "25"]  # rank 1's data loader sleeps 25 ms per batch
+# script, its arguments, whether it runs DDP (so has gradient communication). The single-
+# process script has no straggler case: its two processes never wait for each other (no
+# collective), so a slow one holds nobody up and there is no straggler to name.
 CASES = {
-    "plain": ("plain_ddp.py", ["--slow-rank", "1", "--slow-ms", "25"], True),
-    "accum": ("accum_ddp.py", ["--accum", "3", "--slow-rank", "1", "--slow-ms", "25"], True),
-    "lightning": ("lightning_ddp.py", [], True),
-    "two_optimizers": ("two_optimizers.py", [], True),
+    "plain": ("plain_ddp.py", SLOW, True),
+    "accum": ("accum_ddp.py", ["--accum", "3", *SLOW], True),
+    "lightning": ("lightning_ddp.py", SLOW, True),
+    "two_optimizers": ("two_optimizers.py", SLOW, True),
     "single": ("single_process.py", [], False),
 }
 STEPS = 14
@@ -81,7 +84,8 @@ def test_script_is_measured_unchanged(tmp_path, case):
             assert r["info"]["ddp"] is True and r["info"]["bucket_cap_mb"] > 0
         else:
             assert "comm_ms_p50" not in r
-    if "--slow-rank" in args:
+    if ddp:  # every DDP script here has a slow data loader on rank 1
+        assert "--slow-rank" in args
         assert s["straggler"] and s["straggler"]["rank"] == 1 and s["straggler"]["phase"] == "data", s["straggler"]
     cap = s["captures"][0]
     assert cap["status"] == "done", cap
@@ -95,7 +99,7 @@ def test_script_is_measured_unchanged(tmp_path, case):
 @pytest.mark.parametrize("case", list(CASES))
 def test_sigint_stops_every_rank_at_one_step(tmp_path, case):
     script, args, _ = CASES[case]
-    args = [a for a in args if a not in ("--slow-rank", "1", "--slow-ms", "25")]
+    args = [a for a in args if a not in SLOW]
     proc = subprocess.Popen(ddptop([], tmp_path, script, ["--steps", "100000", *args]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -156,3 +160,63 @@ def test_a_crash_in_the_users_loop_names_the_rank_and_its_error(tmp_path):
     assert "boom in the user's own loop" in s["error"]
     assert s["ranks"][1]["status"] == "failed" and s["ranks"][0]["steps"] >= 6
     assert_nothing_left(s, str(script))
+
+
+# --- torch.distributed without DDP: what cannot be measured is said, the rest is kept -----
+
+NOT_DDP = {  # the script's flag, what the one note names
+    "allreduce": ([], "no DistributedDataParallel module"),
+    "fsdp": (["--fsdp"], "FSDP"),
+}
+NOT_MEASURED = "gradient communication is not measured (ddptop times DDP's all-reduce); steps and phases are"
+
+
+@pytest.mark.parametrize("case", list(NOT_DDP))
+def test_distributed_without_ddp_says_what_is_not_measured_and_keeps_the_rest(tmp_path, case):
+    flags, what = NOT_DDP[case]
+    res = subprocess.run(ddptop([], tmp_path, "allreduce_no_ddp.py", ["--steps", str(STEPS), *flags]),
+                         capture_output=True, text=True, timeout=300)
+    logs = rank_logs(tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:] + logs[-3000:]
+    s = summary_of(res.stdout)
+    # one line, once for the run (not once per rank), in the summary and the final report
+    said = [n for n in s["notes"] if "not measured" in n]
+    assert len(said) == 1 and said[0].endswith(f"{what}: {NOT_MEASURED}"), s["notes"]
+    assert f"note: {said[0]}" in res.stdout.splitlines()
+    # everything else as for a DDP script: steps, phases, facts
+    assert s["status"] == "completed" and s["world_size"] == 2 and s["backend"] == "gloo"
+    assert s["model"] and s["params"] > 0
+    for r in s["ranks"]:
+        assert r["status"] == "done" and r["steps"] == STEPS, (r["status"], r["steps"])
+        assert all(r["phases_ms"][p] > 0 for p in PHASES), r["phases_ms"]
+        assert sum(r["phases_ms"].values()) == pytest.approx(1000.0 / r["steps_per_s"], rel=0.10)
+        assert "comm_ms_p50" not in r and r["info"]["ddp"] is False
+    assert logs.count(f"optimizer steps: {STEPS}") == 2
+
+
+def test_distributed_without_ddp_note_is_on_the_tui(tmp_path):
+    """The same note in the TUI's alert rows, from a real run of the script in the app."""
+    import asyncio
+
+    from test_tui import START_TIMEOUT, screen_text, wait_for
+
+    import ddptop.cli
+    from ddptop.tui.factory import build_app
+
+    config = ddptop.cli.build_config(ddptop.cli.run_parser().parse_args(["--nproc", "2", "--warmup", "2"]),
+                                     script=True)
+    cmd = [sys.executable, str(SCRIPTS / "allreduce_no_ddp.py"), "--steps", str(STEPS)]
+
+    async def main() -> str:
+        app = build_app(config, tmp_path, user_cmd=cmd, in_process=True)
+        async with app.run_test(size=(200, 50)) as pilot:
+            state = app.workbench.current.state
+            await wait_for(pilot, lambda: state.status == "completed", START_TIMEOUT + 60, "the run to complete")
+            await wait_for(pilot, lambda: NOT_MEASURED in screen_text(app), 5, "the note on screen")
+            shown = screen_text(app)
+            await pilot.press("q")
+        return shown
+
+    shown = asyncio.run(main())
+    lines = [line for line in shown.splitlines() if NOT_MEASURED in line]
+    assert len(lines) == 1 and "no DistributedDataParallel module" in lines[0], lines

@@ -171,3 +171,20 @@ def _pick(text: str, first_lost: int | None, errors: dict[int, ErrorFile]) -> Ro
     if errors:
         return min(erred, key=first_in_time)
     return root
+
+
+# the signals torchrun meets in practice; the monitor side names them without the signal module
+_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+
+
+def launcher_killed(rc: int, text: str, errors: Mapping[int, ErrorFile] | None = None,
+                    crashed: Iterable[int] = ()) -> str:
+    """torchrun itself ended by a signal (`kill -9`, the OOM killer) with no rank's failure
+    in its report, no rank's error file and no rank that crashed of its own accord: its
+    ranks were ended by ddptop's sweep when torchrun went, not by a fault, so no rank is to
+    blame (`blame` would name the first one whose connection dropped). The run's error
+    line then, else "" (a rank is to blame: use `blame`)."""
+    if rc >= 0 or parse_failures(text) or errors or any(True for _ in crashed):
+        return ""
+    name = _SIGNALS.get(-rc, f"signal {-rc}")
+    return f"torchrun was killed ({name}); ddptop ended its ranks, which had not failed"

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import tempfile
 from pathlib import Path
 from typing import IO, Any
+
+LOW_SPACE_BYTES = 256 << 10  # less free than this: stop the run while its records and summary still fit
 
 
 def new_run_dir(runs_dir: Path, run_id: str) -> Path:
@@ -58,12 +61,34 @@ def disk_error(path: Path, exc: OSError) -> str:
     import shutil
 
     try:
-        free = f" ({shutil.disk_usage(path).free / 2**20:.1f} MB free)"
+        free_mb = f"{shutil.disk_usage(path).free / 2**20:.1f} MB free"
     except OSError:
-        free = ""
+        free_mb = ""
+    free = f" ({free_mb})" if free_mb else ""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return f"no space left on {path}{free}"
+    if exc.errno == errno.EFBIG:
+        # `ulimit -f` (Python ignores SIGXFSZ, so the write fails): no room for a larger file
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        cap = "the file size limit" if limit == resource.RLIM_INFINITY else f"{limit / 2**20:.1f} MB"
+        return f"no space left on {path} (a file may not exceed {cap}: ulimit -f" + (
+            f"; {free_mb} on the disk)" if free_mb else ")")
     return f"cannot write the run's records in {path}: {exc.strerror or exc}{free}"
+
+
+def low_space(path: Path) -> str:
+    """"no space left on PATH (N MB free)" when the disk under `path` has less than
+    LOW_SPACE_BYTES left for this user, else "" (also when it cannot tell: a file system
+    that reports no size at all)."""
+    import shutil
+
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return ""
+    if usage.total <= 0 or usage.free >= LOW_SPACE_BYTES:
+        return ""
+    return f"no space left on {path} ({usage.free / 2**20:.1f} MB free)"
 
 
 # one encoder for every record: ~2x faster than json.dumps per call on the hub's hot path
@@ -105,7 +130,9 @@ class Recorder:
     def check(self) -> str:
         """Notices the run's directory removed under it (steps.jsonl unlinked, or the
         directory gone): what is written from then on would be lost, so it is a records
-        error like a full disk. Returns `error`."""
+        error like a full disk; and a disk about full (less than LOW_SPACE_BYTES free), even
+        before a write of ours fails: the script's own output may be what fills it, and the
+        summary should still fit. Returns `error`."""
         if not self.error:
             try:
                 gone = os.fstat(self._steps.fileno()).st_nlink == 0 or not self.run_dir.is_dir()
@@ -115,6 +142,8 @@ class Recorder:
                 gone = True
             if gone:
                 self.error = f"the run's directory {self.run_dir} was removed: its records cannot be kept"
+            else:
+                self.error = low_space(self.run_dir)
         return self.error
 
     def write_summary(self, summary: dict[str, Any]) -> str:

@@ -6,11 +6,13 @@ Run with:  torchrun --standalone --nproc-per-node 2 lightning_ddp.py --steps 20
 
 import argparse
 import os
+import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.dataloader import default_collate
 
 try:
     import lightning.pytorch as L
@@ -43,18 +45,38 @@ class LitMLP(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
 
 
-def make_loader(batch_size, n=4096, d_in=128, classes=10):
+class SlowCollate:
+    """Collates a batch, sleeping `delay_s` first: a slow input pipeline on one rank."""
+
+    def __init__(self, delay_s):
+        self.delay_s = delay_s
+
+    def __call__(self, batch):
+        if self.delay_s > 0:
+            time.sleep(self.delay_s)
+        return default_collate(batch)
+
+
+def make_loader(batch_size, n=4096, d_in=128, classes=10, delay_s=0.0):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(n, d_in, generator=g)
     y = torch.randint(0, classes, (n,), generator=g)
-    return DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True, num_workers=0)
+    # Lightning re-creates the loader with a DistributedSampler and keeps the collate_fn
+    return DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True, num_workers=0,
+                      collate_fn=SlowCollate(delay_s))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=20, help="max_steps for the Trainer")
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--slow-rank", type=int, default=-1,
+                        help="this rank's data loader is slow (-1: none)")
+    parser.add_argument("--slow-ms", type=float, default=0.0,
+                        help="extra milliseconds per batch in the slow rank's data loader")
     args = parser.parse_args()
+    # torchrun's RANK: the Trainer's global_rank is not known before fit()
+    slow = int(os.environ.get("RANK", "0")) == args.slow_rank
 
     L.seed_everything(42, verbose=False)
     model = LitMLP()
@@ -68,7 +90,7 @@ def main():
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(model, train_dataloaders=make_loader(args.batch_size))
+    trainer.fit(model, train_dataloaders=make_loader(args.batch_size, delay_s=args.slow_ms / 1000.0 if slow else 0.0))
 
     print(f"optimizer steps: {trainer.global_step}", flush=True)
 

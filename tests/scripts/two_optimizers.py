@@ -8,6 +8,7 @@ Run with:  torchrun --standalone --nproc-per-node 2 two_optimizers.py --steps 30
 
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -44,6 +45,10 @@ def main():
     parser.add_argument("--lr-encoder", type=float, default=0.05)
     parser.add_argument("--lr-head", type=float, default=1e-3)
     parser.add_argument("--step-size", type=int, default=10, help="StepLR period (iterations)")
+    parser.add_argument("--slow-rank", type=int, default=-1,
+                        help="this rank's input pipeline is slow (-1: none)")
+    parser.add_argument("--slow-ms", type=float, default=0.0,
+                        help="extra milliseconds per batch in the slow rank's input pipeline")
     args = parser.parse_args()
 
     dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
@@ -66,12 +71,19 @@ def main():
 
     gen = torch.Generator(device="cpu").manual_seed(100 + rank)
     proto = torch.randn(16, 128, generator=torch.Generator().manual_seed(7))
+    delay_s = args.slow_ms / 1000.0 if rank == args.slow_rank else 0.0
+
+    def next_batch():
+        """The input pipeline: a synthetic batch (slow on the --slow-rank)."""
+        if delay_s > 0:
+            time.sleep(delay_s)
+        y = torch.randint(0, 16, (args.batch_size,), generator=gen)
+        x = proto[y] + 0.5 * torch.randn(args.batch_size, 128, generator=gen)
+        return x.to(device), y.to(device)
 
     opt_steps = 0
     for it in range(args.steps):
-        y = torch.randint(0, 16, (args.batch_size,), generator=gen)
-        x = proto[y] + 0.5 * torch.randn(args.batch_size, 128, generator=gen)
-        x, y = x.to(device), y.to(device)
+        x, y = next_batch()
 
         opt_enc.zero_grad(set_to_none=True)
         opt_head.zero_grad(set_to_none=True)
