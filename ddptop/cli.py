@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_headless_main(config, args, user_cmd, node)
     if node.multi:
         return run_node0_tui(config, args.runs_dir, user_cmd, node, capture_options(args, config))
-    from ddptop.tui.app import run_tui
+    from ddptop.tui.factory import run_tui
 
     return run_tui(config, args.runs_dir, user_cmd, capture_options(args, config))
 

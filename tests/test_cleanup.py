@@ -118,10 +118,6 @@ def test_kill_9_of_torchrun_takes_the_ranks_and_their_children_down(tmp_path):
     assert summary["status"] == "failed" and "torchrun" in summary["error"], summary["error"]
 
 
-@pytest.mark.xfail(strict=True, reason="blames rank 0 (the first connection to drop when ddptop ended the ranks); "
-                   "the fix is for the run's outcome (run/session.py's _finish_status, being split into "
-                   "run/outcome.py by its owner) to call model.failures.launcher_killed before blame() "
-                   "(issue 17, item 3)")
 def test_kill_9_of_torchrun_blames_torchrun_not_a_rank(tmp_path):
     """The ranks were ended by ddptop's sweep when torchrun went, not by a fault of their
     own: the summary names torchrun's death as the cause and no rank."""

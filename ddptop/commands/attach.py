@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ddptop.model.config import RunConfig
 from ddptop.model.options import CaptureOptions
-from ddptop.model.report import fmt
+from ddptop.model.report import fmt, table
 from ddptop.model.usage import USAGE_EXIT, OneLineParser, UsageError
 from ddptop.remote.live import (
     LiveDirError,
@@ -89,8 +89,7 @@ def ls_table(runs: list[LiveRun], now: float) -> str:
     rows = [(e.run_id, e.preset, str(e.world_size), str(e.step) if e.step >= 0 else "-",
              fmt(e.steps_per_s, ".2f"), e.status, "detached" if e.detached else "owned", str(e.viewers),
              str(e.pid), f"{(now - e.started_at) / 60:.0f}m", e.run_dir) for e in runs]
-    widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in (head, *rows))
+    return table(head, rows)
 
 
 def attach_parser() -> argparse.ArgumentParser:

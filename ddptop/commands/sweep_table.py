@@ -11,7 +11,7 @@ from typing import Any
 
 from ddptop.analysis.advisor import Advice, comm_shares, mean_ms
 from ddptop.model.config import ConfigError, RunConfig
-from ddptop.model.report import fmt
+from ddptop.model.report import NA, fmt, markdown_grid
 
 IN_EFFECT = ("static_graph", "gradient_as_bucket_view", "bucket_cap_mb", "comm_hook", "autocast")
 
@@ -24,20 +24,7 @@ def ratio_text(value: float | None) -> str:
 
 
 def share_text(value: float | None) -> str:
-    return "n/a" if value is None else f"{value * 100:.0f}%"
-
-
-def markdown_grid(headers: Sequence[str], cells: Sequence[Sequence[str]], numeric: Sequence[bool]) -> str:
-    """A GitHub Markdown table, padded so it also reads as plain text; `numeric` columns
-    right-aligned."""
-    widths = [max(len(x) for x in [h, *(c[i] for c in cells)]) for i, h in enumerate(headers)]
-
-    def line(values: Sequence[str]) -> str:
-        padded = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
-        return "| " + " | ".join(padded) + " |"
-
-    rule = ["-" * (w - 1) + ":" if num else "-" * w for w, num in zip(widths, numeric)]
-    return "\n".join([line(headers), line(rule), *(line(c) for c in cells)])
+    return NA if value is None else f"{value * 100:.0f}%"
 
 
 # ---------------------------------------------------------------------------- rows

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddptop.analysis.advisor import LOSSY_CAVEAT, NOISE
-from ddptop.commands.sweep_table import build_rows, markdown_grid, ratio_text, share_text
+from ddptop.commands.sweep_table import build_rows, ratio_text, share_text
 from ddptop.commands.tune_search import (
     TUNE_KNOBS,
     Trial,
@@ -22,7 +22,7 @@ from ddptop.commands.tune_search import (
     show_value,
 )
 from ddptop.model.config import PRESETS, RunConfig
-from ddptop.model.report import fmt
+from ddptop.model.report import fmt, markdown_grid
 
 HEADERS = (
     "#",

@@ -30,6 +30,20 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join([line(cells[0]), line(["-" * w for w in widths]), *map(line, cells[1:])])
 
 
+def markdown_grid(headers: Sequence[str], cells: Sequence[Sequence[str]], numeric: Sequence[bool]) -> str:
+    """The one Markdown table: GitHub Markdown, padded so it also reads as plain text;
+    `numeric` columns right-aligned; a `|` inside a cell is escaped."""
+    cells = [[c.replace("|", "\\|") for c in row] for row in cells]
+    widths = [max(len(x) for x in [h, *(c[i] for c in cells)]) for i, h in enumerate(headers)]
+
+    def line(values: Sequence[str]) -> str:
+        padded = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = ["-" * (w - 1) + ":" if num else "-" * w for w, num in zip(widths, numeric)]
+    return "\n".join([line(headers), line(rule), *(line(c) for c in cells)])
+
+
 def _is_number(cell: str) -> bool:
     try:
         float(cell.rstrip("x%"))

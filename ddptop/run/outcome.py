@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from ddptop.model.failures import RootCause, blame, last_exception, last_words
+from ddptop.model.failures import RootCause, blame, last_exception, last_words, launcher_killed
 from ddptop.model.state import RunState
 from ddptop.run.rank_procs import RankProcesses
 
@@ -35,8 +35,13 @@ def _settle_failure(state: RunState, rc: int, procs: RankProcesses, now: float) 
         log = (procs.run_dir / "torchrun.log").read_text(errors="replace")
     except OSError:
         pass
+    errors = procs.error_files()
+    gone = launcher_killed(rc, log, errors, (rs.rank for rs in ranks if rs.status == "crashed"))
+    if gone:  # torchrun was killed; ddptop's sweep ended the ranks, which had not failed
+        state.finish("failed", now, error=gone)
+        return
     lost = sorted((rs.lost_at, rs.rank) for rs in ranks if rs.lost_at is not None)
-    cause = blame(log, lost[0][1] if lost else None, procs.error_files())
+    cause = blame(log, lost[0][1] if lost else None, errors)
     failed = cause.rank if cause else None
     own = last_exception(log.splitlines()[-200:]) if cause is None and rc > 0 else ""
     if own and "ChildFailedError" not in own:  # that one is the report of a rank's failure

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ddptop.model.config import RunConfig
-from ddptop.model.report import fmt
+from ddptop.model.report import fmt, markdown_grid
 
 MAX_EARLIER = 200  # earlier runs listed from disk (newest kept)
 # Most telling first: a narrow terminal scrolls the long settings column off, not the speedup.
@@ -195,19 +195,12 @@ def build_table(rows: list[RunRow], chosen: str | None = None) -> RunsTable:
                      notes=notes)
 
 
-def _md_escape(cell: str) -> str:
-    return cell.replace("|", "\\|")
-
-
 def markdown(table: RunsTable) -> str:
-    lines = ["| " + " | ".join(HEADERS) + " |",
-             "|" + "|".join("---" if h in ("run", "preset", "settings", "model", "status") else "---:"
-                            for h in HEADERS) + "|"]
-    for row in table.rows:
-        lines.append("| " + " | ".join(_md_escape(c) for c in table.cells(row)) + " |")
+    text_cols = ("run", "preset", "settings", "model", "status")
+    grid = markdown_grid(HEADERS, [table.cells(row) for row in table.rows],
+                         [h not in text_cols for h in HEADERS])
     ref = table.reference_id or "none"
-    lines += ["", f"Speedup: steps/s relative to run {ref}. `*`: a run from an earlier ddptop session."]
-    return "\n".join(lines) + "\n"
+    return grid + f"\n\nSpeedup: steps/s relative to run {ref}. `*`: a run from an earlier ddptop session.\n"
 
 
 def export_markdown(table: RunsTable, runs_dir: Path, now: float | None = None) -> Path:
