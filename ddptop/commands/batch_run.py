@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import signal
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,11 +17,11 @@ from ddptop.analysis.advisor import comm_shares
 from ddptop.commands.sweep_table import share_text
 from ddptop.model.config import RunConfig
 from ddptop.model.report import fmt
+from ddptop.run.signals import STOP_SIGNALS, on_signals
 
 if TYPE_CHECKING:
     from ddptop.run.session import Session
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass
@@ -95,7 +94,6 @@ def _run_config(
     async def one() -> None:
         session = Session(config, sweep_dir, user_cmd=list(user_cmd) if user_cmd else None)
         box.append(session)
-        loop = asyncio.get_running_loop()
         task = asyncio.current_task()
 
         def on_signal(name: str) -> None:
@@ -104,13 +102,8 @@ def _run_config(
             result.interrupted = True
             session.request_stop(f"sweep interrupted ({name})")
 
-        for sig in SIGNALS:
-            loop.add_signal_handler(sig, on_signal, signal.Signals(sig).name)
-        try:
+        with on_signals(dict.fromkeys(STOP_SIGNALS, on_signal)):
             await session.run()
-        finally:
-            for sig in SIGNALS:
-                loop.remove_signal_handler(sig)
 
     error = ""
     try:

@@ -9,35 +9,33 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 from ddptop.model import report
 from ddptop.model.exit_codes import EXIT_CODES
 from ddptop.model.report import closing_lines
 from ddptop.run.session import Session
+from ddptop.run.signals import STOP_SIGNALS, on_signals
 
 
 async def run_headless(session: Session, interval: float = 3.0, as_json: bool = False,
                        out: TextIO = sys.stdout) -> int:
     loop = asyncio.get_running_loop()
-    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    for sig in signals:
-        loop.add_signal_handler(sig, session.request_stop, f"signal {signal.Signals(sig).name}")
+    handlers: dict[int, Callable[[str], object]] = dict.fromkeys(
+        STOP_SIGNALS, lambda name: session.request_stop(f"signal {name}"))
     # `kill -USR1 <pid>` on a live headless run captures the next 3 steps on every rank
-    loop.add_signal_handler(signal.SIGUSR1, lambda: loop.create_task(session.request_capture(3)))
+    handlers[signal.SIGUSR1] = lambda _: loop.create_task(session.request_capture(3))
     print(f"ddptop: run {session.run_id}  preset {session.config.preset}  "
           f"{session.state.world_size} rank(s)  records in {session.run_dir}  "
           f"(pid {os.getpid()}: kill -USR1 to capture)", file=out, flush=True)
-    runner = asyncio.create_task(session.run())
-    try:
+    with on_signals(handlers):
+        runner = asyncio.create_task(session.run())
         while not runner.done():
             await asyncio.wait({runner}, timeout=interval)
             if not runner.done():
                 print(report.status_line(session.state, time.time()), file=out, flush=True)
         state = runner.result()
-    finally:
-        for sig in (*signals, signal.SIGUSR1):
-            loop.remove_signal_handler(sig)
     summary = state.summary()
     print(closing_lines(state, session.run_dir, summary), file=out, flush=True)
     if as_json:

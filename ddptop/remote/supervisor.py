@@ -31,6 +31,7 @@ from ddptop.model.config import RunConfig
 from ddptop.model.options import CaptureOptions
 from ddptop.remote.live import LiveRun, ensure_live_dir, new_socket_path, remove_entry, write_entry
 from ddptop.run.session import Session
+from ddptop.run.signals import on_signals
 from ddptop.wire import state_codec
 from ddptop.wire import viewer_protocol as vp
 
@@ -132,11 +133,13 @@ class Supervisor:
 
     # --- lifecycle --------------------------------------------------------------------
     async def run(self) -> int:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.session.request_stop, f"signal {signal.Signals(sig).name}")
+        stop = self.session.request_stop
         # No terminal is ours (own session), but a stray SIGHUP must not kill a detached run.
-        loop.add_signal_handler(signal.SIGHUP, lambda: None)
+        with on_signals({signal.SIGTERM: lambda name: stop(f"signal {name}"),
+                         signal.SIGINT: lambda name: stop(f"signal {name}"), signal.SIGHUP: lambda _: None}):
+            return await self._serve_run()
+
+    async def _serve_run(self) -> int:
         self._server = await asyncio.start_unix_server(self._serve, path=str(self.socket_path),
                                                        limit=vp.MAX_LINE)
         os.chmod(self.socket_path, 0o600)

@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import ipaddress
 import shlex
-import signal
 import socket
 import sys
 import time
@@ -25,6 +24,7 @@ from ddptop.model.run_ids import new_run_id
 from ddptop.run.launcher import Launcher, build_plan
 from ddptop.run.logtail import LogTail
 from ddptop.run.recorder import new_run_dir, write_json
+from ddptop.run.signals import STOP_SIGNALS, on_signals
 from ddptop.wire import protocol
 
 STOPPED_EXIT = 130  # as a headless run stopped by a signal
@@ -194,38 +194,33 @@ async def run_worker_node(config: RunConfig, node: NodeOptions, runs_dir: Path,
         "rdzv_id": node.rdzv_id, "hub": f"{node.rdzv_host}:{node.hub_port}"}})
     launcher = Launcher(plan)
     stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    for sig in signals:
-        loop.add_signal_handler(sig, stopping.set)
     tail = LogTail()
     where = f"node {node.node_rank}/{node.nnodes}"
     print(f"ddptop: {where}: run {run_id}, {config.world_size} local rank(s), records in {run_dir}; "
           f"the live view is on node 0 (hub {node.rdzv_host}:{node.hub_port})", file=out, flush=True)
     started = time.monotonic()
-    try:
-        await launcher.start()
-        waiter = asyncio.create_task(launcher.wait())
-        stop_wait = asyncio.create_task(stopping.wait())
-        while not waiter.done():
-            await asyncio.wait({waiter, stop_wait}, timeout=interval, return_when=asyncio.FIRST_COMPLETED)
-            for line in tail.read(plan.log_path):
-                print(f"torchrun: {line}", file=out, flush=True)
-            if stopping.is_set() and not waiter.done():
-                print(f"ddptop: {where}: stopping the local ranks", file=out, flush=True)
-                await launcher.stop()
-                break
-            if not waiter.done():
-                print(f"[{time.monotonic() - started:6.1f}s] {where}: torchrun running, "
-                      f"{_tree_size(launcher)} process(es) under it; the live view is on node 0",
-                      file=out, flush=True)
-        stop_wait.cancel()
-        rc = await waiter
-    finally:
-        # cancelled, failed, or completed with a script's daemon left: nothing outlives this node
-        await launcher.sweep(grace_s=2.0)
-        for sig in signals:
-            loop.remove_signal_handler(sig)
+    with on_signals(dict.fromkeys(STOP_SIGNALS, lambda _: stopping.set())):
+        try:
+            await launcher.start()
+            waiter = asyncio.create_task(launcher.wait())
+            stop_wait = asyncio.create_task(stopping.wait())
+            while not waiter.done():
+                await asyncio.wait({waiter, stop_wait}, timeout=interval, return_when=asyncio.FIRST_COMPLETED)
+                for line in tail.read(plan.log_path):
+                    print(f"torchrun: {line}", file=out, flush=True)
+                if stopping.is_set() and not waiter.done():
+                    print(f"ddptop: {where}: stopping the local ranks", file=out, flush=True)
+                    await launcher.stop()
+                    break
+                if not waiter.done():
+                    print(f"[{time.monotonic() - started:6.1f}s] {where}: torchrun running, "
+                          f"{_tree_size(launcher)} process(es) under it; the live view is on node 0",
+                          file=out, flush=True)
+            stop_wait.cancel()
+            rc = await waiter
+        finally:
+            # cancelled, failed, or completed with a script's daemon left: nothing outlives this node
+            await launcher.sweep(grace_s=2.0)
     lines = tail.read(plan.log_path)
     if rc != 0 and not stopping.is_set():
         lines = _last_lines(plan.log_path, TAIL_ON_FAILURE)
