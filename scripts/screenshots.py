@@ -63,10 +63,18 @@ async def main_async(args: argparse.Namespace) -> None:
         await wait_for(pilot, lambda: stepping(app, 20), args.timeout, "both ranks stepping")
         await pilot.pause(args.settle)  # some throughput history and hardware samples
         await shoot(app, pilot, out, f"overview-{tag}")
+        # A rank opened: its last step as a time bar, history, memory, process, NCCL peers.
+        await pilot.press("down", "enter")
+        await pilot.pause(1.0)
+        await shoot(app, pilot, out, f"rank-detail-{tag}")
+        await pilot.press("escape")
         await pilot.press("2")
         await shoot(app, pilot, out, f"gpu-{tag}")
         await pilot.press("4")
         await shoot(app, pilot, out, f"logs-{tag}")
+        await pilot.press("slash", *"step", "enter")  # a search: matches highlighted, n/N between them
+        await shoot(app, pilot, out, f"logs-search-{tag}")
+        await pilot.press("escape")
 
         # Wiring: the advisor speaks every few seconds; NCCL's report comes with its logs.
         state = app.workbench.current.state

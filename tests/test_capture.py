@@ -144,7 +144,7 @@ def test_one_rank_nccl_kernel_counts_as_communication_and_gz_traces_read(tmp_pat
 def test_a_tui_run_gets_the_capture_options_of_its_command_line(monkeypatch, tmp_path):
     """--capture/--profiler reach the TUI's runs (they used to be validated, then dropped)."""
     from ddptop import cli
-    from ddptop.tui import app as tui_app
+    from ddptop.tui import factory as tui_factory
 
     got = {}
 
@@ -152,7 +152,7 @@ def test_a_tui_run_gets_the_capture_options_of_its_command_line(monkeypatch, tmp
         got["capture"] = capture
         return 0
 
-    monkeypatch.setattr(tui_app, "run_tui", fake_run_tui)
+    monkeypatch.setattr(tui_factory, "run_tui", fake_run_tui)
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     code = cli.main(["--runs-dir", str(tmp_path), "--nproc", "2", "--steps", "40", "--capture", "10:3",
                      "--profiler", "torch"])

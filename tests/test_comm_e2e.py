@@ -98,7 +98,8 @@ def test_sigkilled_rank_fails_the_run_within_5s_and_keeps_records(tmp_path):
     assert final.status == "failed" and final.failed_rank == 1
     print(f"\nrank SIGKILLed: run marked failed after {detect_s:.2f}s")
     assert detect_s < 5.0, detect_s
-    assert "SIGKILL" in final.error or "Signal 9" in final.error, final.error
+    log = (session.run_dir / "torchrun.log").read_text(errors="replace")[-3000:]
+    assert "SIGKILL" in final.error or "Signal 9" in final.error, (final.error, log)
     assert any("[trainer] rank 1" in line for line in final.logs.get(1, []))  # its last log lines
     lines = (session.run_dir / "steps.jsonl").read_text().splitlines()
     assert len(lines) >= received  # every record received before the crash is on disk

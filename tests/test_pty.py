@@ -272,12 +272,27 @@ def test_a_stopped_run_exits_130_with_the_closing_lines_of_headless(
 ])
 def test_exit_code_follows_the_run_this_tui_owned(tmp_path: Path, status: str, owner: bool,
                                                   code: int) -> None:
+    from dataclasses import dataclass
+
+    from ddptop.run.handle import DetachableRun
     from ddptop.tui.app import DdpTopApp, exit_code
-    from ddptop.tui.synthetic import synthetic_state, synthetic_workbench
+    from ddptop.tui.synthetic import StaticSession, synthetic_state, synthetic_workbench
+
+    @dataclass
+    class Supervised(StaticSession):
+        """A run held by a supervisor: this TUI owns it, or only watches it."""
+
+        owner: bool = True
+        detached: bool = False
+
+        async def detach(self) -> None:
+            self.detached = True
 
     state = synthetic_state(2)
     if status != "running":
         state.finish(status, time.time(), error="" if status == "completed" else "why")
     bench = synthetic_workbench(state, tmp_path)
-    bench.current.owner = owner  # type: ignore[union-attr]
+    run = Supervised(state, bench.current.config, bench.current.run_dir, owner=owner)
+    assert isinstance(run, DetachableRun)
+    bench.sessions[-1] = run
     assert exit_code(DdpTopApp(bench, autostart=False)) == code
