@@ -62,9 +62,8 @@ def build_plan(
         f"--log-dir={run_dir / 'logs'}",
         "--redirects=3",  # each rank's stdout/stderr to files under logs/
         "--max-restarts=0",
-        # how soon torchrun sees its ranks gone (a stop ends when torchrun does). 0.1 s was
-        # tried for a faster stop; the one CI run with it lost torchrun's failure report of a
-        # SIGKILLed rank, so this stays at the value every earlier CI run passed with.
+        # how soon torchrun sees its ranks gone; 0.1 s lost torchrun's report of a SIGKILLed
+        # rank in one CI run, so the value every earlier CI run passed with
         "--monitor-interval=0.5",
     ]
     rank_cmd = user_cmd or [python, "-m", "trainer"]
