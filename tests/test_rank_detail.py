@@ -7,13 +7,13 @@ import asyncio
 import time
 from pathlib import Path
 
+from test_tui_usability import synthetic_app
 from textual.widgets import Static
 
 from ddptop.model import memory
 from ddptop.model.snapshot import snapshot
-from ddptop.tui.app import DdpTopApp
 from ddptop.tui.screens.rank_detail import RankDetailScreen, detail_lines
-from ddptop.tui.synthetic import synthetic_state, synthetic_workbench
+from ddptop.tui.synthetic import synthetic_state
 from ddptop.tui.widgets.rank_table import RankTable
 from ddptop.tui.widgets.step_timeline import StepTimelineView
 
@@ -51,8 +51,7 @@ def test_the_detail_names_memory_processes_and_the_creep(tmp_path: Path) -> None
 
 def test_enter_on_a_rank_opens_its_detail_with_timeline_memory_and_processes(tmp_path: Path) -> None:
     async def main() -> None:
-        state = synthetic_state(4, slow_rank=2)
-        app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600)
+        app, state = synthetic_app(tmp_path, 4, slow_rank=2)
         async with app.run_test(size=(120, 40)) as pilot:
             app.refresh_views()
             await pilot.pause()
@@ -99,8 +98,8 @@ def test_a_real_run_reports_each_ranks_memory_every_few_steps(tmp_path: Path) ->
 
 def test_space_freezes_the_display_and_plus_minus_change_the_refresh(tmp_path: Path) -> None:
     async def main() -> None:
-        state = synthetic_state(2)
-        app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=1.0)
+        app, state = synthetic_app(tmp_path, 2)
+        app.refresh_s = 1.0
         async with app.run_test(size=(120, 40)) as pilot:
             app.refresh_views()
             await pilot.pause()
@@ -122,8 +121,7 @@ def test_space_freezes_the_display_and_plus_minus_change_the_refresh(tmp_path: P
 
 def test_a_double_click_on_a_rank_row_opens_it(tmp_path: Path) -> None:
     async def main() -> None:
-        state = synthetic_state(4)
-        app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600)
+        app, state = synthetic_app(tmp_path, 4)
         async with app.run_test(size=(120, 40)) as pilot:
             app.refresh_views()
             await pilot.pause()

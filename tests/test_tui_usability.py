@@ -16,7 +16,7 @@ from textual.widgets import Input, Label, RichLog
 
 from ddptop.model.config import RunConfig
 from ddptop.model.snapshot import snapshot
-from ddptop.model.state import Stall
+from ddptop.model.state import RunState, Stall
 from ddptop.tui.app import DdpTopApp
 from ddptop.tui.screens.confirm_screen import ConfirmScreen
 from ddptop.tui.screens.settings_screen import SettingsScreen
@@ -38,6 +38,12 @@ def live_app(tmp_path: Path, live: bool = True) -> tuple[DdpTopApp, StaticSessio
     restarts: list[str] = []
     app.restart = lambda config=None, reason="": restarts.append(reason)  # type: ignore[method-assign]
     return app, bench.sessions[-1], restarts
+
+
+def synthetic_app(tmp_path: Path, ranks: int, **kwargs: object) -> tuple[DdpTopApp, RunState]:
+    """The app on a scripted run of `ranks` ranks (synthetic_state's options), not started."""
+    state = synthetic_state(ranks, **kwargs)  # type: ignore[arg-type]
+    return DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600), state
 
 
 def screen_text(app: DdpTopApp) -> str:
@@ -309,8 +315,7 @@ def _rank_order(app: DdpTopApp) -> list[int]:
 
 def test_sorting_by_p50_puts_the_slowest_rank_first_and_i_inverts(tmp_path: Path) -> None:
     async def main() -> None:
-        state = synthetic_state(4, slow_rank=2)
-        app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600)
+        app, state = synthetic_app(tmp_path, 4, slow_rank=2)
         async with app.run_test(size=(120, 40)) as pilot:
             app.refresh_views()
             await pilot.pause()
@@ -335,8 +340,7 @@ def test_sorting_by_p50_puts_the_slowest_rank_first_and_i_inverts(tmp_path: Path
 
 def test_a_click_on_a_column_title_sorts_by_it(tmp_path: Path) -> None:
     async def main() -> None:
-        state = synthetic_state(4, slow_rank=3)
-        app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600)
+        app, state = synthetic_app(tmp_path, 4, slow_rank=3)
         async with app.run_test(size=(120, 40)) as pilot:
             app.refresh_views()
             await pilot.pause()
@@ -423,8 +427,7 @@ def test_the_phase_bar_grows_with_the_terminal(tmp_path: Path) -> None:
     async def widths() -> list[int]:
         out = []
         for size in ((80, 24), (120, 40), (200, 60)):
-            state = synthetic_state(2)
-            app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600)
+            app, state = synthetic_app(tmp_path, 2)
             async with app.run_test(size=size) as pilot:
                 app.refresh_views()
                 await pilot.pause()
