@@ -106,6 +106,8 @@ async def main_async(args: argparse.Namespace) -> None:
         await pilot.press("enter")
         await shoot(app, pilot, out, f"settings-{tag}")
         await pilot.press("ctrl+s")
+        await pilot.pause(0.3)
+        await pilot.press("y")  # the live run ends: ddptop asks first
         await wait_for(pilot, lambda: len(app.workbench.sessions) == 2 and stepping(app, 20),
                        args.timeout, "the second run stepping")
         await pilot.pause(args.settle / 2)

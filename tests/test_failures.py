@@ -311,3 +311,23 @@ def test_torchrun_killed_blames_no_rank_unless_one_failed_first():
     assert launcher_killed(-9, log, {}, crashed=[1]) == ""  # a rank's own exception hook said so
     # torchrun not killed: exited with an error (its rank failed) or cleanly
     assert launcher_killed(1, log) == "" and launcher_killed(0, log) == ""
+
+
+def test_a_rank_that_raised_then_aborted_in_teardown_is_blamed_for_its_exception():
+    """gloo can abort a rank at interpreter exit after the script raised (CI saw torchrun
+    report only 'Signal 6 (SIGABRT)'): the exception is the cause, the signal comes after."""
+    from ddptop.model.failures import RootCause
+    from ddptop.model.state import RunState
+    from ddptop.run.outcome import _error_text
+
+    state = RunState(run_id="r", config={}, world_size=2)
+    state.ranks[1].status = "crashed"
+    state.add_log(1, "Traceback (most recent call last):")
+    state.add_log(1, "RuntimeError: boom in the user's own loop")
+    cause = RootCause(1, -6, "Signal 6 (SIGABRT) received by PID 4242")
+    text = _error_text(state, 1, cause, 1, [])
+    assert text == ("RuntimeError: boom in the user's own loop "
+                    "(then Signal 6 (SIGABRT) received by PID 4242 at exit)")
+    state.ranks[1].status = "lost"  # killed from outside (SIGKILL): the signal is the cause
+    assert _error_text(state, 1, RootCause(1, -9, "Signal 9 (SIGKILL) received by PID 1"), 1, []) == \
+        "Signal 9 (SIGKILL) received by PID 1"

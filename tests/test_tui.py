@@ -113,7 +113,10 @@ def test_live_run_then_settings_restart_then_runs_table(tmp_path: Path) -> None:
             steps_input.value = "120"  # keep the second run short
             await pilot.press("ctrl+s")
             await pilot.pause()
-            assert not isinstance(app.screen, SettingsScreen)
+            assert isinstance(app.screen, ConfirmScreen)  # the live run ends: asked first
+            await pilot.press("y")
+            await pilot.pause()
+            assert not isinstance(app.screen, (SettingsScreen, ConfirmScreen))
 
             await wait_for(pilot, lambda: len(bench.sessions) == 2, 40, "a second run")
             first_run, second_run = bench.sessions

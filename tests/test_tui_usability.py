@@ -436,3 +436,27 @@ def test_the_phase_bar_grows_with_the_terminal(tmp_path: Path) -> None:
 
     w80, w120, w200 = asyncio.run(widths())
     assert 8 <= w80 < w120 < w200 and w200 - w120 >= 70
+
+
+def test_ctrl_s_asks_before_ending_a_live_run_and_n_keeps_it(tmp_path: Path) -> None:
+    async def main() -> None:
+        app, session, restarts = live_app(tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("s")
+            await pilot.pause()
+            assert isinstance(app.screen, SettingsScreen)
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmScreen) and "Stop the live run" in app.screen.question
+            await pilot.press("n")  # changed our mind: the run goes on, nothing restarted
+            await pilot.pause()
+            assert app.screen is app.screen_stack[0] and app.workbench.is_live()
+            await pilot.press("s")
+            await pilot.pause()
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+            await pilot.press("y")
+            await pilot.pause()
+            assert len(restarts) == 1
+
+    asyncio.run(main())

@@ -181,6 +181,8 @@ def test_settings_ctrl_s_restarts_the_same_command_with_the_new_ddp_arguments(tm
             screen.query_one("#knob-script_steps").value = "8"  # the second run ends by itself
             await pilot.pause()
             await pilot.press("ctrl+s")
+            await pilot.pause()
+            await pilot.press("y")  # the first run is live: ctrl+s asks before ending it
             await wait_for(pilot, lambda: len(bench.sessions) == 2, 40, "a second run")
             second = bench.sessions[1]
             await wait_for(pilot, lambda: second.state.status == "completed", 90, "the second run to complete")

@@ -73,8 +73,13 @@ def _settle_failure(state: RunState, rc: int, procs: RankProcesses, now: float) 
 
 def _error_text(state: RunState, rc: int, cause: RootCause | None, failed: int | None,
                 tail: list[str]) -> str:
+    rs = state.ranks.get(failed) if failed is not None else None
+    raised = last_exception(state.logs.get(rs.rank, ())) if rs is not None and rs.status == "crashed" else ""
     if cause and cause.message:
-        return cause.message
+        # the rank raised, then died of a signal in teardown (gloo aborts at exit): the
+        # exception is the cause, the signal what torchrun saw last
+        signal_only = cause.message.startswith("Signal ") or (cause.exitcode or 0) < 0
+        return f"{raised} (then {cause.message} at exit)" if raised and signal_only else cause.message
     if cause and cause.exitcode is not None:
         # a script without torchrun's @record leaves no error file: its own last words
         # (its exception, or what the interpreter or the shell said on its stderr)

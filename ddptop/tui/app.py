@@ -315,7 +315,12 @@ class DdpTopApp(App[int]):
             return
 
         def applied(config: RunConfig | None) -> None:
-            if config is not None:
+            if config is None:
+                return
+            if self.workbench.is_live():  # ctrl+s ends the live run: ask first, as x and n do
+                self._confirm("Stop the live run and start one with these settings?",
+                              lambda: self.post_message(SettingsApplied(config)))
+            else:
                 self.post_message(SettingsApplied(config))
 
         self.push_screen(SettingsScreen(self.workbench.config), applied)
