@@ -45,3 +45,13 @@ def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001
                 print(f"  {p.pid} {' '.join(p.cmdline())[:200]}")
             except psutil.Error:
                 pass
+
+
+def pytest_collection_modifyitems(config, items):  # noqa: ARG001
+    """Real end-to-end runs (torchrun, gloo, a loaded 2-core CI box) get one more try:
+    CI has caught races of the machine (torchrun's own failure report missing once, gloo
+    aborting a crashed rank in teardown) that no code change here made. A rerun shows as `R`
+    in the output and a test that fails twice still fails. Unit tests get no second try."""
+    for item in items:
+        if item.get_closest_marker("e2e") is not None:
+            item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=1))
