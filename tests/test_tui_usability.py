@@ -460,3 +460,26 @@ def test_ctrl_s_asks_before_ending_a_live_run_and_n_keeps_it(tmp_path: Path) -> 
             assert len(restarts) == 1
 
     asyncio.run(main())
+
+
+def test_a_capture_over_before_the_viewer_came_is_not_news_but_a_new_one_is(tmp_path: Path) -> None:
+    """On attach, an old 'capture 1 done' popped up again (issue 21)."""
+    from ddptop.analysis.capture import Capture
+    from ddptop.tui.messages import CaptureEnded
+
+    async def main() -> list[CaptureEnded]:
+        app, state = synthetic_app(tmp_path, 2)
+        state.captures[1] = Capture(1, 10, 3, "torch", str(tmp_path), status="done")
+        seen: list = []
+        async with app.run_test(size=(120, 40), message_hook=seen.append) as pilot:
+            app.refresh_views()  # the first sight of the run: capture 1 is history
+            await pilot.pause()
+            state.captures[2] = Capture(2, 20, 3, "torch", str(tmp_path), status="recording")
+            app.refresh_views()
+            state.captures[2].status = "done"
+            app.refresh_views()  # this one ended while we watched: news
+            await pilot.pause()
+        return [m for m in seen if isinstance(m, CaptureEnded)]
+
+    ended = asyncio.run(main())
+    assert [(m.capture_id, m.status) for m in ended] == [(2, "done")]

@@ -46,6 +46,7 @@ class ViewRouter:
         self.live = LiveFigures()
         self._runs_shown_at = 0.0
         self._capture_status: dict[tuple[str, int], str] = {}  # to notice captures finishing
+        self._runs_seen: set[str] = set()  # runs this viewer has refreshed at least once
         self.last: Snapshot | None = None  # what the views show now (the rank detail reads it)
         self.paused = False  # space: the views keep what they show; the run goes on
 
@@ -90,11 +91,15 @@ class ViewRouter:
             target.focus()
 
     def _notice_captures(self, state: RunState) -> None:
+        first_sight = state.run_id not in self._runs_seen
+        self._runs_seen.add(state.run_id)
         for cap in state.captures.values():
             key = (state.run_id, cap.capture_id)
             before = self._capture_status.get(key)
             self._capture_status[key] = cap.status
-            if cap.status != before and cap.status in ("done", "failed"):
+            # news only: a capture already over when this viewer first saw the run (an attach,
+            # a re-attach) is in the captures tab, not a fresh notification
+            if cap.status != before and cap.status in ("done", "failed") and not first_sight:
                 detail = cap.error or (f"{len(cap.files)} rank(s), files in {cap.out_dir}"
                                        if cap.status == "done" else "")
                 self.app.post_message(CaptureEnded(state.run_id, cap.capture_id, cap.status, detail))
