@@ -95,7 +95,7 @@ def main() -> int:
     rows = []
     worst = 0.0
     for n in (8, 64):
-        for size in ((80, 24), (120, 40)):
+        for size in ((80, 24), (120, 40), (200, 60)):
             m = asyncio.run(measure(n, size, args.frames))
             worst = max(worst, m["frame"])
             rows.append([n, f"{size[0]}x{size[1]}", f"{m['update50']:.1f}", f"{m['update95']:.1f}",
