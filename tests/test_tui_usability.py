@@ -483,3 +483,33 @@ def test_a_capture_over_before_the_viewer_came_is_not_news_but_a_new_one_is(tmp_
 
     ended = asyncio.run(main())
     assert [(m.capture_id, m.status) for m in ended] == [(2, "done")]
+
+
+def test_the_footer_fits_80_columns_on_every_tab_and_screen(tmp_path: Path) -> None:
+    """Priority keys only (issue 21: at 80x24 the footer was cut to 'c Captu▏'); the rest
+    are in ? and the palette (ctrl+p)."""
+
+    def footer(app: DdpTopApp) -> str:
+        return [strip.text for strip in app.screen._compositor.render_strips()][-1]
+
+    async def main() -> dict[str, str]:
+        app, _ = synthetic_app(tmp_path, 2)
+        seen = {}
+        async with app.run_test(size=(80, 24)) as pilot:
+            app.refresh_views()
+            for tab in "123456":
+                await pilot.press(tab)
+                await pilot.pause()
+                seen[tab] = footer(app)
+            await pilot.press("1", "enter")
+            await pilot.pause()
+            seen["detail"] = footer(app)
+            await pilot.press("escape", "s")
+            await pilot.pause()
+            seen["settings"] = footer(app)
+        return seen
+
+    seen = asyncio.run(main())
+    for where, line in seen.items():
+        assert "▏" not in line and line.rstrip().endswith(("? Help", "Next rank", "esc Cancel")), (where, line)
+    assert "⏎ Detail" in seen["1"] and "/ Search" in seen["4"] and "e Export" in seen["3"]

@@ -65,9 +65,9 @@ class DdpTopApp(App[int]):
         Binding("ctrl+c", "request_quit", "Quit", show=False),
         Binding("s", "settings", "Settings"),
         Binding("x", "stop_run", "Stop run"),
-        Binding("n", "rerun", "Run again"),
+        Binding("n", "rerun", "Run again", show=False),  # footer: priority keys only (80x24)
         Binding("c", "capture", "Capture"),
-        Binding("d", "detach", "Detach"),
+        Binding("d", "detach", "Detach", show=False),
         Binding("1", "show_tab('ranks')", "Ranks", show=False),
         Binding("2", "show_tab('gpu')", "GPU", show=False),
         Binding("3", "show_tab('runs')", "Runs", show=False),
@@ -118,7 +118,7 @@ class DdpTopApp(App[int]):
                 yield WiringPanel(id="wiring-panel")
             with TabPane("6 Captures", id="captures"):
                 yield CapturesPanel(id="captures-panel")
-        yield Footer()
+        yield Footer(show_command_palette=False)  # ctrl+p still opens it; ? lists every key
 
     def on_mount(self) -> None:
         # A closed SSH session or a `kill` stops a run this terminal owns cleanly, as `q`

@@ -67,7 +67,7 @@ class HelpScreen(ModalScreen[None]):
             grid.add_row(Text(f"Keys: {where}", style="bold underline"), "")
             for b in bindings:
                 if isinstance(b, Binding) and b.description:
-                    grid.add_row(self.app.get_key_display(b), b.description)
+                    grid.add_row(self.app.get_key_display(b), b.tooltip or b.description)
         grid.add_row("", "")
         grid.add_row("ctrl+p", "command palette: every action by name")
         grid.add_row("ctrl+q", "quit without asking (a run this terminal owns is still stopped "

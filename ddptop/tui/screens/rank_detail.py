@@ -122,7 +122,7 @@ class RankDetailScreen(Screen[None]):
         yield StepTimelineView(id="detail-timeline")
         with VerticalScroll():
             yield Static(id="detail-body")
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.set_interval(REFRESH_S, self.refresh_detail)

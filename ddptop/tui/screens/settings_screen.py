@@ -213,7 +213,7 @@ class SettingsScreen(Screen["RunConfig | None"]):
             with Horizontal(id="settings-buttons"):
                 yield Button("Apply & restart", variant="primary", id="apply", compact=True)
                 yield Button("Cancel", id="cancel", compact=True)
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     @staticmethod
     def _preset_help(name: str) -> str:

@@ -66,9 +66,9 @@ def format_line(rank: int, line: str, search: str = "", current: bool = False) -
 
 class LogView(Vertical):
     BINDINGS = [
-        Binding("f", "cycle_filter", "Filter rank"),
-        Binding("k", "cycle_kind", "NCCL/warnings/errors"),
-        Binding("slash", "search", "Search"),
+        Binding("f", "cycle_filter", "Rank", tooltip="Filter rank"),
+        Binding("k", "cycle_kind", "Kind", tooltip="Filter by kind: NCCL, warnings, errors"),
+        Binding("slash", "search", "Search", tooltip="Search the logs (n/N: next/previous match)"),
         Binding("n", "search_next(1)", "Next match", show=False),
         Binding("N", "search_next(-1)", "Previous match", show=False),
         Binding("escape", "clear_search", "Clear search", show=False),

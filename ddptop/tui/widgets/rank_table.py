@@ -108,7 +108,7 @@ class RankTable(Vertical):
         Binding("less_than_sign", "sort_column(-1)", "Sort by previous column", show=False),
         Binding("greater_than_sign", "sort_column(1)", "Sort by next column", show=False),
         Binding("i", "invert_sort", "Invert sort", show=False),
-        Binding("enter", "choose", "Rank detail"),
+        Binding("enter", "choose", "Detail", tooltip="Open the rank: timeline, memory, processes"),
     ]
 
     class RankChosen(Message):

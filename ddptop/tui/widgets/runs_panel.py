@@ -19,8 +19,8 @@ NUMERIC = {"ranks", "steps/s", "samples/s", "p50 ms", "speedup"}
 
 class RunsPanel(Vertical):
     BINDINGS = [
-        Binding("e", "export", "Export Markdown"),
-        Binding("b", "baseline", "Set reference"),
+        Binding("e", "export", "Export", tooltip="Export Markdown"),
+        Binding("b", "baseline", "Reference", tooltip="Set reference"),
     ]
 
     class ExportRequested(Message):
