@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from test_detach import until as wait_for
 
 from ddptop import cli
 from ddptop.analysis.advisor import advise
@@ -541,16 +542,6 @@ def forge(hub: tuple[str, int], frame: bytes) -> bytes:
 def forged_hello(rank: int, pid: int, world: int = 4) -> bytes:
     return protocol.encode(protocol.Hello(rank=rank, local_rank=rank % 2, world_size=world, host="forger",
                                           pid=pid, token=TOKEN, node=0))
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.e2e

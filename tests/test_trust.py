@@ -22,6 +22,8 @@ from typing import Any
 
 import psutil
 import pytest
+from test_detach import free_port
+from test_detach import until as wait_until
 from test_hostile import TOKEN, good_rank, hung_up, send, steps, until, with_hub
 
 from ddptop.model.config import RunConfig
@@ -275,23 +277,6 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
         pass
 print("\n".join(out))
 """
-
-
-def wait_until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = predicate()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.2)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stop_tree(pid: int) -> None:
