@@ -162,7 +162,8 @@ class LogView(Vertical):
         log = self.query_one("#log", RichLog)
         log.clear()
         self._shown = [(rank, line) for rank, line in self._lines if self._wanted(rank, line)]
-        current = self.matches[self.match_index] if 0 <= self.match_index < len(self.matches) else -1
+        matches = self.matches
+        current = matches[self.match_index] if 0 <= self.match_index < len(matches) else -1
         for i, (rank, line) in enumerate(self._shown):
             log.write(format_line(rank, line, self.search, current=i == current))
         if not self._shown:  # say why the view is empty instead of leaving it blank

@@ -8,6 +8,8 @@ with 64 ranks; here a refresh costs what the changed rows cost."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
@@ -82,22 +84,28 @@ def join_cells(cells: list[Text], widths: list[int], rights: list[bool]) -> Text
     return row
 
 
-def sort_value(key: str, rank: int, snap: Snapshot) -> tuple[bool, float | str]:
-    """A rank's value in column `key`, as a sort key: missing values sort last either way."""
-    rs, f = snap.state.ranks[rank], snap.ranks[rank]
-    values: dict[str, float | str | None] = {
-        "rank": rank, "where": rank_location(rs), "step": rs.last_step, "p50": f.p50, "p95": f.p95,
-        "phases": f.exposed_share, "samples": f.samples_per_s, "status": snap.status.get(rank, ""),
-    }
-    value = values[key]
-    return (value is None, 0.0 if value is None else value)
+# Each column's value for a rank, as the table sorts by it (None: not known yet).
+SORT_VALUES: dict[str, Callable[[int, Snapshot], float | str | None]] = {
+    "rank": lambda r, snap: r,
+    "where": lambda r, snap: rank_location(snap.state.ranks[r]),
+    "step": lambda r, snap: snap.state.ranks[r].last_step,
+    "p50": lambda r, snap: snap.ranks[r].p50,
+    "p95": lambda r, snap: snap.ranks[r].p95,
+    "phases": lambda r, snap: snap.ranks[r].exposed_share,
+    "samples": lambda r, snap: snap.ranks[r].samples_per_s,
+    "status": lambda r, snap: snap.status.get(r, ""),
+}
 
 
 def sorted_ranks(ranks: list[int], snap: Snapshot, key: str, descending: bool) -> list[int]:
-    present = [r for r in ranks if r in snap.ranks]
-    known = sorted((r for r in present if not sort_value(key, r, snap)[0]),
-                   key=lambda r: (sort_value(key, r, snap)[1], r), reverse=descending)
-    return known + [r for r in ranks if r not in known]
+    """`ranks` by column `key`, each rank's value read once; ranks with no value (or no
+    figures yet) last, in the order given."""
+    value = SORT_VALUES[key]
+    have = {r: value(r, snap) for r in ranks if r in snap.ranks}
+    known = sorted((r for r, v in have.items() if v is not None), key=lambda r: (have[r], r),
+                   reverse=descending)
+    placed = set(known)
+    return known + [r for r in ranks if r not in placed]
 
 
 class RankTable(Vertical):
