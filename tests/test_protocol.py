@@ -73,3 +73,16 @@ def test_parse_addr():
     assert protocol.parse_addr("tcp:10.0.0.1:2999") == ("tcp", ("10.0.0.1", 2999))
     with pytest.raises(ValueError):
         protocol.parse_addr("http://x")
+
+
+def test_bucket_spans_travel_beside_the_record_and_are_checked():
+    frame = {"v": 1, "kind": "steps", "rank": 1, "records": [
+        {"step": 3, "step_ms": 90.0}, {"step": 4, "step_ms": 91.0, "comm_spans": [[40, 52.5], [45.0, 66.0]]}]}
+    msg = decode(json.dumps(frame))
+    assert msg.spans == {4: ((40.0, 52.5), (45.0, 66.0))}
+    assert all("comm_spans" not in rec for rec in msg.records)
+    for bad in ([[1.0]], [[2.0, 1.0]], [[-1.0, 1.0]], [["1", 2.0]], [[float("nan"), 1.0]], [[0, 1e8]],
+                [[0.0, 1.0]] * (protocol.MAX_SPANS + 1), {"a": 1}, "0,1"):
+        frame["records"][1]["comm_spans"] = bad
+        with pytest.raises(ProtocolError, match="comm_spans"):
+            decode(json.dumps(frame))

@@ -72,9 +72,10 @@ def test_enter_on_a_rank_opens_its_detail_with_timeline_memory_and_processes(tmp
     asyncio.run(main())
 
 
-def test_a_real_run_reports_each_ranks_memory_every_few_steps(tmp_path: Path) -> None:
+def test_a_real_run_reports_each_ranks_memory_and_bucket_spans(tmp_path: Path) -> None:
     """The rank side samples its resident set (and, on a GPU, the CUDA allocator) every
-    MEMORY_EVERY steps: a user's script, unchanged, on 2 gloo ranks."""
+    MEMORY_EVERY steps, and sends its buckets' all-reduce spans (for the step timeline) at
+    most twice a second: a user's script, unchanged, on 2 gloo ranks."""
     import json
     import subprocess
 
@@ -94,6 +95,14 @@ def test_a_real_run_reports_each_ranks_memory_every_few_steps(tmp_path: Path) ->
     assert {rank for rank, _ in sampled} == {0, 1}
     assert all(50 < mb < 20_000 for mb in sampled.values()), sampled
     assert not any("mem_allocated_mb" in r for r in records)  # no CUDA allocator on a CPU run
+    with_spans = [r for r in records if "comm_spans" in r]
+    assert {r["rank"] for r in with_spans} == {0, 1}, "each rank sends its buckets' spans"
+    for r in with_spans:
+        spans = r["comm_spans"]
+        assert len(spans) == r["buckets"] and all(0 <= a <= b <= r["step_ms"] for a, b in spans), r
+        assert max(b for _, b in spans) - min(a for a, _ in spans) >= r["comm_ms"] - 1e-3, r
+    t = {rank: sorted(x["t"] for x in with_spans if x["rank"] == rank) for rank in (0, 1)}
+    assert all(b - a > 0.45 for ts in t.values() for a, b in zip(ts, ts[1:])), "at most twice a second"
 
 
 def test_space_freezes_the_display_and_plus_minus_change_the_refresh(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ddptop.rank.steps import StepTracker, phase_of, summarize_comm
+from ddptop.rank.steps import MAX_SPANS, StepTracker, bounded_spans, phase_of, summarize_comm
 
 
 class FakeClock:
@@ -151,6 +151,7 @@ def test_comm_summary_with_and_without_completion_stamps():
     out = summarize_comm(both, marks, elapsed)
     assert out["comm_ms"] == pytest.approx(40.0) and out["exposed_comm_ms"] == pytest.approx(20.0)
     assert out["buckets"] == 2 and out["comm_bytes"] == 400
+    assert out["comm_spans"] == [[10.0, 30.0], [50.0, 70.0]]  # for the live timeline, in hand-over order
     untimed = [[None, None, 100], [None, None, 300]]
     out = summarize_comm(untimed, marks, elapsed)
     assert "comm_ms" not in out and out["exposed_comm_ms"] == pytest.approx(15.0)
@@ -186,3 +187,14 @@ def test_comm_timed_elsewhere_gives_exposed_comm_from_backwards_events_every_ste
     plain = StepTracker(FakeClock())  # no DDP: nothing about communication
     run(plain, plain.clock, steps * 2)
     assert all("exposed_comm_ms" not in r for r in plain.ready(flush=True))
+
+
+def test_many_buckets_are_merged_pairwise_to_what_the_wire_takes():
+    from ddptop.wire.protocol import MAX_SPANS as WIRE_MAX
+
+    assert MAX_SPANS == WIRE_MAX
+    spans = [(i * 1.0, i * 1.0 + 0.51234567) for i in range(301)]
+    out = bounded_spans(spans)
+    assert len(out) <= MAX_SPANS and out[0][0] == 0.0 and out[-1][1] == 300.512
+    assert all(a <= b for a, b in out) and all(out[i][1] <= out[i + 1][0] for i in range(len(out) - 1))
+    assert bounded_spans([(1.23456789, 2.0)]) == [[1.235, 2.0]]

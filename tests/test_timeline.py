@@ -53,3 +53,52 @@ def test_a_tiny_span_still_gets_a_column():
     tl = step_timeline(rec)
     a, b = tl.columns(tl.lane[0], 20)
     assert b - a == 1
+
+
+# The same step with the buckets' own spans (hand-over, completion; ms from the step's
+# start): three buckets handed over during backward's compute (30..70), going out one at a
+# time; the last completes at 80, when backward returns.
+SPANS = ((40.0, 52.0), (45.0, 66.0), (60.0, 80.0))
+
+
+def test_buckets_are_laid_out_where_they_were():
+    tl = step_timeline(STEP, SPANS)
+    # each bucket from the previous one's completion (or its own hand-over) to its own completion
+    assert [(b.start_ms, b.end_ms) for b in tl.buckets] == [(40, 52), (52, 66), (66, 80)]
+    assert (tl.comm.start_ms, tl.comm.end_ms) == (40.0, 80.0)
+    assert tl.in_flight_ms == 40.0  # the union of the spans
+    assert tl.hidden_ms == 30.0  # 40..70 ran under backward's compute, 70..80 was the wait
+    assert [tl.columns(b, 50) for b in tl.buckets] == [(20, 26), (26, 33), (33, 40)]
+
+
+def test_the_bucket_lane_is_drawn_at_those_columns_in_alternating_shades():
+    header, lane, buckets, scale = timeline_lines(step_timeline(STEP, SPANS), LABEL_W + 50)
+    assert buckets.plain.startswith("buckets")
+    assert buckets.plain[LABEL_W:] == " " * 20 + "▀" * 20 + " " * 10
+    shade = {c: str(span.style) for span in buckets.spans for c in range(span.start, span.end)}
+    first, second, third = (shade[LABEL_W + c] for c in (20, 26, 33))
+    assert first != second and first == third
+    assert {shade[LABEL_W + c] for c in range(20, 26)} == {first}
+    assert "all-reduce 40.0 ms in 3 buckets: 30.0 hidden under backward (75%), 10.0 exposed" in header.plain
+
+
+def test_a_gap_between_buckets_is_not_counted_in_flight():
+    tl = step_timeline(STEP, ((35.0, 40.0), (60.0, 80.0)))
+    assert tl.in_flight_ms == 25.0 and tl.hidden_ms == 15.0
+    assert [(b.start_ms, b.end_ms) for b in tl.buckets] == [(35, 40), (60, 80)]
+
+
+def test_a_rank_shows_the_newest_step_that_has_spans_while_it_is_recent():
+    from ddptop.model.rank_state import RankState
+
+    rs = RankState(0)
+    assert rs.timeline_record() == (None, ())
+    for step in range(5):
+        rs.add({**STEP, "step": step}, warmup=0, now=0.0)
+    assert rs.timeline_record() == (rs.recent[-1], ())  # no spans: the newest step, as it is
+    rs.add_spans({2: SPANS, 1: ((1.0, 2.0),)})
+    rec, spans = rs.timeline_record()
+    assert rec["step"] == 2 and spans == SPANS
+    for step in range(5, 300):  # step 2 leaves the recent window: back to the newest step
+        rs.add({**STEP, "step": step}, warmup=0, now=0.0)
+    assert rs.timeline_record() == (rs.recent[-1], ())

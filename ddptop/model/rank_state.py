@@ -81,6 +81,10 @@ class RankState:
     timed_step_ms: float = 0.0
     timed_bytes: float = 0.0
     ddp_timing: dict[str, float] = field(default_factory=dict)  # DDP's own logger, from the goodbye
+    # the all-reduce buckets' [hand-over, completion] (ms from the step's start) of the newest
+    # step the rank sent them for (a few times a second): the live step timeline
+    spans_step: int = -1
+    bucket_spans: tuple[tuple[float, float], ...] = ()
     # what the rank's instrument learnt: backend, model, params, batch_size, DDP settings...
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -112,6 +116,22 @@ class RankState:
             self.timed_bytes += rec.get("comm_bytes", 0.0)
         if "exposed_comm_ms" in rec:
             self.exposed_hist.add(rec["exposed_comm_ms"])
+
+    def add_spans(self, spans: dict[int, tuple[tuple[float, float], ...]]) -> None:
+        for step, spans_of_step in spans.items():
+            if step >= self.spans_step:
+                self.spans_step, self.bucket_spans = step, spans_of_step
+
+    def timeline_record(self) -> tuple[dict[str, float] | None, tuple[tuple[float, float], ...]]:
+        """The step to draw as a timeline and its bucket spans: the newest step that has
+        them while it is still among the recent records, else the newest step (no spans)."""
+        if not self.recent:
+            return None, ()
+        if self.bucket_spans and self.recent[0]["step"] <= self.spans_step:
+            for rec in reversed(self.recent):
+                if rec["step"] == self.spans_step:
+                    return rec, self.bucket_spans
+        return self.recent[-1], ()
 
     # --- derived -----------------------------------------------------------------------
     @property

@@ -109,6 +109,8 @@ class RunState:
             rs = self._rank(msg.rank)
             for rec in msg.records:
                 rs.add(rec, self.warmup, now)
+            if msg.spans:
+                rs.add_spans(msg.spans)
             if self.status == "starting":
                 self.status = "running"
         elif isinstance(msg, Info):

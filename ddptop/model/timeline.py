@@ -1,11 +1,13 @@
 """One step laid out in time, from its record: data, forward, backward's compute, the wait for
 the last all-reduce (exposed comm), optimizer, and the all-reduce in flight drawn under
-backward, so how much of the communication backward hides is seen. Pure: a record in, spans
-(in ms from the step's start, and in terminal columns) out."""
+backward, so how much of the communication backward hides is seen. With the buckets' own
+spans (hand-over and completion of each, from the rank side) each bucket is drawn where it
+was; without them, the all-reduce's total is placed at the end of backward. Pure: a record
+in, spans (in ms from the step's start, and in terminal columns) out."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 # The step's own lane, in the order the phases happen.
@@ -14,7 +16,7 @@ LANE = ("data", "forward", "backward", "exposed", "optimizer")
 
 @dataclass(frozen=True)
 class Span:
-    what: str  # a LANE name, "comm" (all-reduce in flight) or "other" (the step's unaccounted rest)
+    what: str  # a LANE name, "comm" (all-reduce in flight), "bucket", or "other" (the step's unaccounted rest)
     start_ms: float
     end_ms: float
 
@@ -30,6 +32,16 @@ class StepTimeline:
     lane: tuple[Span, ...]  # data, forward, backward compute, exposed comm, optimizer, other
     comm: Span | None  # the all-reduce in flight (union of the buckets), None if not timed
     hidden_ms: float | None  # the part of `comm` that ran under backward's compute
+    # each bucket from when the one before it completed (or its own hand-over, if later) to
+    # its completion: the time the all-reduce worked on it, buckets going out one at a time
+    buckets: tuple[Span, ...] = ()
+
+    @property
+    def in_flight_ms(self) -> float:
+        """Time any all-reduce was in flight (the union of the buckets' spans)."""
+        if self.buckets:
+            return sum(b - a for a, b in _merged([(s.start_ms, s.end_ms) for s in self.buckets]))
+        return self.comm.ms if self.comm is not None else 0.0
 
     def columns(self, span: Span, width: int) -> tuple[int, int]:
         """Where a span falls in a bar of `width` columns: [start, end), at least one column
@@ -45,12 +57,15 @@ def _ms(rec: Mapping[str, float], key: str) -> float:
     return max(float(value), 0.0) if value is not None else 0.0
 
 
-def step_timeline(rec: Mapping[str, float]) -> StepTimeline | None:
+def step_timeline(rec: Mapping[str, float],
+                  spans: Sequence[tuple[float, float]] = ()) -> StepTimeline | None:
     """The layout of one step record, or None when it has no step time.
 
     backward_ms runs from the end of forward to backward's return, which DDP holds until the
     last bucket's all-reduce is done: its tail is the exposed wait (exposed_comm_ms). The
-    all-reduce's in-flight time (comm_ms, a union over buckets) ends where backward does."""
+    all-reduce's in-flight time (comm_ms, a union over buckets) ends where backward does,
+    unless `spans` (the buckets' [hand-over, completion], ms from the step's start) say
+    where each bucket was."""
     step_ms = rec.get("step_ms")
     if step_ms is None or step_ms <= 0:
         return None
@@ -66,9 +81,35 @@ def step_timeline(rec: Mapping[str, float]) -> StepTimeline | None:
     if step_ms > t:
         lane.append(Span("other", t, float(step_ms)))
     comm = hidden = None
+    if spans:
+        return _with_buckets(int(rec.get("step", -1)), float(max(step_ms, t)), tuple(lane), spans,
+                             data + fwd + bwd - exposed)
     if rec.get("comm_ms") is not None:
         bwd_end = data + fwd + bwd
         start = max(data + fwd, bwd_end - _ms(rec, "comm_ms"))
         comm = Span("comm", start, bwd_end)
         hidden = max(0.0, comm.ms - exposed)
     return StepTimeline(int(rec.get("step", -1)), float(max(step_ms, t)), tuple(lane), comm, hidden)
+
+
+def _with_buckets(step: int, step_ms: float, lane: tuple[Span, ...], spans: Sequence[tuple[float, float]],
+                  compute_end: float) -> StepTimeline:
+    ordered = sorted(spans, key=lambda s: s[1])  # by completion: the order they went out
+    buckets, done = [], float("-inf")
+    for handed, completed in ordered:
+        buckets.append(Span("bucket", max(handed, min(done, completed)), completed))
+        done = completed
+    comm = Span("comm", min(a for a, _ in spans), max(b for _, b in spans))
+    hidden = sum(max(0.0, min(b, compute_end) - a) for a, b in _merged(spans))
+    return StepTimeline(step, step_ms, lane, comm, hidden, tuple(buckets))
+
+
+def _merged(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of the spans as disjoint spans."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out

@@ -142,11 +142,18 @@ class Probe:
     # --- called from the training loop -------------------------------------------------
     def record(self, step: int, **values: float) -> None:
         """Queue one step's record (fields from protocol.STEP_FIELDS)."""
+        self.record_step(step, values)
+
+    def record_step(self, step: int, values: dict[str, Any], comm_spans: list[list[float]] | None = None) -> None:
+        """`record`, with the all-reduce buckets' [hand-over, completion] in ms from the
+        step's start (the instrument's, a few times a second)."""
         if self._sock is not None:
-            values = _plain(values)  # a tensor the script handed over is read here, never on the wire
-            values["step"] = step
-            values["t"] = time.time()
-            self._pending.append(values)
+            plain: dict[str, Any] = _plain(values)  # a tensor the script handed over is read here
+            plain["step"] = step
+            plain["t"] = time.time()
+            if comm_spans:
+                plain["comm_spans"] = comm_spans
+            self._pending.append(plain)
 
     def tick(self, samples: int = 0, **values: float) -> bool:
         """For scripts that do not time phases: records the time since the last

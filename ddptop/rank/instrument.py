@@ -23,6 +23,7 @@ import atexit
 import functools
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,8 @@ from ddptop.rank.forward_hooks import BackwardMarks, OutermostHooks, batch_size,
 from ddptop.rank.memory import MEMORY_EVERY, memory_sample
 from ddptop.rank.steps import StepTracker
 from ddptop.rank.values import HostCopy, read_values
+
+SPANS_EVERY_S = 0.5  # bucket spans go to the hub at most this often: the live timeline's rate
 
 
 class Instrument:
@@ -62,6 +65,7 @@ class Instrument:
         self.step_limit = self.script.last_step if self.script is not None else None
         self._limit_reached = False
         self._left = False  # the instrument destroyed the process group at the step limit
+        self._spans_sent = float("-inf")
         self.comm = DdpComm(
             torch, self.tracker, self.comm_timing, max(1, int(settings.get("comm_timing_every", 10))),
             cuda=self._cuda, capturing=self._capturing, guard=self._guard, send_facts=self.send_facts,
@@ -275,7 +279,14 @@ class Instrument:
         records = self.comm.with_nccl_times(records, flush)
         for rec in records:
             read_values(rec, wait=flush)
-            self.probe.record(int(rec.pop("step")), **rec)
+            spans = rec.pop("comm_spans", None)
+            if spans is not None:
+                now = time.monotonic()
+                if now - self._spans_sent < SPANS_EVERY_S:
+                    spans = None
+                else:
+                    self._spans_sent = now
+            self.probe.record_step(int(rec.pop("step")), rec, spans)
 
     # --- the script's own probe calls ----------------------------------------------------
     def user_values(self, values: dict[str, Any]) -> bool:

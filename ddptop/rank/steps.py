@@ -22,6 +22,7 @@ from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
 PHASE_KEYS = {"data": "data_ms", "forward": "forward_ms", "backward": "backward_ms", "optimizer": "optimizer_ms"}
+MAX_SPANS = 64  # bucket spans a record carries at most (protocol.MAX_SPANS): more are merged pairwise
 
 
 class Clock(Protocol):
@@ -171,17 +172,19 @@ def record(step: int, marks: list[tuple[str, Any, float]], comm: list[list[Any]]
 
 
 def summarize_comm(entries: list[list[Any]], marks: list[tuple[str, Any, float]],
-                   elapsed: Callable[[Any, Any], float]) -> dict[str, float]:
+                   elapsed: Callable[[Any, Any], float]) -> dict[str, Any]:
     """Buckets, bytes, exposed_comm_ms (communication backward could not hide) and, when
     every bucket's hand-over and completion were stamped, comm_ms (time any all-reduce was
-    in flight). Exposed: from the last hand-over to the last completion when stamped; else
-    from backward's events (`exposed_from_marks`)."""
+    in flight) and comm_spans (each bucket's [hand-over, completion], ms from the step's
+    start, in hand-over order). Exposed: from the last hand-over to the last completion when
+    stamped; else from backward's events (`exposed_from_marks`)."""
     start = marks[0][1]
-    out = {"buckets": float(len(entries)), "comm_bytes": float(sum(e[2] for e in entries))}
+    out: dict[str, Any] = {"buckets": float(len(entries)), "comm_bytes": float(sum(e[2] for e in entries))}
     if all(e[0] is not None and e[1] is not None for e in entries):
         spans = [(elapsed(start, e[0]), elapsed(start, e[1])) for e in entries]
         out["comm_ms"] = union_length(spans)
         out["exposed_comm_ms"] = max(0.0, max(b for _, b in spans) - max(a for a, _ in spans))
+        out["comm_spans"] = bounded_spans(spans)
         return out
     exposed = exposed_from_marks(marks, elapsed)
     if exposed is not None:
@@ -197,6 +200,15 @@ def exposed_from_marks(marks: list[tuple[str, Any, float]], elapsed: Callable[[A
     if ends and rets:
         return max(0.0, elapsed(ends[-1], rets[-1]))
     return None
+
+
+def bounded_spans(spans: list[tuple[float, float]], limit: int = MAX_SPANS) -> list[list[float]]:
+    """The spans for the wire: rounded to the microsecond, neighbours merged pairwise until
+    at most `limit` are left (a model with hundreds of buckets still draws as one lane)."""
+    while len(spans) > limit:
+        spans = [(min(a[0], b[0]), max(a[1], b[1])) for a, b in zip(spans[::2], spans[1::2])] + (
+            [spans[-1]] if len(spans) % 2 else [])
+    return [[round(a, 3), round(b, 3)] for a, b in spans]
 
 
 def union_length(spans: list[tuple[float, float]]) -> float:

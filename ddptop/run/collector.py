@@ -34,7 +34,7 @@ class Collector:
             return
         self.state.apply(msg, now)
         if isinstance(msg, protocol.Steps) and self.recorder is not None:
-            self.recorder.record_steps(msg.rank, msg.records)
+            self.recorder.record_steps(msg.rank, msg.records, msg.spans)
 
     def hub_dropped(self, reason: str) -> None:
         self.state.drop(reason)

@@ -16,6 +16,7 @@ import json
 import os
 import resource
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -106,13 +107,19 @@ class Recorder:
     def write_config(self, config: dict[str, Any], **facts: Any) -> None:
         write_json(self.run_dir / "config.json", {**config, "_launch": facts})
 
-    def record_steps(self, rank: int, records: list[dict[str, float]]) -> None:
-        """Append whole lines; a failed write is cut back to the last whole line and
-        remembered in `error` (what follows is not written)."""
+    def record_steps(self, rank: int, records: list[dict[str, float]],
+                     spans: dict[int, tuple[tuple[float, float], ...]] | None = None) -> None:
+        """Append whole lines (a record whose step has bucket `spans` keeps them as
+        `comm_spans`); a failed write is cut back to the last whole line and remembered in
+        `error` (what follows is not written)."""
         if self.error:
             return
         head = f'{{"rank":{int(rank)},'
-        data = ("\n".join(head + _ENCODE(rec)[1:] for rec in records) + "\n").encode()
+        lines: Sequence[Mapping[str, Any]] = records
+        if spans:
+            lines = [{**rec, "comm_spans": spans[step]} if (step := int(rec["step"])) in spans else rec
+                     for rec in records]
+        data = ("\n".join(head + _ENCODE(rec)[1:] for rec in lines) + "\n").encode()
         try:
             view = memoryview(data)
             while view:

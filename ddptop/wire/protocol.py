@@ -48,6 +48,11 @@ STEP_FIELDS = (
     "rss_mb",
 )
 PHASES = ("data", "forward", "backward", "optimizer")
+# A record may also carry `comm_spans`: the all-reduce buckets' [hand-over, completion], ms
+# from the step's start, at most MAX_SPANS of them (the rank side sends them a few times a
+# second, for the live step timeline). Decoded into Steps.spans, never into the record.
+MAX_SPANS = 64
+MAX_SPAN_MS = 1e7
 
 
 class ProtocolError(ValueError):
@@ -82,10 +87,12 @@ class Hello:
 @dataclass(frozen=True)
 class Steps:
     """A batch of step records from one rank. Each record is a dict with `step`
-    (int, 0-based), `t` (the rank's wall clock at step end) and STEP_FIELDS."""
+    (int, 0-based), `t` (the rank's wall clock at step end) and STEP_FIELDS. `spans`: the
+    bucket spans some of them carried (`comm_spans`), by step."""
 
     rank: int
     records: list[dict[str, float]]
+    spans: dict[int, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     kind: str = field(default="steps", init=False)
 
 
@@ -186,6 +193,31 @@ def _record(raw: Any) -> dict[str, float]:
     return rec
 
 
+def _spans(raw: dict[str, Any]) -> tuple[tuple[float, float], ...]:
+    spans = raw["comm_spans"]
+    if type(spans) is not list or len(spans) > MAX_SPANS:
+        raise ProtocolError("bad-record", "comm_spans")
+    out = []
+    for pair in spans:
+        if type(pair) is not list or len(pair) != 2:
+            raise ProtocolError("bad-record", "comm_spans")
+        a, b = pair
+        if (type(a) not in (int, float) or type(b) not in (int, float)
+                or not 0.0 <= a <= b <= MAX_SPAN_MS):  # NaN fails every comparison
+            raise ProtocolError("bad-record", "comm_spans")
+        out.append((float(a), float(b)))
+    return tuple(out)
+
+
+def _steps(data: dict[str, Any]) -> Steps:
+    records = data.get("records")
+    if not isinstance(records, list):
+        raise ProtocolError("bad-field", "records")
+    decoded = [_record(r) for r in records]
+    spans = {int(rec["step"]): _spans(raw) for raw, rec in zip(records, decoded) if "comm_spans" in raw}
+    return Steps(rank=_int(data, "rank"), records=decoded, spans=spans)
+
+
 def _facts(raw: Any) -> dict[str, str | int | float | bool]:
     if not isinstance(raw, dict) or len(raw) > 32:
         raise ProtocolError("bad-field", "facts")
@@ -246,10 +278,7 @@ def _decode(line: bytes | str) -> Message:
             node=_int(data, "node") if "node" in data else 0,
         )
     if kind == "steps":
-        records = data.get("records")
-        if not isinstance(records, list):
-            raise ProtocolError("bad-field", "records")
-        return Steps(rank=_int(data, "rank"), records=[_record(r) for r in records])
+        return _steps(data)
     if kind == "bye":
         timing = data.get("ddp_timing", {})
         if not isinstance(timing, dict) or len(timing) > 16 or not all(

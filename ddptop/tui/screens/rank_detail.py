@@ -140,6 +140,6 @@ class RankDetailScreen(Screen[None]):
         if snap is None or self.rank not in snap.state.ranks:
             return
         rs = snap.state.ranks[self.rank]
-        self.query_one(StepTimelineView).show(rs.recent[-1] if rs.recent else None)
+        self.query_one(StepTimelineView).show(*rs.timeline_record())
         width = self.size.width or 100
         self.query_one("#detail-body", Static).update(Text("\n").join(detail_lines(snap, self.rank, width)))

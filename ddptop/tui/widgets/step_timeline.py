@@ -1,6 +1,7 @@
 """StepTimelineView: the selected rank's last step as a time bar (data, forward, backward,
-the wait for the last all-reduce, optimizer) with the all-reduce's in-flight time drawn
-under it, so the share of communication that backward hides is seen, not read."""
+the wait for the last all-reduce, optimizer) with the all-reduce drawn under it (each
+bucket, in alternating shades, where the rank sent its spans), so the share of
+communication that backward hides is seen, not read."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ddptop.tui.render import PHASE_COLORS
 
 LANE_STYLE = {**PHASE_COLORS, "exposed": PHASE_COLORS["comm"], "other": "#6c6c6c"}
 LANE_CHAR = {"exposed": "▒", "other": "·"}
+BUCKET_STYLES = (PHASE_COLORS["comm"], "#5f87d7")  # neighbouring buckets told apart
 LABEL_W = 10
 
 
@@ -29,8 +31,10 @@ def timeline_lines(timeline: StepTimeline | None, width: int) -> list[Text]:
         for c in range(a, b):
             cells[c] = Text(LANE_CHAR.get(span.what, "█"), style=LANE_STYLE[span.what])
     lane.append_text(Text("").join(cells))
-    comm = Text("all-reduce".ljust(LABEL_W), style="dim")
-    if timeline.comm is None:
+    comm = Text(("buckets" if timeline.buckets else "all-reduce").ljust(LABEL_W), style="dim")
+    if timeline.buckets:
+        comm.append_text(_bucket_cells(timeline, bar_w))
+    elif timeline.comm is None:
         comm.append("not timed in this run (GPU without nccl_timing: only the wait is known)", style="dim")
     else:
         a, b = timeline.columns(timeline.comm, bar_w)
@@ -42,22 +46,33 @@ def timeline_lines(timeline: StepTimeline | None, width: int) -> list[Text]:
     return [_header(timeline), lane, comm, scale]
 
 
+def _bucket_cells(timeline: StepTimeline, bar_w: int) -> Text:
+    cells = [Text(" ")] * bar_w
+    for i, span in enumerate(timeline.buckets):
+        a, b = timeline.columns(span, bar_w)
+        for c in range(a, b):
+            cells[c] = Text("▀", style=BUCKET_STYLES[i % 2])
+    return Text("").join(cells)
+
+
 def _header(timeline: StepTimeline) -> Text:
     head = Text.assemble(("step ", "dim"), (str(timeline.step), "bold"), "  ",
                          (f"{timeline.step_ms:.1f} ms", "bold"))
     exposed = next((s.ms for s in timeline.lane if s.what == "exposed"), 0.0)
-    if timeline.comm is not None and timeline.comm.ms > 0:
+    in_flight = timeline.in_flight_ms
+    if in_flight > 0:
         hidden = timeline.hidden_ms or 0.0
-        head.append(f"   all-reduce {timeline.comm.ms:.1f} ms: {hidden:.1f} hidden under backward "
-                    f"({hidden / timeline.comm.ms:.0%}), {exposed:.1f} exposed")
+        buckets = f" in {len(timeline.buckets)} buckets" if timeline.buckets else ""
+        head.append(f"   all-reduce {in_flight:.1f} ms{buckets}: {hidden:.1f} hidden under backward "
+                    f"({hidden / in_flight:.0%}), {exposed:.1f} exposed")
     elif exposed:
         head.append(f"   waited {fmt(exposed)} ms for the all-reduce after backward")
     return head
 
 
 class StepTimelineView(Static):
-    """Call `show(record)` with a rank's last step record."""
+    """Call `show(record, spans)` with a rank's step record and its buckets' spans."""
 
-    def show(self, record: dict[str, float] | None) -> None:
+    def show(self, record: dict[str, float] | None, spans: tuple[tuple[float, float], ...] = ()) -> None:
         width = self.content_region.width or 80
-        self.update(Text("\n").join(timeline_lines(step_timeline(record) if record else None, width)))
+        self.update(Text("\n").join(timeline_lines(step_timeline(record, spans) if record else None, width)))
