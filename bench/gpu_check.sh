@@ -247,6 +247,36 @@ for rank, r in sorted(s.get('ranks', {}).items()):
   [ -n "$dir" ] && { ls -la "$dir"; $PY -m ddptop trace "$dir" | tee "$OUT/trace.txt" | head -30; cp "$dir"/*.json.gz "$OUT"/ 2>/dev/null; }
 }
 
+timeline() {  # issue 21: bucket spans (CUDA events on timed steps) and allocator memory from a GPU run, drawn as the TUI does
+  for p in ${TL_PRESETS:-bf16 baseline}; do
+    timeout 150 $PY -m ddptop --headless --json --interval 30 --nproc "$N" --preset "$p" --steps ${TL_STEPS:-60} --warmup 10 \
+      --runs-dir "$RUNS/tl_$p" > /tmp/tl.out 2>&1; echo "== timeline preset $p rc=$?"; grep -E "^(run|gradient)" /tmp/tl.out | head -3
+    $PY - "$(ls "$RUNS"/tl_$p/*/steps.jsonl | tail -1)" <<'PYEOF'
+import json, sys
+from ddptop.model.timeline import step_timeline
+from ddptop.tui.widgets.step_timeline import timeline_lines
+recs = [json.loads(line) for line in open(sys.argv[1])]
+spans = [r for r in recs if "comm_spans" in r]
+mem = [r for r in recs if "mem_allocated_mb" in r]
+print(f"records {len(recs)}: with comm_spans {len(spans)}, with comm_ms {sum('comm_ms' in r for r in recs)}, "
+      f"with allocator memory {len(mem)} (steps {[r['step'] for r in mem if r['rank'] == 0]})")
+for r in mem[-2:]:
+    print({k: r.get(k) for k in ("rank", "step", "mem_allocated_mb", "mem_reserved_mb", "mem_peak_mb", "rss_mb")})
+last = spans[-1] if spans else recs[-1]
+print({k: last.get(k) for k in ("rank", "step", "step_ms", "backward_ms", "comm_ms", "exposed_comm_ms", "buckets")},
+      "spans", len(last.get("comm_spans", [])), last.get("comm_spans", [])[:4])
+for line in timeline_lines(step_timeline(last, [tuple(s) for s in last.get("comm_spans", [])]), 110):
+    print(line.plain)
+PYEOF
+  done
+  $PY -c "
+import time, torch
+from ddptop.rank.memory import memory_sample
+x = torch.zeros(1 << 20, device='cuda'); memory_sample(torch, True); t = time.perf_counter()
+for _ in range(5000): memory_sample(torch, True)
+print(f'memory_sample on {torch.cuda.get_device_name()}: {(time.perf_counter() - t) / 5000 * 1e6:.1f} us a call (every 10th step)')"
+}
+
 facts
 for step in ${@:-topo presets}; do $step; done
 tar czf "$OUT/runs.tgz" --exclude='*.qdstrm' --exclude='*.nsys-rep' --exclude='*.trace.json' -C /tmp ddptop-gpu-runs 2>/dev/null
