@@ -143,3 +143,22 @@ def test_a_double_click_on_a_rank_row_opens_it(tmp_path: Path) -> None:
             assert isinstance(app.screen, RankDetailScreen) and app.screen.rank == 1
 
     asyncio.run(main())
+
+
+def test_a_gpu_memory_sample_reads_the_allocators_counters_once():
+    from types import SimpleNamespace
+
+    from ddptop.rank.memory import memory_sample
+
+    calls = []
+
+    def memory_stats(device: int) -> dict[str, int]:
+        calls.append(device)
+        return {"allocated_bytes.all.current": 3 << 30, "reserved_bytes.all.current": 7 << 30,
+                "allocated_bytes.all.peak": 6 << 30}
+
+    torch = SimpleNamespace(cuda=SimpleNamespace(current_device=lambda: 2, memory_stats=memory_stats))
+    out = memory_sample(torch, cuda=True)
+    assert calls == [2]
+    assert (out["mem_allocated_mb"], out["mem_reserved_mb"], out["mem_peak_mb"]) == (3072.0, 7168.0, 6144.0)
+    assert "mem_allocated_mb" not in memory_sample(torch, cuda=False)

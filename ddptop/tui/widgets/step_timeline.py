@@ -62,7 +62,8 @@ def _header(timeline: StepTimeline) -> Text:
     in_flight = timeline.in_flight_ms
     if in_flight > 0:
         hidden = timeline.hidden_ms or 0.0
-        buckets = f" in {len(timeline.buckets)} buckets" if timeline.buckets else ""
+        n = len(timeline.buckets)
+        buckets = f" in {n} bucket{'s' if n != 1 else ''}" if n else ""
         head.append(f"   all-reduce {in_flight:.1f} ms{buckets}: {hidden:.1f} hidden under backward "
                     f"({hidden / in_flight:.0%}), {exposed:.1f} exposed")
     elif exposed:
