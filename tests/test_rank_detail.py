@@ -45,6 +45,9 @@ def test_the_detail_names_memory_processes_and_the_creep(tmp_path: Path) -> None
     assert f"pid {state.ranks[1].hello.pid}" in text and "CPU 97%" in text and "resident 3000 MiB" in text
     assert "allocated GPU memory keeps rising" in text
     assert "rank 1 says hello" in text
+    for width in (80, 120, 200):  # nothing wraps: the bars make room for their legends
+        wide = [t.plain for t in detail_lines(snapshot(state, time.time()), 1, width) if t.cell_len > width]
+        assert not wide, wide
     other = "\n".join(t.plain for t in detail_lines(snapshot(state, time.time()), 0, 120))
     assert "keeps rising" not in other and "no CUDA allocator figures" in other
 
