@@ -35,7 +35,7 @@ from ddptop.rank.ddp_comm import DdpComm
 from ddptop.rank.ddp_settings import ScriptDdp, ScriptSettings, blame_settings
 from ddptop.rank.facts import ddp_facts, ddp_timing, facts_without_ddp, model_facts
 from ddptop.rank.forward_hooks import BackwardMarks, OutermostHooks, batch_size, loss_like
-from ddptop.rank.memory import MEMORY_EVERY, memory_sample
+from ddptop.rank.memory import MemorySampler, memory_sample
 from ddptop.rank.steps import StepTracker
 from ddptop.rank.values import HostCopy, read_values
 
@@ -66,6 +66,7 @@ class Instrument:
         self._limit_reached = False
         self._left = False  # the instrument destroyed the process group at the step limit
         self._spans_sent = float("-inf")
+        self.memory = MemorySampler()
         self.comm = DdpComm(
             torch, self.tracker, self.comm_timing, max(1, int(settings.get("comm_timing_every", 10))),
             cuda=self._cuda, capturing=self._capturing, guard=self._guard, send_facts=self.send_facts,
@@ -241,7 +242,7 @@ class Instrument:
             closed["compressing"] = compressing
         if step == 0 and not self.ddps:
             self._first_step_without_ddp()
-        if step % MEMORY_EVERY == 0:
+        if self.memory.due(step):
             closed.update(memory_sample(self.torch, self._cuda()))
         self._report(tracker.ready(keep_last=self.api_used))
         self._captures_after(step)

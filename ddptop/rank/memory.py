@@ -5,10 +5,29 @@ resident set everywhere. Host-side reads only (the allocator's counters, /proc):
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
-MEMORY_EVERY = 10  # steps between samples: a few µs each, nothing per step
+MEMORY_EVERY = 10  # steps between samples...
+MEMORY_MIN_S = 0.5  # ...and seconds: a GPU sample costs ~190 us on an H100 (docs/GPU.md)
 MIB = float(1 << 20)
+
+
+class MemorySampler:
+    """A sample on every MEMORY_EVERY-th step, at most once in MEMORY_MIN_S seconds (fast
+    steps would otherwise pay for it: 190 us every 10 steps of 5 ms is 0.4%)."""
+
+    def __init__(self) -> None:
+        self._at = float("-inf")
+
+    def due(self, step: int) -> bool:
+        if step % MEMORY_EVERY:
+            return False
+        now = time.monotonic()
+        if now - self._at < MEMORY_MIN_S:
+            return False
+        self._at = now
+        return True
 
 
 def rss_mb() -> float | None:
