@@ -210,7 +210,7 @@ frtiming() {  # TORCH_NCCL_ENABLE_TIMING + flight recorder vs ddptop's comm hook
 ovhpairs() {  # the same script plain under torchrun vs under ddptop, alternating (bench/overhead_pairs.py)
   for w in ${OVH_WORKLOADS:-vit gpt seed}; do
     timeout ${OVHP_TIMEOUT:-560} $PY bench/overhead_pairs.py --workload $w --nproc "$N" --pairs ${OVH_PAIRS:-3} --steps ${OVH_STEPS:-100} \
-      --warmup 10 ${OVH_ARGS:-} --json-out "$OUT/ovh_$w.json" 2>&1 | tee -a "$OUT/overhead_pairs.txt" | tail -12
+      --warmup 10 ${OVH_ARGS:-} ${OVH_VARIANTS:-} --json-out "$OUT/ovh_$w.json" 2>&1 | tee -a "$OUT/overhead_pairs.txt" | tail -12
   done
 }
 
