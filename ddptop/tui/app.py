@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from collections.abc import Callable, Iterable
 
 from textual import on, work
@@ -82,7 +83,8 @@ class DdpTopApp(App[int]):
     ]
 
     def __init__(self, workbench: Workbench, autostart: bool = True,
-                 refresh_s: float = REFRESH_S, read_only: bool = False, viewer: str = "") -> None:
+                 refresh_s: float = REFRESH_S, read_only: bool = False, viewer: str = "",
+                 clock: Callable[[], float] = time.time) -> None:
         super().__init__()
         self.workbench = workbench
         # A watcher: no stop, restart, settings, capture, detach or export from this app.
@@ -92,7 +94,7 @@ class DdpTopApp(App[int]):
         self.viewer = viewer
         self.autostart = autostart
         self.refresh_s = refresh_s
-        self.views = ViewRouter(self, workbench)
+        self.views = ViewRouter(self, workbench, clock)  # clock: a fixed one for snapshots
         self.exit_note = ""  # printed by run_tui once the terminal is back (e.g. how to re-attach)
         self.terminal_lost = ""  # why the terminal (or the page's server) went away, once it has
         self._signals: ExitSignals | None = None

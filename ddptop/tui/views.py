@@ -6,6 +6,7 @@ that ended. Reads state only; never touches sockets or subprocesses.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from textual.app import App
 from textual.css.query import NoMatches
@@ -40,9 +41,11 @@ class ViewRouter:
     the active tab's views, and the log view (it follows even when hidden, so switching
     to it is instant)."""
 
-    def __init__(self, app: App[int], workbench: Workbench) -> None:
+    def __init__(self, app: App[int], workbench: Workbench,
+                 clock: Callable[[], float] = time.time) -> None:
         self.app = app
         self.workbench = workbench
+        self.clock = clock  # what "now" is for ages and rates (snapshot tests fix it)
         self.live = LiveFigures()
         self._runs_shown_at = 0.0
         self._capture_status: dict[tuple[str, int], str] = {}  # to notice captures finishing
@@ -59,7 +62,7 @@ class ViewRouter:
             header = query(RunHeader)
         except NoMatches:  # exit() has begun taking the views down; a tick can fall in that gap
             return
-        now = time.time()
+        now = self.clock()
         if self.paused and self.last is not None:
             return
         snap = self.last = self.live.snapshot(session.state, now)
