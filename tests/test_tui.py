@@ -18,12 +18,14 @@ from types import SimpleNamespace
 import psutil
 import pytest
 from rich.console import Console
+from rich.text import Text
 
 from ddptop.commands.trace import read_trace
 from ddptop.model.config import PRESETS, RunConfig, preset_config
 from ddptop.tui.app import DdpTopApp
 from ddptop.tui.factory import build_app
 from ddptop.tui.messages import CaptureEnded, RunEnded, RunStarted, SettingsApplied
+from ddptop.tui.render import fit_columns, wrap_text
 from ddptop.tui.screens.confirm_screen import ConfirmScreen
 from ddptop.tui.screens.help_screen import HelpScreen
 from ddptop.tui.screens.settings_screen import SettingsScreen, knob_names
@@ -394,6 +396,31 @@ def test_help_palette_and_themes(tmp_path: Path) -> None:
         assert not app.is_running
 
     asyncio.run(main())
+
+
+def test_wrap_text_breaks_at_spaces_and_after_slashes_and_keeps_styles() -> None:
+    """What the captures, logs and wiring views wrap with (issue 21: capture paths ended
+    `…/rank0.t` at 80 columns and did not scroll)."""
+    line = Text.assemble(("    files ", "dim"),
+                         "r0 /scratch/ddptop/runs/20260101-120000-overlap-demo/captures/1/rank0.trace.json.gz")
+    rows = wrap_text(line, 40)
+    assert [r.plain for r in rows] == ["    files r0 /scratch/ddptop/runs/",
+                                       "        20260101-120000-overlap-demo/",
+                                       "        captures/1/rank0.trace.json.gz"]
+    assert rows[0].spans[0].style == "dim"
+    assert wrap_text(line, 200) == [line]  # what fits is left alone
+    long = wrap_text(Text("see " + "x" * 50 + " end"), 20, hang=4)  # a word wider than a row
+    assert all(r.cell_len <= 20 for r in long)
+    assert "".join(r.plain[4:] if i else r.plain for i, r in enumerate(long)) == "see " + "x" * 50 + " end"
+
+
+def test_fit_columns_drops_in_order_and_takes_back_what_fits_again() -> None:
+    widths = {"run": 20, "rate": 6, "status": 9, "model": 8, "settings": 40}
+    headers = list(widths)
+    assert fit_columns(headers, widths, 200, ["model", "settings"]) == headers
+    # settings goes (too wide), then model fits again; the order stays the table's
+    assert fit_columns(headers, widths, 60, ["model", "settings", "status"]) == ["run", "rate", "status", "model"]
+    assert fit_columns(headers, widths, 30, ["model", "settings", "status"]) == ["run", "rate"]
 
 
 # --- boundaries -----------------------------------------------------------------------------

@@ -3,8 +3,10 @@ status colours. Pure (Rich Text in, Rich Text out); no Textual widgets here."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
+from rich.cells import cell_len
 from rich.text import Text
 
 from ddptop.model.report import NA
@@ -59,11 +61,13 @@ def phase_bar(parts: dict[str, float], width: int) -> Text:
     return bar
 
 
-def legend(phases: Sequence[str]) -> Text:
+def legend(phases: Sequence[str], shares: dict[str, float] | None = None) -> Text:
+    """Each phase's colour and name, with its share of the step when `shares` says (the
+    split in words: the bar's colours are lost on some terminals)."""
     text = Text()
     for p in phases:
         text.append("█ ", style=PHASE_COLORS[p])
-        text.append(PHASE_SHORT[p] + "  ")
+        text.append(PHASE_SHORT[p] + (f" {shares[p]:.0%}" if shares and p in shares else "") + "  ")
     return text
 
 
@@ -99,6 +103,78 @@ def fmt_rate_kbs(kbs: float | None) -> str:
     if kbs >= 1024 * 1024:
         return f"{kbs / 1024 / 1024:.1f}G"
     return f"{kbs / 1024:.0f}M" if kbs >= 1024 else f"{kbs:.0f}K"
+
+
+# Where a row may break: after spaces, and after each `/` of a path.
+_PIECES = re.compile(r"[ \t]+|[^ \t/]*/+|[^ \t/]+")
+
+
+def _pieces(plain: str, most: int) -> list[tuple[int, int, bool]]:
+    """(start, end, is_space) of each breakable piece; none wider than `most` cells."""
+    out = []
+    for m in _PIECES.finditer(plain):
+        a, b = m.span()
+        space = plain[a] in " \t"
+        while not space and cell_len(plain[a:b]) > most:  # a word wider than a row: split it
+            cut = a + 1
+            while cut < b and cell_len(plain[a:cut + 1]) <= most:
+                cut += 1
+            out.append((a, cut, False))
+            a = cut
+        out.append((a, b, space))
+    return out
+
+
+def wrap_text(text: Text, width: int, hang: int | None = None) -> list[Text]:
+    """`text` as rows of at most `width` cells, broken at spaces or after a path's `/`
+    (never inside a word that fits a row), each continuation row indented to column `hang`
+    (default: the text's own indentation + 4). What the scrolling views use so that nothing
+    runs off their right edge."""
+    plain = text.plain
+    if width <= 0 or cell_len(plain) <= width:
+        return [text]
+    lead = len(plain) - len(plain.lstrip(" "))
+    pad = min(lead + 4 if hang is None else hang, width // 2)
+    spans: list[tuple[int, int]] = []
+    start, used, limit = 0, 0, width
+    for a, b, space in _pieces(plain, width - pad):
+        w = cell_len(plain[a:b])
+        if used + w <= limit:
+            used += w
+        elif space:  # the row ends before the spaces; the next starts after them
+            spans.append((start, a))
+            start, used, limit = b, 0, width - pad
+        elif used:
+            spans.append((start, a))
+            start, used, limit = a, w, width - pad
+    spans.append((start, len(plain)))
+    rows = []
+    for i, (a, b) in enumerate(spans):
+        row = text[a:b]
+        row.rstrip()
+        if i:
+            row.pad_left(pad)
+        rows.append(row)
+    return rows
+
+
+def fit_columns(headers: Sequence[str], widths: dict[str, int], room: int, drop: Sequence[str],
+                padding: int = 2) -> list[str]:
+    """The `headers` a table of `room` cells shows: all when they fit (each column its
+    `widths` plus `padding`), else without the columns of `drop`, first ones first; the
+    dropped ones that fit again once a wider one went come back. Order as in `headers`."""
+    def need(shown: Sequence[str]) -> int:
+        return sum(widths[h] + padding for h in shown)
+
+    shown = list(headers)
+    for h in drop:
+        if need(shown) <= room:
+            break
+        shown.remove(h)
+    for h in reversed(drop):
+        if h not in shown and need([*shown, h]) <= room:
+            shown.append(h)
+    return [h for h in headers if h in shown]
 
 
 def truncate(text: str, width: int) -> str:

@@ -16,6 +16,7 @@ from textual.containers import Vertical
 from ddptop.model.report import NA, fmt
 from ddptop.model.state import RunState
 from ddptop.tui.live import Snapshot
+from ddptop.tui.render import truncate, wrap_text
 from ddptop.tui.widgets.lines_view import LinesView
 
 CAPTURE_STYLES = {
@@ -58,7 +59,7 @@ def rank_summary_text(rank: Any, s: dict[str, Any]) -> Text:
     top = s.get("top") or []
     if top:
         line.append("  top ", style="dim")
-        line.append(f"{top[0]['name'][:48]} {top[0]['ms']:.1f} ms")
+        line.append(f"{truncate(top[0]['name'], 48)} {top[0]['ms']:.1f} ms")
     return line
 
 
@@ -107,7 +108,7 @@ def rank_detail_lines(s: dict[str, Any], kernels: int = 3) -> list[Text]:
         lines.append(Text.assemble(
             ("      ", ""), (f"{k['kind']:<7} ", "dim"), f"{k['ms']:8.1f} ms ", (f"x{k['count']:<5} ", "dim"),
             (f"mean {k['mean_ms']:.3f} ± {k['std_ms']:.3f} ({k['min_ms']:.3f}-{k['max_ms']:.3f})  ", "dim"),
-            k["name"][:70],
+            truncate(k["name"], 70),
         ))
     return lines
 
@@ -162,7 +163,13 @@ def captures_lines(state: RunState) -> list[Text]:
 
 
 class CapturesPanel(Vertical):
-    """Call `show(snapshot)` to refresh."""
+    """Call `show(snapshot)` to refresh. Lines wider than the view wrap (paths after a
+    `/`), so a trace file's name is never cut off at the edge."""
+
+    def __init__(self, **kwargs) -> None:  # noqa: ANN003 - Widget's options
+        super().__init__(**kwargs)
+        self._logical: list[Text] = []
+        self._width = 0
 
     def compose(self) -> ComposeResult:
         yield LinesView(cursor=False, id="captures-lines")
@@ -172,9 +179,15 @@ class CapturesPanel(Vertical):
         return self.query_one("#captures-lines", LinesView)
 
     def text(self) -> str:
-        return "\n".join(t.plain for t in self.body.lines)
+        """What the view says, one line per line before wrapping (tests read it)."""
+        return "\n".join(t.plain for t in self._logical)
 
     def show(self, snap: Snapshot) -> None:
         # A handful of captures at most: rebuilding is cheaper than tracking changes,
         # and LinesView repaints only the lines that differ.
-        self.body.set_lines(captures_lines(snap.state))
+        lines = captures_lines(snap.state)
+        width = (self.body.content_region.width or 120) - 1  # 1: the scrollbar
+        if lines == self._logical and width == self._width:
+            return
+        self._logical, self._width = lines, width
+        self.body.set_lines([row for line in lines for row in wrap_text(line, width)])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -16,11 +17,14 @@ from textual.widgets import DataTable, Static
 from ddptop.model.report import NA, fmt
 from ddptop.model.state import RunState
 from ddptop.tui.live import Snapshot
-from ddptop.tui.render import fmt_bytes, fmt_rate_kbs, spark
+from ddptop.tui.render import fit_columns, fmt_bytes, fmt_rate_kbs, spark
 
 NVML_COLUMNS = ("gpu", "name", "util", "memory", "power", "temp", "SM MHz", "PCIe tx/rx B/s",
                 "NVLink", "ranks", "util history")
 CPU_COLUMNS = ("rank", "pid", "host", "CPU %", "RSS")
+# What a narrow terminal leaves out first (the note above the table names them): the GPU's
+# name (the note says it), clocks and links before power, utilisation and the ranks.
+NVML_DROP = ("name", "SM MHz", "PCIe tx/rx B/s", "NVLink", "power", "util history")
 HISTORY_W = 16
 
 
@@ -140,15 +144,15 @@ class GpuPanel(Vertical):
         yield DataTable(id="gpu-table", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
-        self._mode = ""
+        self._mode: tuple[str, ...] = ()
 
-    def _set_mode(self, mode: str) -> DataTable:
+    def _set_mode(self, columns: tuple[str, ...]) -> DataTable:
         table = self.query_one("#gpu-table", DataTable)
-        if mode != self._mode:
+        if columns != self._mode:
             table.clear(columns=True)
-            for name in NVML_COLUMNS if mode == "nvml" else CPU_COLUMNS:
+            for name in columns:
                 table.add_column(name, key=name)
-            self._mode = mode
+            self._mode = columns
         return table
 
     def show(self, snap: Snapshot) -> None:
@@ -158,18 +162,22 @@ class GpuPanel(Vertical):
         nccl_note = self.query_one("#nccl-note", Static)
         nccl_note.display = nccl is not None
         if nccl is not None:
-            nccl_note.update(nccl)
+            _update(nccl_note, nccl)
         note = self.query_one("#gpu-note", Static)
         if gpus:
+            hidden = self._show_gpus(gpus, state)
             driver = _get(state.gpu, "driver", default="")
-            note.update(Text.assemble(("NVML", "bold"), f"  {len(gpus)} GPU(s)",
-                                      ("  driver ", "dim"), str(driver or "?")))
-            self._show_gpus(gpus, state)
+            names = sorted({str(_get(g, "name", default="?")) for g in gpus})
+            text = Text.assemble(("NVML", "bold"), f"  {len(gpus)} GPU(s) {', '.join(names)}",
+                                 ("  driver ", "dim"), str(driver or "?"))
+            if hidden:  # a narrow terminal: say what the table leaves out, not just cut it
+                text.append(f"  (too narrow for {', '.join(hidden)})", style="dim")
+            _update(note, text)
         else:
             reason = state.gpu_unavailable.removeprefix("NVML not available: ")
-            note.update(Text.assemble(("no NVML: ", "bold #c79100"),
-                                      (reason or "no GPU sample yet", "bold #c79100"),
-                                      ("  (showing each rank's CPU and memory instead)", "dim")))
+            _update(note, Text.assemble(("no NVML: ", "bold #c79100"),
+                                        (reason or "no GPU sample yet", "bold #c79100"),
+                                        ("  (showing each rank's CPU and memory instead)", "dim")))
             self._show_procs(state)
 
     def _util_history(self, state: RunState) -> dict[Any, list[float]]:
@@ -181,36 +189,46 @@ class GpuPanel(Vertical):
                     history.setdefault(_get(gpu, "index"), []).append(float(util))
         return history
 
-    def _show_gpus(self, gpus: list[Any], state: RunState) -> None:
-        table = self._set_mode("nvml")
+    def _show_gpus(self, gpus: list[Any], state: RunState) -> list[str]:
+        """Fill the NVML table with the columns that fit its width; returns those left out."""
         history = self._util_history(state)
         rates = nvlink_rates(list(state.gpu_history)[-2:])
-        rows = []
-        for gpu in gpus:
-            index = _get(gpu, "index", default="?")
-            used, total = _get(gpu, "mem_used"), _get(gpu, "mem_total")
-            memory = f"{fmt_bytes(used)}/{fmt_bytes(total)}" if total else fmt_bytes(used)
-            watts = power_w(gpu)
-            limit = _get(gpu, "power_limit_w")
-            if limit is None and _get(gpu, "power_limit_mw") is not None:
-                limit = _get(gpu, "power_limit_mw") / 1000.0
-            power = fmt(watts, ".0f") + ("" if limit is None else f"/{limit:.0f}") + " W"
-            ranks = ranks_on_gpu(gpu, state)
-            rows.append((str(index), [
-                str(index), str(_get(gpu, "name", default="?")),
-                Text(fmt(_get(gpu, "util_pct", "util"), ".0f") + " %", justify="right"),
-                memory, power,
-                Text(fmt(_get(gpu, "temp_c"), ".0f") + " C", justify="right"),
-                Text(fmt(_get(gpu, "sm_clock_mhz", "sm_clock"), ".0f"), justify="right"),
-                f"{fmt_rate_kbs(_get(gpu, 'pcie_tx_kbs'))}/{fmt_rate_kbs(_get(gpu, 'pcie_rx_kbs'))}",
-                nvlink_text(gpu, rates.get(index)),
-                ",".join(map(str, ranks)) or "-",
-                spark(history.get(index, []), HISTORY_W, 0.0, 100.0),
-            ]))
-        self._fill(table, rows)
+        rows = [(str(_get(gpu, "index", default="?")), self._gpu_cells(gpu, state, history, rates))
+                for gpu in gpus]
+        widths = {name: max([cell_len(name)] + [cell_len(str(cells[i])) for _, cells in rows])
+                  for i, name in enumerate(NVML_COLUMNS)}
+        table = self.query_one("#gpu-table", DataTable)
+        room = (table.size.width or 200) - 2  # 2: a vertical scrollbar, when the GPUs overflow
+        columns = fit_columns(NVML_COLUMNS, widths, room, NVML_DROP)
+        table = self._set_mode(tuple(columns))
+        keep = [NVML_COLUMNS.index(c) for c in columns]
+        self._fill(table, [(key, [cells[i] for i in keep]) for key, cells in rows])
+        return [c for c in NVML_COLUMNS if c not in columns and c != "name"]  # the note names them
+
+    @staticmethod
+    def _gpu_cells(gpu: Any, state: RunState, history: dict[Any, list[float]],
+                   rates: dict[Any, tuple[float, float]]) -> list[Any]:
+        index = _get(gpu, "index", default="?")
+        used, total = _get(gpu, "mem_used"), _get(gpu, "mem_total")
+        memory = f"{fmt_bytes(used)}/{fmt_bytes(total)}" if total else fmt_bytes(used)
+        limit = _get(gpu, "power_limit_w")
+        if limit is None and _get(gpu, "power_limit_mw") is not None:
+            limit = _get(gpu, "power_limit_mw") / 1000.0
+        power = fmt(power_w(gpu), ".0f") + ("" if limit is None else f"/{limit:.0f}") + " W"
+        return [
+            str(index), str(_get(gpu, "name", default="?")),
+            Text(fmt(_get(gpu, "util_pct", "util"), ".0f") + " %", justify="right"),
+            memory, power,
+            Text(fmt(_get(gpu, "temp_c"), ".0f") + " C", justify="right"),
+            Text(fmt(_get(gpu, "sm_clock_mhz", "sm_clock"), ".0f"), justify="right"),
+            f"{fmt_rate_kbs(_get(gpu, 'pcie_tx_kbs'))}/{fmt_rate_kbs(_get(gpu, 'pcie_rx_kbs'))}",
+            nvlink_text(gpu, rates.get(index)),
+            ",".join(map(str, ranks_on_gpu(gpu, state))) or "-",
+            spark(history.get(index, []), HISTORY_W, 0.0, 100.0),
+        ]
 
     def _show_procs(self, state: RunState) -> None:
-        table = self._set_mode("cpu")
+        table = self._set_mode(CPU_COLUMNS)
         rows = []
         for r in sorted(state.ranks):
             hello = state.ranks[r].hello
@@ -235,3 +253,10 @@ class GpuPanel(Vertical):
         for key, cells in rows:
             for col, value in zip(table.columns, cells):
                 table.update_cell(key, col, value)
+
+
+def _update(widget: Static, text: Text) -> None:
+    """Repaint only on change (a Static update costs a layout pass)."""
+    if getattr(widget, "_ddptop_shown", None) != text:
+        widget._ddptop_shown = text  # type: ignore[attr-defined]
+        widget.update(text)

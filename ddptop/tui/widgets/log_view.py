@@ -1,6 +1,7 @@
 """LogView: every rank's output (and torchrun/ddptop's own, as rank -1), filterable
 by rank and by kind (NCCL, warnings, errors), NCCL lines highlighted, searchable (`/`, then
-`n`/`N` between matches, as in less). Follows the live RunState's bounded log deques."""
+`n`/`N` between matches, as in less). Follows the live RunState's bounded log deques. Long
+lines wrap under their text (rewrapped when the width changes): nothing runs off the right."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, RichLog, Select
 
 from ddptop.tui.live import Snapshot
-from ddptop.tui.render import NCCL_STYLE
+from ddptop.tui.render import NCCL_STYLE, wrap_text
 
 KEEP = 5000  # lines this view keeps to re-filter (RunState keeps 2000 per rank)
 ALL = "all"
@@ -25,6 +26,8 @@ CURRENT_STYLE = "bold black on #ff8700"
 _WARN = re.compile(r"\bWARN(?:ING)?\b|Warning\b", re.IGNORECASE)
 _ERROR = re.compile(r"\b(?:ERROR|Error|Exception|Traceback|FAILED|ABORT)\b|Error:")
 KINDS = {ALL: "all lines", "nccl": "NCCL", "warn": "warnings", "error": "errors"}
+HINT = "  / search, n/N next/previous"  # f and k are in the footer
+PREFIX = 9  # "    r1 │ ": where a wrapped line's next rows start
 
 
 _NCCL = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT|version)\b")
@@ -82,14 +85,17 @@ class LogView(Vertical):
             yield Select([(label, kind) for kind, label in KINDS.items()], value=ALL,
                          allow_blank=False, compact=True, id="log-kind")
             yield Input(placeholder="search", id="log-search", compact=True)
-            yield Label("  f rank, k kind, / search, n/N next/previous", id="log-hint")
-        yield RichLog(id="log", max_lines=KEEP, wrap=False, markup=False, highlight=False)
+            yield Label(HINT, id="log-hint")
+        # min_width=1: a short line is not padded to 78 cells (a sideways scrollbar at 80)
+        yield RichLog(id="log", max_lines=KEEP, wrap=False, markup=False, highlight=False, min_width=1)
 
     def on_mount(self) -> None:
         self._run_id = ""
         self._seen: dict[int, tuple[int, Any]] = {}  # rank -> (count read, last line object)
         self._lines: collections.deque[tuple[int, str]] = collections.deque(maxlen=KEEP)
         self._shown: list[tuple[int, str]] = []  # what the log shows now, in order
+        self._rows: list[int] = []  # how many rows each line of _shown took (wrapped)
+        self._width = 0  # the width lines are wrapped to (0: not known yet, not wrapped)
         self._ranks: tuple[int, ...] = ()
         self.search = ""
         self.match_index = -1  # which of the matches the search is on
@@ -133,8 +139,20 @@ class LogView(Vertical):
                     if not self._shown:
                         log.clear()  # the "nothing yet" line
                     self._shown.append((rank, line))
-                    log.write(format_line(rank, line, self.search))
+                    self._write(log, format_line(rank, line, self.search))
         del self._shown[:-KEEP]
+        del self._rows[:-KEEP]
+
+    def _write(self, log: RichLog, text: Text) -> None:
+        rows = wrap_text(text, self._width, hang=PREFIX)
+        log.write(Text("\n").join(rows) if len(rows) > 1 else text)
+        self._rows.append(len(rows))
+
+    def on_resize(self) -> None:
+        width = self.size.width - 2  # 2: the log's scrollbar, there or not (no sideways one)
+        if width != self._width and width > PREFIX:
+            self._width = width
+            self._rewrite()
 
     def _new_lines(self, rank: int, lines: collections.deque[str]) -> list[str]:
         """Lines appended since the last call. The deque drops old lines when full,
@@ -162,10 +180,11 @@ class LogView(Vertical):
         log = self.query_one("#log", RichLog)
         log.clear()
         self._shown = [(rank, line) for rank, line in self._lines if self._wanted(rank, line)]
+        self._rows = []
         matches = self.matches
         current = matches[self.match_index] if 0 <= self.match_index < len(matches) else -1
         for i, (rank, line) in enumerate(self._shown):
-            log.write(format_line(rank, line, self.search, current=i == current))
+            self._write(log, format_line(rank, line, self.search, current=i == current))
         if not self._shown:  # say why the view is empty instead of leaving it blank
             who = "any rank" if self.filter == ALL else f"{rank_label(int(self.filter))}"
             kind = self.query_one("#log-kind", Select).value
@@ -203,14 +222,16 @@ class LogView(Vertical):
             0 if delta > 0 else len(matches) - 1)
         self._rewrite()
         log = self.query_one("#log", RichLog)
-        log.scroll_to(y=max(0, matches[self.match_index] - log.size.height // 2), animate=False)
+        # the match's first row: rows before it, less those the log has dropped from its top
+        row = sum(self._rows[:matches[self.match_index]]) - (sum(self._rows) - len(log.lines))
+        log.scroll_to(y=max(0, row - log.size.height // 2), animate=False)
         hint.update(f"  '{self.search}': match {self.match_index + 1} of {len(matches)} (n/N)")
 
     def action_clear_search(self) -> None:
         self.search, self.match_index = "", -1
         box = self.query_one("#log-search", Input)
         box.value, box.display = "", False
-        self.query_one("#log-hint", Label).update("  f rank, k kind, / search, n/N next/previous")
+        self.query_one("#log-hint", Label).update(HINT)
         self._rewrite()
 
     def action_cycle_kind(self) -> None:

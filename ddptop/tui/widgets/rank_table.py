@@ -16,6 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import Static
 
 from ddptop.model.report import fmt
@@ -42,6 +43,8 @@ GAP = "  "
 DESCENDING_FIRST = {"step", "p50", "p95", "phases", "samples"}
 MIN_BAR, MAX_BAR = 8, 160  # the bar takes the width the other columns leave (issue 21: it stayed 40 at 200 columns)
 CHROME = 3  # border top and bottom + the header line
+MAX_SHARE = 0.75  # of the tab's height; past that the rows scroll
+CHARTS_MIN = 5  # rows the charts under the table keep (ThroughputPanel's min-height)
 NODE_STYLE = "bold #5fafd7"
 
 
@@ -131,6 +134,7 @@ class RankTable(Vertical):
         self._last: Snapshot | None = None
         self._rows_for = -1
         self._header_for: tuple[int, bool, str, bool] | None = None
+        self._subtitle: Text | None = None
         self.sort_key = "rank"
         self._items: list[int | Text] = []
         self.sort_descending = False
@@ -207,11 +211,10 @@ class RankTable(Vertical):
         self._last = snap
         state = snap.state
         groups = node_groups(state)
-        rows = len(state.ranks) + (len(groups) if groups else 0)
-        if rows != self._rows_for:
-            # Fit the rows (the CSS max-height caps it; past that, the body scrolls).
-            self._rows_for = rows
-            self.styles.height = rows + CHROME
+        height = self._fit_height(len(state.ranks) + (len(groups) if groups else 0))
+        if height != self._rows_for:
+            self._rows_for = height
+            self.styles.height = height
         bar_w = self.bar_width()
         widths = [w or bar_w for _, _, w, _ in COLUMNS]
         rights = [r for *_, r in COLUMNS]
@@ -221,7 +224,9 @@ class RankTable(Vertical):
             header = join_cells([Text(label, style="bold reverse" if key == self.sort_key and self.sort_key != "rank"
                                       else "bold") for key, label, _, _ in COLUMNS], widths, rights)
             self.query_one("#rank-header", Static).update(header)
-            self.border_subtitle = legend(snap.phase_names) + Text("▲ slowest", style=SLOW_STYLE)
+        subtitle = legend(snap.phase_names, phase_shares(snap)) + Text("▲ slowest", style=SLOW_STYLE)
+        if subtitle != self._subtitle:  # the shares move by a percent now and then
+            self.border_subtitle = self._subtitle = subtitle
         slow = snap.slowest if state.world_size > 1 else None
         flags = rank_flags(snap)
         # a row is a rank, or a node's header line (Text) on a multi-node run
@@ -232,6 +237,15 @@ class RankTable(Vertical):
             return item if isinstance(item, Text) else self._row(item, snap, item == slow, bar_w, flags.get(item))
 
         self.body.set_lines(self.body.lines_in_view(len(items), line))
+
+    def _fit_height(self, rows: int) -> int:
+        """The rows plus the border, at most MAX_SHARE of the tab and never so much that
+        the charts below lose their CHARTS_MIN rows (at 80x24 they had been pushed off)."""
+        height = rows + CHROME
+        pane = self.parent.size.height if isinstance(self.parent, Widget) else 0
+        if pane:
+            height = min(height, int(pane * MAX_SHARE), pane - CHARTS_MIN)
+        return max(height, 5)
 
     def _ordered(self, snap: Snapshot, groups: list[tuple[Text, list[int]]] | None) -> list[int | Text]:
         """The rows in order: ranks sorted as asked, under their node's header line on a
@@ -263,6 +277,14 @@ class RankTable(Vertical):
         row.append(right)
         row.append(f"{status:<9.9}", STATUS_STYLES.get(status, ""))
         return row
+
+
+def phase_shares(snap: Snapshot) -> dict[str, float]:
+    """Each phase's share of the step over the ranks with figures (the legend's numbers)."""
+    figs = [f for f in snap.ranks.values() if f.p50 is not None]
+    totals = {p: sum(f.phases.get(p, 0.0) for f in figs) for p in snap.phase_names}
+    whole = sum(totals.values())
+    return {p: v / whole for p, v in totals.items()} if whole > 0 else {}
 
 
 def rank_flags(snap: Snapshot) -> dict[int, str]:

@@ -10,7 +10,7 @@ from textual.widgets import Sparkline, Static
 
 from ddptop.model.report import fmt
 from ddptop.tui.live import Snapshot
-from ddptop.tui.render import PHASE_COLORS, PHASE_SHORT, SLOW_STYLE, spark
+from ddptop.tui.render import SLOW_STYLE, spark
 from ddptop.tui.widgets.lines_view import LinesView
 
 
@@ -19,57 +19,46 @@ class ThroughputPanel(Horizontal):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="rate-box"):
-            yield Static("steps/s: waiting for steps", id="rate-label")
             yield Sparkline([], id="rate-spark")
             yield Static("", id="rate-facts")
         yield LinesView(cursor=False, id="step-times")
 
     def on_mount(self) -> None:
-        self.query_one("#rate-box").border_title = "steps/s over the run"
+        self.query_one("#rate-box").border_title = "steps/s: waiting for steps"
         self.query_one("#step-times").border_title = "step time per rank (recent)"
 
     def show(self, snap: Snapshot) -> None:
         state = snap.state
         rates = [rate for _, rate in state.history]
-        label = self.query_one("#rate-label", Static)
+        box = self.query_one("#rate-box")
         spark_widget = self.query_one("#rate-spark", Sparkline)
         if rates:
-            _update(label, Text.assemble(
-                ("now ", "dim"), (fmt(rates[-1], ".2f"), "bold"),
-                ("  min ", "dim"), fmt(min(rates), ".2f"),
-                ("  max ", "dim"), fmt(max(rates), ".2f"),
-            ))
+            # The rates ride in the box's title: at 80x24 the box has three rows inside,
+            # which the sparkline and the whole-run line need (issue 21: they were clipped).
+            now, lo, hi = fmt(rates[-1], ".2f"), fmt(min(rates), ".2f"), fmt(max(rates), ".2f")
+            title = f"steps/s over the run: now {now}  min {lo}  max {hi}"
+            if len(title) > box.outer_size.width - 6:
+                title = f"steps/s now {now} ({lo}-{hi})"
+            if box.border_title != title:  # no markup in it: kept as given
+                box.border_title = title
             width = max(spark_widget.content_region.width, 10)
             # The sparkline buckets its data to its width; feed it no more than
             # a few points per cell so a long run stays cheap to draw.
             data = rates[-width * 4:]
             if data != spark_widget.data:
                 spark_widget.data = data
-        else:
-            _update(label, Text("waiting for steps…", style="dim"))
         self.query_one("#step-times", LinesView).set_lines(self._step_lines(snap))
         _update(self.query_one("#rate-facts", Static), self._facts(snap))
 
     @staticmethod
     def _facts(snap: Snapshot) -> Text:
-        """The phase split in words (the bar's colours are lost on some terminals)
-        and whole-run percentiles."""
-        figs = [f for f in snap.ranks.values() if f.p50 is not None]
-        if not figs:
-            return Text("")
-        text = Text("step split ", style="dim")
-        totals = {p: sum(f.phases.get(p, 0.0) for f in figs) for p in snap.phase_names}
-        whole = sum(totals.values()) or 1.0
-        for p in snap.phase_names:
-            text.append(f"{PHASE_SHORT[p]} ", style=PHASE_COLORS[p])
-            text.append(f"{totals[p] / whole:.0%}  ")
+        """Whole-run percentiles (the step split in words is in the rank table's legend)."""
         state = snap.state
         p50, p95 = state.step_ms_pcts(50, 95)
-        if p50 is not None:
-            text.append("\nwhole run ", style="dim")
-            text.append(f"p50 {fmt(p50)} ms  p95 {fmt(p95)} ms")
-            text.append(f" (after {state.warmup} warmup steps)", style="dim")
-        return text
+        if p50 is None:
+            return Text("")
+        return Text.assemble(("whole run ", "dim"), f"p50 {fmt(p50)} ms  p95 {fmt(p95)} ms",
+                             (f" (after {state.warmup} warmup steps)", "dim"))
 
     def _step_lines(self, snap: Snapshot) -> list[Text]:
         box = self.query_one("#step-times", LinesView)

@@ -19,6 +19,7 @@ from ddptop.analysis.advisor import LOSSY_CAVEAT
 from ddptop.analysis.nccl import render_facts, transport_class, transport_matrix
 from ddptop.model.state import RunState
 from ddptop.tui.live import Snapshot
+from ddptop.tui.render import wrap_text
 from ddptop.tui.widgets.lines_view import LinesView
 
 # How a pair is shown: the transport wastes the hardware, the path is PCIe / host memory.
@@ -203,31 +204,21 @@ def wiring_lines(state: RunState, width: int = 120) -> list[Text]:
     ranks, pairs, how = wiring_pairs(state)
     if not has_nccl:
         if backend and backend != "nccl":
-            lines.append(Text(f"no NCCL on this run ({backend}): transports unknown", style="bold"))
+            lines += _wrapped(f"no NCCL on this run ({backend}): transports unknown", width, "bold")
         else:
-            lines.append(Text("NCCL transports: none seen yet (they appear once NCCL sets up its "
-                              "communicators and logs with NCCL_DEBUG=INFO)", style="bold"))
+            lines += _wrapped("NCCL transports: none seen yet (they appear once NCCL sets up its "
+                              "communicators and logs with NCCL_DEBUG=INFO)", width, "bold")
     if topo is None or not getattr(topo, "available", False):
         why = getattr(topo, "reason", "") or state.gpu_unavailable or "no NVML topology"
-        lines.append(Text(f"hardware links unknown: {why}", style="dim"))
+        lines += _wrapped(f"hardware links unknown: {why}", width, "dim")
     elif how:
         mapping = "  ".join(f"r{r}→GPU{g}" for r, g in sorted(rank_gpus(state)[0].items()))
-        lines.append(Text.assemble(("rank → GPU ", "dim"), mapping, (f"  (from {how})", "dim")))
+        lines += wrap_text(Text.assemble(("rank → GPU ", "dim"), mapping, (f"  (from {how})", "dim")),
+                           width, hang=11)
     if has_nccl or (topo is not None and getattr(topo, "available", False) and how):
         lines.append(Text())
         if len(ranks) <= MAX_MATRIX:
-            cw = max([len(p.transport or "") for p in pairs.values()] + [4]) + 2
-            hw_w = max([len(p.hw or "") for p in pairs.values()] + [4]) + 2
-            left = _grid("NCCL chose (row sends to column)", ranks,
-                         lambda a, b: _styled(pairs[(a, b)], pairs[(a, b)].transport), cw)
-            right = _grid("hardware link (NVML)", ranks,
-                          lambda a, b: _styled(pairs[(a, b)], pairs[(a, b)].hw) if pairs[(a, b)].hw
-                          else Text("?", style="dim"), hw_w)
-            fits = max(t.cell_len for t in left) + 4 + max(t.cell_len for t in right) <= width
-            lines.extend(_side_by_side(left, right) if fits else [*left, Text(), *right])
-            lines.append(Text.assemble(("■", SLOWER_STYLE), " slower than the hardware allows   ",
-                                       ("■", PCIE_STYLE), " PCIe / host memory   ",
-                                       (". no direct connection", "dim")))
+            lines += matrix_lines(ranks, pairs, width)
         flagged = [p for p in pairs.values() if p.verdict]
         slower = [p for p in flagged if p.verdict == "slower"]
         if flagged:
@@ -247,6 +238,29 @@ def wiring_lines(state: RunState, width: int = 120) -> list[Text]:
     lines.append(Text())
     lines.extend(advice_lines(state.advice, width))
     return lines
+
+
+def matrix_lines(ranks: list[int], pairs: dict[tuple[int, int], Pair], width: int) -> list[Text]:
+    """NCCL's choice and the hardware link as two rank x rank grids (side by side where they
+    fit), and their legend."""
+    cw = max([len(p.transport or "") for p in pairs.values()] + [4]) + 2
+    hw_w = max([len(p.hw or "") for p in pairs.values()] + [4]) + 2
+    left = _grid("NCCL chose (row sends to column)", ranks,
+                 lambda a, b: _styled(pairs[(a, b)], pairs[(a, b)].transport), cw)
+    right = _grid("hardware link (NVML)", ranks,
+                  lambda a, b: _styled(pairs[(a, b)], pairs[(a, b)].hw) if pairs[(a, b)].hw
+                  else Text("?", style="dim"), hw_w)
+    wide_l, wide_r = max(t.cell_len for t in left), max(t.cell_len for t in right)
+    if wide_l + 4 + wide_r <= width:
+        lines = _side_by_side(left, right)
+    elif max(wide_l, wide_r) <= width:
+        lines = [*left, Text(), *right]
+    else:  # a row cut at the edge would read as a missing pair: say why there is none
+        lines = _wrapped(f"(the {len(ranks)}x{len(ranks)} matrices need {max(wide_l, wide_r)} "
+                         "columns: the flagged pairs are listed below)", width, "dim")
+    return lines + wrap_text(Text.assemble(("■", SLOWER_STYLE), " slower than the hardware allows   ",
+                                           ("■", PCIE_STYLE), " PCIe / host memory   ",
+                                           (". no direct connection", "dim")), width, hang=0)
 
 
 def advice_lines(advice: Any, width: int = 120) -> list[Text]:
