@@ -1,9 +1,11 @@
-"""A scripted telemetry source for layout tests, the UI benchmark and demos: a
+"""A scripted telemetry source for layout tests, snapshots, the UI benchmark and demos: a
 RunState filled through its public `apply()` with Hello/Steps records, plus an
-NVML-shaped GPU sample. Never used for a real run."""
+NVML-shaped GPU sample, NCCL lines, a topology, a capture and earlier runs on disk
+(`fill_views`, `write_earlier_runs`). Never used for a real run."""
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import dataclass, field
@@ -11,12 +13,20 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from ddptop.analysis.advisor import advise_run
 from ddptop.analysis.capture import Capture
+from ddptop.analysis.nccl import parse_lines
+from ddptop.hw.topology import TopologyMatrix, TopoReading
 from ddptop.model.config import RunConfig, preset_config
 from ddptop.model.state import RECENT, RunState
 from ddptop.run.handle import RunHandle
 from ddptop.run.workbench import Workbench
+from ddptop.tui.app import DdpTopApp
 from ddptop.wire.protocol import Hello, Steps
+
+# 2026-01-01 12:00:00 UTC: the clock of snapshots and README images (nothing in them ages)
+SYNTHETIC_NOW = 1_767_268_800.0
+RUNS_ROOT = "/scratch/ddptop/runs"  # where the scripted captures say they wrote (no tmp dir)
 
 
 def synthetic_state(n_ranks: int, steps: int = RECENT, slow_rank: int | None = 1,
@@ -72,7 +82,8 @@ def synthetic_gpu_sample(n_gpus: int, t: float | None = None, util: float = 97.0
         nvlink_tx_kib=int((t or 0) * 1e6), nvlink_rx_kib=int((t or 0) * 1e6),
         processes=(SimpleNamespace(pid=20000 + i, used_mem=60 * 2**30),),
     ) for i in range(n_gpus))
-    return SimpleNamespace(t=time.time() if t is None else t, gpus=gpus, available=True, reason="")
+    return SimpleNamespace(t=time.time() if t is None else t, gpus=gpus, available=True, reason="",
+                           driver="580.95.05")
 
 
 @dataclass
@@ -105,3 +116,110 @@ def synthetic_workbench(state: RunState, runs_dir: Path) -> Workbench:
     session: RunHandle = StaticSession(state, config, Path(runs_dir) / state.run_id)
     bench.sessions.append(session)
     return bench
+
+
+def fill_views(state: RunState, now: float, gpus: int = 8) -> RunState:
+    """What a GPU run fills in that `synthetic_state` leaves empty, so every tab has
+    something to lay out: an NVML sample with a short history, NCCL's lines (a ring over
+    P2P, one hop over SHM, the network between nodes), the node's NVLink topology, the
+    advisor's word on all that, and one finished capture with its trace files."""
+    rng = random.Random(7)
+    n_gpus = min(gpus, state.world_size)
+    state.gpu_history.extend(synthetic_gpu_sample(n_gpus, t=now - 15 + i, util=rng.uniform(80, 99))
+                             for i in range(15))
+    state.gpu = synthetic_gpu_sample(n_gpus, t=now)
+    state.gpu_history.append(state.gpu)
+    state.nccl = parse_lines(nccl_lines(state))
+    state.topology = TopologyMatrix(
+        gpus=tuple(TopoReading(index=i, name="NVIDIA H200", pci_bus_id=f"00000000:{0x18 + 16 * i:02X}:00.0",
+                               nvlink_states=(1,) * 18) for i in range(n_gpus)),
+        links=tuple(tuple("X" if i == j else "NV18" for j in range(n_gpus)) for i in range(n_gpus)))
+    state.advice = advise_run(state.summary(), state.nccl, state.topology, env={})
+    state.captures[1] = synthetic_capture(state)
+    for r in sorted(state.ranks)[:2]:  # a line longer than any terminal, as torch prints them
+        state.add_log(r, "[W1231 11:59:02.962203732 Utils.hpp:137] Warning: Environment variable "
+                         "TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated; use TORCH_FR_BUFFER_SIZE instead "
+                         "(function operator())")
+    return state
+
+
+def nccl_lines(state: RunState) -> list[str]:
+    """NCCL_DEBUG=INFO lines as the ranks of `state` would print them (init, ring)."""
+    lines, n = [], state.world_size
+    hello = {r: rs.hello for r, rs in state.ranks.items() if rs.hello is not None}
+    for r, h in sorted(hello.items()):
+        lines.append(f"{h.host}:{h.pid}:{h.pid} [{h.local_rank}] NCCL INFO NCCL version 2.28.9+cuda13.0")
+        lines.append(f"{h.host}:{h.pid}:{h.pid} [{h.local_rank}] NCCL INFO ncclCommInitRankConfig comm "
+                     f"0x{0x38f6e1a0 + r:x} rank {r} nranks {n} cudaDev {h.local_rank} nvmlDev "
+                     f"{h.local_rank} busId {0x18 + 16 * h.local_rank:x}0 commId 0x7d4827b048d6e27e "
+                     "- Init COMPLETE")
+    for r, h in sorted(hello.items()):
+        nxt = hello.get((r + 1) % n)
+        if nxt is None:
+            continue
+        via = ("NET/IB/0" if nxt.host != h.host else "SHM/direct/direct" if r == 2 % n
+               else "P2P/CUMEM")
+        for ch in range(2):
+            lines.append(f"{h.host}:{h.pid}:{h.pid} [{h.local_rank}] NCCL INFO Channel {ch:02d}/0 : "
+                         f"{r}[{h.local_rank}] -> {(r + 1) % n}[{nxt.local_rank}] via {via}")
+    return lines
+
+
+def synthetic_capture(state: RunState, capture_id: int = 1, start: int = 120) -> Capture:
+    """A finished torch.profiler window of 3 steps on every rank, with its summary."""
+    out_dir = f"{RUNS_ROOT}/{state.run_id}/captures/{capture_id}"
+    ranks = sorted(state.ranks)
+    summary: dict[str, Any] = {"comm_ms_mean": 24.8, "open_with": "perfetto", "ranks": {}}
+    for r in ranks:
+        slow = 1.25 if r == 1 else 1.0
+        summary["ranks"][str(r)] = {
+            "comm_ms": 74.1 + r % 3, "overlap_ms": 66.0, "steps": [start, start + 1, start + 2],
+            "step_ms": [round(88.2 * slow, 1), round(87.9 * slow, 1), round(88.6 * slow, 1)],
+            "source": "gpu", "window_ms": 265.0 * slow, "busy_ms": 251.0, "idle_ms": 14.0, "idle_pct": 5.3,
+            "compute_ms": 180.2, "compute_pct": 68.0, "comm_pct": 28.0, "memory_ms": 3.1, "memory_pct": 1.2,
+            "streams": [{"stream": 7, "host_wait_ms": 9.8, "kernel_wait_ms": 2.9, "other_wait_ms": 1.3}],
+            "top": [{"name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                     "kind": "comm", "ms": 74.1, "count": 12, "mean_ms": 6.175, "std_ms": 0.41,
+                     "min_ms": 5.402, "max_ms": 6.884}],
+        }
+    return Capture(capture_id, start, 3, "torch", out_dir, status="done",
+                   ranks=dict.fromkeys(ranks, "written"),
+                   files={r: [f"{out_dir}/rank{r}.trace.json.gz"] for r in ranks}, summary=summary)
+
+
+# Earlier runs of the same model, as a runs directory holds them: (run id, preset, changes,
+# steps/s, status). The last has no summary (killed hard): the table says so.
+EARLIER_RUNS: tuple[tuple[str, str, dict[str, Any], float | None, str], ...] = (
+    ("20251231-093000-baseline", "baseline", {}, 6.12, "completed"),
+    ("20251231-101500-custom", "bf16", {"preset": "custom", "bucket_cap_mb": 50.0,
+                                         "nccl_env": {"NCCL_ALGO": "Ring"}}, 9.87, "completed"),
+    ("20251231-110000-powersgd", "powersgd", {}, 7.40, "stopped"),
+    ("20251231-113000-fp16", "fp16", {}, None, "no summary"),
+)
+
+
+def write_earlier_runs(runs_dir: Path, n_ranks: int) -> None:
+    """Earlier runs' summary.json (config.json alone for one), so the runs tab compares."""
+    for run_id, preset, changes, rate, status in EARLIER_RUNS:
+        run_dir = Path(runs_dir) / run_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config = preset_config(preset, RunConfig(nproc=n_ranks, steps=1024, warmup=5)).with_changes(**changes)
+        if rate is None:
+            (run_dir / "config.json").write_text(json.dumps({**config.to_dict(), "_launch": {"run_id": run_id}}))
+            continue
+        (run_dir / "summary.json").write_text(json.dumps({
+            "run_id": run_id, "preset": config.preset, "config": config.to_dict(),
+            "world_size": n_ranks, "backend": "nccl", "model": "vit_l_32", "status": status,
+            "steps_per_s": rate, "samples_per_s": rate * 32 * n_ranks, "step_ms_p50": 1000 / rate,
+        }))
+
+
+def snapshot_app(n_ranks: int, runs_dir: Path, now: float = SYNTHETIC_NOW, **state_kw: Any) -> DdpTopApp:
+    """The app on a scripted run of `n_ranks` (8 GPUs a node) with every view filled and its
+    clock stopped at `now`: what the snapshot tests and scripts/snapshots.py draw, the same
+    bytes every time. Refreshes only when told (`app.refresh_views()`)."""
+    state_kw.setdefault("nodes", max(1, n_ranks // 8))
+    state = fill_views(synthetic_state(n_ranks, now=now, **state_kw), now)
+    write_earlier_runs(runs_dir, n_ranks)
+    return DdpTopApp(synthetic_workbench(state, runs_dir), autostart=False, refresh_s=3600,
+                     clock=lambda: now)

@@ -1,0 +1,142 @@
+"""Layout snapshots (issue 21, "must show" 1): every tab at 80x24, 120x40 and 200x60 with 2, 8
+and 64 ranks, from one scripted run whose clock is stopped (ddptop.tui.synthetic.snapshot_app),
+so each SVG is the same bytes on every run. Beside the picture, each test checks from the
+rendered screen what a picture review would miss: no view scrolls sideways (a line cut at the
+edge), a one-line text that does not fit ends in an ellipsis, the footer's keys all fit, and
+the charts under the rank table keep their rows. The alert slot holding its height with and
+without an alert is checked at each size.
+
+    .venv/bin/python -m pytest tests/test_snapshots.py --snapshot-update   # after a layout change
+
+then look at the changed SVGs (tests/__snapshots__/) before committing them; on a mismatch,
+pytest-textual-snapshot writes snapshot_report.html with both pictures side by side."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from rich.cells import cell_len
+from rich.text import Text
+from textual.content import Content
+from textual.scroll_view import ScrollView
+from textual.widget import Widget
+from textual.widgets import Static
+
+from ddptop.tui.app import DdpTopApp
+from ddptop.tui.synthetic import snapshot_app
+from ddptop.tui.views import TABS
+from ddptop.tui.widgets.rank_table import RankTable
+from ddptop.tui.widgets.run_alerts import ALERT_ROWS, RunAlerts
+
+SIZES = {"80x24": (80, 24), "120x40": (120, 40), "200x60": (200, 60)}
+RANKS = (2, 8, 64)
+KEY = {tab: str(i + 1) for i, tab in enumerate(TABS)}
+
+
+def screen_lines(app: DdpTopApp) -> list[str]:
+    return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
+def visible(widget: Widget) -> bool:
+    region = widget.region
+    return widget.display and region.width > 0 and region.height > 0 and widget.screen is widget.app.screen \
+        and all(node.display for node in widget.ancestors_with_self if isinstance(node, Widget))
+
+
+def layout_faults(app: DdpTopApp) -> list[str]:
+    """What the screen shows cut: each fault names the widget and the text."""
+    lines = screen_lines(app)
+    faults = []
+    footer = lines[-1].rstrip()
+    if "▏" in footer or not footer.endswith("? Help"):
+        faults.append(f"footer cut: {footer!r}")
+    for view in app.screen.query(ScrollView):  # LinesView, RichLog, DataTable
+        if visible(view) and (view.show_horizontal_scrollbar
+                              or view.virtual_size.width > view.scrollable_content_region.width):
+            faults.append(f"{view!r} scrolls sideways: {view.virtual_size.width} cells in "
+                          f"{view.scrollable_content_region.width}")
+    for static in app.screen.query(Static):
+        if visible(static) and static.styles.text_wrap == "nowrap":
+            faults += _cut_lines(static, lines)
+    for box in app.screen.query(Widget):  # a border title or subtitle (the legend) that is cut
+        if visible(box) and box.styles.border_top[0]:
+            for markup in (box.border_title, box.border_subtitle):
+                title = Content.from_markup(markup or "").plain
+                if cell_len(title) > box.outer_size.width - 4:
+                    faults.append(f"{box!r} title cut: {title!r}")
+    return faults
+
+
+def _cut_lines(static: Static, lines: list[str]) -> list[str]:
+    """Lines of a one-line-per-row text wider than the widget that do not end in `…`."""
+    region = static.content_region
+    faults = []
+    for i, line in enumerate(str(static.render()).splitlines()[:region.height]):
+        shown = lines[region.y + i][region.x:region.x + region.width].rstrip()
+        if cell_len(line) > region.width and not shown.endswith("…"):
+            faults.append(f"{static!r} cut without an ellipsis: {shown!r}")
+    return faults
+
+
+def chart_faults(app: DdpTopApp) -> list[str]:
+    """The ranks tab: the throughput charts keep their rows below the rank table (at 80x24
+    they had been pushed off the screen), and the whole-run line fits its two rows."""
+    table = app.query_one(RankTable)
+    charts = app.query_one("#throughput", Widget)
+    pane = app.query_one("#ranks", Widget).region
+    faults = []
+    if charts.region.bottom > pane.bottom or charts.region.y < table.region.bottom:
+        faults.append(f"charts {charts.region} outside the tab {pane} under the table {table.region}")
+    facts = app.query_one("#rate-facts", Static)
+    rows = Text(str(facts.render())).wrap(app.console, facts.content_region.width)
+    if len(rows) > facts.content_region.height:
+        faults.append(f"whole-run line in {len(rows)} rows, {facts.content_region.height} shown")
+    return faults
+
+
+async def settle(app: DdpTopApp, pilot) -> None:  # noqa: ANN001
+    """Show the views twice: the first refresh sizes them (table heights, column sets)."""
+    for _ in range(2):
+        app.refresh_views(force_runs=True)
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+
+
+@pytest.mark.parametrize("ranks", RANKS, ids=[f"{n}r" for n in RANKS])
+@pytest.mark.parametrize("size", SIZES, ids=list(SIZES))
+@pytest.mark.parametrize("tab", TABS)
+def test_every_tab_at_every_size_and_rank_count(snap_compare, tmp_path: Path, tab: str, size: str,
+                                                ranks: int) -> None:
+    app = snapshot_app(ranks, tmp_path)
+    faults: list[str] = []
+
+    async def run_before(pilot) -> None:  # noqa: ANN001
+        await pilot.press(KEY[tab])
+        await settle(app, pilot)
+        faults.extend(layout_faults(app))
+        if tab == "ranks":
+            faults.extend(chart_faults(app))
+
+    matches = snap_compare(app, terminal_size=SIZES[size], run_before=run_before)
+    assert faults == []  # first: it says what is wrong, the picture only that something is
+    assert matches
+
+
+@pytest.mark.parametrize("size", SIZES, ids=list(SIZES))
+def test_the_alert_slot_keeps_its_rows_with_and_without_an_alert(tmp_path: Path, size: str) -> None:
+    """A straggler verdict that comes and goes moves nothing (issue 21: it moved the whole
+    layout by a row every few seconds)."""
+    async def regions(slow_rank: int | None) -> tuple[object, ...]:
+        app = snapshot_app(8, tmp_path / str(slow_rank), slow_rank=slow_rank)
+        async with app.run_test(size=SIZES[size]) as pilot:
+            await settle(app, pilot)
+            alerts = app.query_one(RunAlerts)
+            shown = str(alerts.render()).strip()
+            assert ("straggler" in shown) == (slow_rank is not None), shown
+            return alerts.region.height, app.query_one("#tabs", Widget).region
+
+    with_alert, without = asyncio.run(regions(1)), asyncio.run(regions(None))
+    assert with_alert[0] == without[0] == ALERT_ROWS
+    assert with_alert == without
