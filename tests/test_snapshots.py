@@ -25,14 +25,13 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from ddptop.tui.app import DdpTopApp
-from ddptop.tui.synthetic import snapshot_app
+from ddptop.tui.synthetic import show_tab, snapshot_app
 from ddptop.tui.views import TABS
 from ddptop.tui.widgets.rank_table import RankTable
 from ddptop.tui.widgets.run_alerts import ALERT_ROWS, RunAlerts
 
 SIZES = {"80x24": (80, 24), "120x40": (120, 40), "200x60": (200, 60)}
 RANKS = (2, 8, 64)
-KEY = {tab: str(i + 1) for i, tab in enumerate(TABS)}
 
 
 def screen_lines(app: DdpTopApp) -> list[str]:
@@ -96,14 +95,6 @@ def chart_faults(app: DdpTopApp) -> list[str]:
     return faults
 
 
-async def settle(app: DdpTopApp, pilot) -> None:  # noqa: ANN001
-    """Show the views twice: the first refresh sizes them (table heights, column sets)."""
-    for _ in range(2):
-        app.refresh_views(force_runs=True)
-        await pilot.pause()
-        await pilot.wait_for_scheduled_animations()
-
-
 @pytest.mark.parametrize("ranks", RANKS, ids=[f"{n}r" for n in RANKS])
 @pytest.mark.parametrize("size", SIZES, ids=list(SIZES))
 @pytest.mark.parametrize("tab", TABS)
@@ -113,8 +104,7 @@ def test_every_tab_at_every_size_and_rank_count(snap_compare, tmp_path: Path, ta
     faults: list[str] = []
 
     async def run_before(pilot) -> None:  # noqa: ANN001
-        await pilot.press(KEY[tab])
-        await settle(app, pilot)
+        await show_tab(app, pilot, tab)
         faults.extend(layout_faults(app))
         if tab == "ranks":
             faults.extend(chart_faults(app))
@@ -131,7 +121,7 @@ def test_the_alert_slot_keeps_its_rows_with_and_without_an_alert(tmp_path: Path,
     async def regions(slow_rank: int | None) -> tuple[object, ...]:
         app = snapshot_app(8, tmp_path / str(slow_rank), slow_rank=slow_rank)
         async with app.run_test(size=SIZES[size]) as pilot:
-            await settle(app, pilot)
+            await show_tab(app, pilot, "ranks")
             alerts = app.query_one(RunAlerts)
             shown = str(alerts.render()).strip()
             assert ("straggler" in shown) == (slow_rank is not None), shown

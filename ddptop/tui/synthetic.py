@@ -22,6 +22,7 @@ from ddptop.model.state import RECENT, RunState
 from ddptop.run.handle import RunHandle
 from ddptop.run.workbench import Workbench
 from ddptop.tui.app import DdpTopApp
+from ddptop.tui.views import TABS
 from ddptop.wire.protocol import Hello, Steps
 
 # 2026-01-01 12:00:00 UTC: the clock of snapshots and README images (nothing in them ages)
@@ -223,3 +224,13 @@ def snapshot_app(n_ranks: int, runs_dir: Path, now: float = SYNTHETIC_NOW, **sta
     write_earlier_runs(runs_dir, n_ranks)
     return DdpTopApp(synthetic_workbench(state, runs_dir), autostart=False, refresh_s=3600,
                      clock=lambda: now)
+
+
+async def show_tab(app: DdpTopApp, pilot: Any, tab: str) -> None:
+    """Open `tab` (by its key, as a user would) and show the views twice: the first
+    refresh sizes them (table heights, column sets), the second draws them at that size."""
+    await pilot.press(str(TABS.index(tab) + 1))
+    for _ in range(2):
+        app.refresh_views(force_runs=True)
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
