@@ -168,3 +168,30 @@ def test_a_gpu_memory_sample_reads_the_allocators_counters_once():
     assert calls == [2]
     assert (out["mem_allocated_mb"], out["mem_reserved_mb"], out["mem_peak_mb"]) == (3072.0, 7168.0, 6144.0)
     assert "mem_allocated_mb" not in memory_sample(torch, cuda=False)
+
+
+def test_the_ranks_tab_draws_the_cursor_rows_last_step_when_the_terminal_is_tall(tmp_path: Path) -> None:
+    async def main() -> None:
+        app, state = synthetic_app(tmp_path, 4, slow_rank=2)
+        state.ranks[1].add_spans({state.ranks[1].recent[-1]["step"]: ((40.0, 52.0), (45.0, 66.0))})
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.refresh_views()
+            await pilot.pause()
+            view = app.query_one("#overview-timeline", StepTimelineView)
+            assert view.display and view.border_title.startswith("rank 0's last step")
+            assert "all-reduce" in str(view.render())
+            await pilot.press("down")
+            app.refresh_views()
+            await pilot.pause()
+            assert view.border_title.startswith("rank 1's last step")
+            assert "in 2 buckets" in str(view.render()) and "buckets" in str(view.render()).splitlines()[2]
+            table = app.query_one(RankTable)
+            assert table.region.bottom <= app.query_one("#throughput").region.y  # nothing overlaps
+            assert app.query_one("#throughput").region.bottom <= view.region.y
+        small, _ = synthetic_app(tmp_path / "small", 4)
+        async with small.run_test(size=(80, 24)) as pilot:  # no room: the charts keep theirs
+            small.refresh_views()
+            await pilot.pause()
+            assert not small.query_one("#overview-timeline", StepTimelineView).display
+
+    asyncio.run(main())

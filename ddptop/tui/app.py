@@ -44,6 +44,7 @@ from ddptop.tui.widgets.rank_table import RankTable
 from ddptop.tui.widgets.run_alerts import RunAlerts
 from ddptop.tui.widgets.run_header import RunHeader
 from ddptop.tui.widgets.runs_panel import RunsPanel
+from ddptop.tui.widgets.step_timeline import StepTimelineView
 from ddptop.tui.widgets.throughput_panel import ThroughputPanel
 from ddptop.tui.widgets.wiring_panel import WiringPanel
 
@@ -110,6 +111,7 @@ class DdpTopApp(App[int]):
             with TabPane("1 Ranks", id="ranks"):
                 yield RankTable(id="rank-table")
                 yield ThroughputPanel(id="throughput")
+                yield StepTimelineView(id="overview-timeline")
             with TabPane("2 GPU", id="gpu"):
                 yield GpuPanel(id="gpu-panel")
             with TabPane("3 Runs", id="runs"):

@@ -30,6 +30,16 @@ SYNTHETIC_NOW = 1_767_268_800.0
 RUNS_ROOT = "/scratch/ddptop/runs"  # where the scripted captures say they wrote (no tmp dir)
 
 
+def _bucket_spans(rec: dict[str, float], buckets: int = 4) -> dict[int, tuple[tuple[float, float], ...]]:
+    """Four buckets going out one after another, the last completing when backward returns
+    and handed over `exposed_comm_ms` before that (what the rank side measures)."""
+    end = rec["data_ms"] + rec["forward_ms"] + rec["backward_ms"]
+    each = rec["comm_ms"] / buckets
+    done = [end - (buckets - 1 - i) * each for i in range(buckets)]
+    spans = [(d - each * 1.5, d) for d in done[:-1]] + [(end - rec["exposed_comm_ms"], end)]
+    return {int(rec["step"]): tuple((round(a, 3), round(b, 3)) for a, b in spans)}
+
+
 def synthetic_state(n_ranks: int, steps: int = RECENT, slow_rank: int | None = 1,
                     comm: bool = True, seed: int = 0, now: float | None = None,
                     run_id: str = "20260101-120000-overlap-demo", backend: str = "nccl",
@@ -63,7 +73,7 @@ def synthetic_state(n_ranks: int, steps: int = RECENT, slow_rank: int | None = 1
                 rec.update(comm_ms=rng.uniform(20, 30), exposed_comm_ms=rng.uniform(2, 8),
                            comm_bytes=1.2e9, buckets=4, compressing=0)
             records.append(rec)
-        state.apply(Steps(rank=r, records=records), now)
+        state.apply(Steps(rank=r, records=records, spans=_bucket_spans(records[-1]) if comm else {}), now)
         state.add_log(r, f"[trainer] rank {r}/{n_ranks} {device(r)} backend={backend} model=vit_l_32")
         state.add_log(r, f"node{r // 8}:{20000 + r}:{20000 + r} [{r % 8}] NCCL INFO Channel 00/0 : "
                          f"{r} -> {(r + 1) % n_ranks} via P2P/CUMEM")

@@ -24,6 +24,7 @@ from ddptop.tui.widgets.rank_table import RankTable
 from ddptop.tui.widgets.run_alerts import RunAlerts
 from ddptop.tui.widgets.run_header import RunHeader
 from ddptop.tui.widgets.runs_panel import RunsPanel
+from ddptop.tui.widgets.step_timeline import TIMELINE_MIN_HEIGHT, StepTimelineView, show_cursor_rank
 from ddptop.tui.widgets.throughput_panel import ThroughputPanel
 from ddptop.tui.widgets.wiring_panel import WiringPanel
 
@@ -71,7 +72,10 @@ class ViewRouter:
         self._notice_captures(session.state)
         tab = query(TabbedContent).active
         if tab == "ranks":
-            query(RankTable).show(snap)
+            table = query(RankTable)
+            show_cursor_rank(query("#overview-timeline", StepTimelineView), snap, table.cursor_rank,
+                             self.app.size.height >= TIMELINE_MIN_HEIGHT)
+            table.show(snap)
             query(ThroughputPanel).show(snap)
         elif tab == "gpu":
             query(GpuPanel).show(snap)

@@ -24,6 +24,7 @@ from ddptop.model.state import RunState
 from ddptop.tui.live import Snapshot, rank_location
 from ddptop.tui.render import SLOW_STYLE, STATUS_STYLES, legend, phase_bar, truncate
 from ddptop.tui.widgets.lines_view import LinesView
+from ddptop.tui.widgets.step_timeline import TIMELINE_ROWS, StepTimelineView
 
 # key, label, width (None: the phase bar takes what is left), right-aligned
 COLUMNS = (
@@ -156,10 +157,9 @@ class RankTable(Vertical):
         self.sort_by(keys[(keys.index(self.sort_key) + delta) % len(keys)])
 
     def action_choose(self) -> None:
-        cursor = self.body.cursor
-        item = self._items[cursor] if 0 <= cursor < len(self._items) else None
-        if isinstance(item, int):
-            self.post_message(self.RankChosen(item))
+        rank = self.cursor_rank
+        if rank is not None:
+            self.post_message(self.RankChosen(rank))
 
     def action_invert_sort(self) -> None:
         self.sort_by(self.sort_key, not self.sort_descending)
@@ -189,6 +189,13 @@ class RankTable(Vertical):
     @property
     def body(self) -> LinesView:
         return self.query_one("#rank-rows", LinesView)
+
+    @property
+    def cursor_rank(self) -> int | None:
+        """The rank on the cursor's row (None on a node's header row or before any row)."""
+        cursor = self.body.cursor
+        item = self._items[cursor] if 0 <= cursor < len(self._items) else None
+        return item if isinstance(item, int) else None
 
     def row_texts(self) -> list[str]:
         """The rows as plain text (tests, screen readers of a sort)."""
@@ -242,9 +249,12 @@ class RankTable(Vertical):
         """The rows plus the border, at most MAX_SHARE of the tab and never so much that
         the charts below lose their CHARTS_MIN rows (at 80x24 they had been pushed off)."""
         height = rows + CHROME
-        pane = self.parent.size.height if isinstance(self.parent, Widget) else 0
-        if pane:
-            height = min(height, int(pane * MAX_SHARE), pane - CHARTS_MIN)
+        parent = self.parent
+        pane = parent.size.height if isinstance(parent, Widget) else 0
+        if pane and isinstance(parent, Widget):
+            # and the step timeline's rows, when a tall terminal shows it
+            timeline = any(w.display for w in parent.query_children(StepTimelineView))
+            height = min(height, int(pane * MAX_SHARE), pane - CHARTS_MIN - (TIMELINE_ROWS if timeline else 0))
         return max(height, 5)
 
     def _ordered(self, snap: Snapshot, groups: list[tuple[Text, list[int]]] | None) -> list[int | Text]:

@@ -10,12 +10,15 @@ from textual.widgets import Static
 
 from ddptop.model.report import fmt
 from ddptop.model.timeline import StepTimeline, step_timeline
+from ddptop.tui.live import Snapshot
 from ddptop.tui.render import PHASE_COLORS
 
 LANE_STYLE = {**PHASE_COLORS, "exposed": PHASE_COLORS["comm"], "other": "#6c6c6c"}
 LANE_CHAR = {"exposed": "▒", "other": "·"}
 BUCKET_STYLES = (PHASE_COLORS["comm"], "#5f87d7")  # neighbouring buckets told apart
-LABEL_W = 10
+LABEL_W = 11  # 'all-reduce' and a space
+TIMELINE_ROWS = 6  # on the ranks tab: its four lines in a border (app.tcss #overview-timeline)
+TIMELINE_MIN_HEIGHT = 34  # terminal rows from which the ranks tab shows it (not at 80x24)
 
 
 def timeline_lines(timeline: StepTimeline | None, width: int) -> list[Text]:
@@ -77,3 +80,19 @@ class StepTimelineView(Static):
     def show(self, record: dict[str, float] | None, spans: tuple[tuple[float, float], ...] = ()) -> None:
         width = self.content_region.width or 80
         self.update(Text("\n").join(timeline_lines(step_timeline(record, spans) if record else None, width)))
+
+
+def show_cursor_rank(view: StepTimelineView, snap: Snapshot, rank: int | None, tall: bool) -> None:
+    """The ranks tab's timeline: the cursor row's rank (the slowest before the cursor is on
+    one), shown only in a terminal of TIMELINE_MIN_HEIGHT rows or more."""
+    if view.display != tall:
+        view.display = tall
+    if not tall:
+        return
+    ranks = snap.state.ranks
+    rank = rank if rank in ranks else snap.slowest if snap.slowest in ranks else min(ranks, default=None)
+    rs = ranks.get(rank) if rank is not None else None
+    title = f"rank {rank}'s last step in time (the row under the cursor; ⏎ opens it)" if rs else "step timeline"
+    if view.border_title != title:
+        view.border_title = title
+    view.show(*rs.timeline_record()) if rs is not None else view.show(None)
