@@ -195,3 +195,47 @@ def test_the_ranks_tab_draws_the_cursor_rows_last_step_when_the_terminal_is_tall
             assert not small.query_one("#overview-timeline", StepTimelineView).display
 
     asyncio.run(main())
+
+
+def test_a_ranks_children_are_sampled_and_listed_in_its_detail() -> None:
+    """DataLoader workers and the script's subprocesses are the rank process's children:
+    psutil finds them (grandchildren too) every second, and the detail lists them."""
+    import os
+    import subprocess
+    import sys
+
+    from ddptop.hw.hardware import HardwareSampler
+    from ddptop.hw.processes import ProcessStats
+
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+                              "'import time; time.sleep(60)']); time.sleep(60)"])
+    try:
+        tracker = ProcessStats()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            stats = tracker.stats([os.getpid()], children=True)
+            if len(tracker.children.get(os.getpid(), [])) >= 2:
+                break
+            time.sleep(0.1)
+        kids = tracker.children[os.getpid()]
+        assert child.pid in kids and len(kids) >= 2, kids  # the child and its own child
+        assert all(k in stats and stats[k][1] > 0 for k in kids)
+        gpu, procs, family = HardwareSampler().sample([os.getpid()])
+        assert child.pid in family[os.getpid()] and child.pid in procs
+    finally:
+        for pid in tracker.children.get(os.getpid(), []):
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        child.wait()
+    state = synthetic_state(2)
+    pid = state.ranks[0].hello.pid
+    state.proc_stats.update({pid: (95.0, 2 << 30), 31001: (40.0, 300 << 20), 31002: (38.0, 310 << 20)})
+    state.proc_children[pid] = [31001, 31002]
+    text = "\n".join(t.plain for t in detail_lines(snapshot(state, time.time()), 0, 120))
+    assert "children  2 (DataLoader workers, subprocesses): CPU 78%" in text
+    assert "pid 31001  CPU 40%  resident 300" in text
+    other = "\n".join(t.plain for t in detail_lines(snapshot(state, time.time()), 1, 120))
+    assert "children" not in other

@@ -23,6 +23,10 @@ class HardwareSampler:
     def topology(self) -> Any:
         return self.nvml.topology()
 
-    def sample(self, pids: Iterable[int]) -> tuple[GpuSample | None, dict[int, tuple[float, int]]]:
+    def sample(self, pids: Iterable[int]) -> tuple[GpuSample | None, dict[int, tuple[float, int]],
+                                                   dict[int, list[int]]]:
+        """NVML's reading, the ranks' and their children's CPU% and RSS, and each rank's
+        children (DataLoader workers, subprocesses) by the rank's pid."""
         gpu = self.nvml.sample() if self.nvml.available else None
-        return gpu, self.procs.stats(pids)
+        stats = self.procs.stats(pids, children=True)
+        return gpu, stats, self.procs.children

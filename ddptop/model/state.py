@@ -82,8 +82,9 @@ class RunState:
     gpu: Any = None
     gpu_history: collections.deque[Any] = field(default_factory=lambda: collections.deque(maxlen=120))
     gpu_unavailable: str = ""
-    # psutil fallback when there is no NVML: pid -> (cpu_percent, rss_bytes)
+    # psutil, every second: pid -> (cpu_percent, rss_bytes) of each rank and its children
     proc_stats: dict[int, tuple[float, int]] = field(default_factory=dict)
+    proc_children: dict[int, list[int]] = field(default_factory=dict)  # a rank's pid -> its children's
     nccl: Any = None  # latest ddptop.analysis.nccl.NcclReport parsed from the run's NCCL logs
     topology: Any = None  # ddptop.hw.gpu.TopologyMatrix, once, when NVML is there
     advice: Any = None  # latest ddptop.analysis.advisor.Advice

@@ -120,8 +120,8 @@ class Watchdog:
             state.topology = await asyncio.to_thread(hw.topology)
         while True:
             pids = list(self.procs.rank_pids().values())
-            gpu, procs = await asyncio.to_thread(hw.sample, pids)
-            state.proc_stats = procs
+            gpu, procs, children = await asyncio.to_thread(hw.sample, pids)
+            state.proc_stats, state.proc_children = procs, children
             if gpu is not None:
                 state.gpu = gpu
                 state.gpu_history.append(gpu)

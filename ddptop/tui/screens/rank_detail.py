@@ -17,6 +17,7 @@ from textual.widgets import Footer, Static
 from ddptop.model import memory
 from ddptop.model.report import NA, fmt
 from ddptop.model.snapshot import Snapshot
+from ddptop.model.state import RunState
 from ddptop.tui.live import rank_location
 from ddptop.tui.render import STATUS_STYLES, fmt_bytes, legend, phase_bar, spark
 from ddptop.tui.widgets.step_timeline import StepTimelineView
@@ -72,10 +73,27 @@ def memory_lines(snap: Snapshot, rank: int) -> list[Text]:
         f"  GPU memory (NVML) {fmt_bytes(used) if used is not None else NA}",
         f"  resident {fmt(rss, '.0f') + ' MiB' if rss is not None else fmt_bytes(proc[1]) if proc else NA}",
         f"  CPU {fmt(proc[0], '.0f') + '%' if proc else NA}"))
+    lines += child_lines(snap.state, pid)
     found = memory.creep(list(rs.recent))
     if found is not None:
         lines.append(Text("▲ " + found.describe(), style="bold #d7503c"))
     return lines
+
+
+def child_lines(state: RunState, pid: int | None, most: int = 6) -> list[Text]:
+    """The rank's children (DataLoader workers, the script's subprocesses): CPU% and RSS."""
+    kids = state.proc_children.get(pid, []) if pid is not None else []
+    if not kids:
+        return []
+    stats = [(k, state.proc_stats[k]) for k in kids if k in state.proc_stats]
+    total_cpu, total_rss = sum(c for _, (c, _) in stats), sum(r for _, (_, r) in stats)
+    out = [Text.assemble(("children  ", "dim"), f"{len(kids)} (DataLoader workers, subprocesses): "
+                         f"CPU {total_cpu:.0f}%  resident {fmt_bytes(total_rss)}")]
+    for k, (cpu, rss) in stats[:most]:
+        out.append(Text(f"          pid {k}  CPU {cpu:.0f}%  resident {fmt_bytes(rss)}", style="dim"))
+    if len(stats) > most:
+        out.append(Text(f"          +{len(stats) - most} more", style="dim"))
+    return out
 
 
 def nccl_lines(snap: Snapshot, rank: int) -> list[Text]:
