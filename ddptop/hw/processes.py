@@ -22,15 +22,10 @@ class ProcessStats:
 
         out: dict[int, tuple[float, int]] = {}
         family: dict[int, list[int]] = {}
-        for pid in pids:
-            proc = self._read(psutil, pid, out)
-            if proc is None or not children:
-                continue
-            try:
-                kids = [k.pid for k in proc.children(recursive=True)]
-            except (psutil.Error, OSError):
-                continue
-            family[pid] = [k for k in kids if self._read(psutil, k, out) is not None]
+        pids = [pid for pid in pids if self._read(psutil, pid, out) is not None]
+        kids_of = _children_map(psutil) if children and pids else {}
+        for pid in pids if children else ():
+            family[pid] = [k for k in _descendants(kids_of, pid) if self._read(psutil, k, out) is not None]
         self.children = family
         for pid in set(self._procs) - set(out):
             del self._procs[pid]  # gone: forget it
@@ -44,6 +39,27 @@ class ProcessStats:
         except (psutil.Error, OSError):
             self._procs.pop(pid, None)  # gone or not ours to read: leave it out
             return None
+
+
+def _children_map(psutil: Any) -> dict[int, list[int]]:
+    """ppid -> pids, from one pass over the process table (psutil's children() makes a pass
+    per call: one per rank, every second, on a server of thousands of processes)."""
+    out: dict[int, list[int]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        ppid = proc.info.get("ppid")
+        if ppid is not None:
+            out.setdefault(ppid, []).append(proc.pid)
+    return out
+
+
+def _descendants(kids_of: dict[int, list[int]], pid: int) -> list[int]:
+    out: list[int] = []
+    todo = list(kids_of.get(pid, ()))
+    while todo and len(out) < 1024:
+        kid = todo.pop(0)
+        out.append(kid)
+        todo += kids_of.get(kid, ())
+    return out
 
 
 def process_stats(
