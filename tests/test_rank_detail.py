@@ -239,3 +239,28 @@ def test_a_ranks_children_are_sampled_and_listed_in_its_detail() -> None:
     assert "pid 31001  CPU 40%  resident 300" in text
     other = "\n".join(t.plain for t in detail_lines(snapshot(state, time.time()), 1, 120))
     assert "children" not in other
+
+
+def test_enter_on_a_nodes_header_row_opens_that_nodes_first_rank(tmp_path: Path) -> None:
+    async def main() -> None:
+        app, state = synthetic_app(tmp_path, 16, nodes=2)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.refresh_views()
+            await pilot.pause()
+            table = app.query_one(RankTable)
+            assert table.body.cursor == 0 and not table.row_texts()[0].lstrip().startswith("0")
+            assert table.cursor_rank == 0  # the cursor starts on node 0's header row
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, RankDetailScreen) and app.screen.rank == 0
+
+    asyncio.run(main())
+
+
+def test_log_lines_read_plain_and_only_their_prefix_is_dim():
+    from ddptop.tui.widgets.log_view import format_line
+
+    text = format_line(3, "loss 2.31")
+    prefix = text.plain.index("loss")
+    styles = {str(span.style) for span in text.spans if span.start >= prefix}
+    assert "dim" not in str(text.style) and not any("dim" in s for s in styles)

@@ -55,7 +55,8 @@ def line_kind_matches(kind: str, line: str) -> bool:
 def format_line(rank: int, line: str, search: str = "", current: bool = False) -> Text:
     """One log line; each case-insensitive occurrence of `search` highlighted (the line the
     search is on, brighter)."""
-    text = Text(f"{rank_label(rank):>6} │ ", style="dim")
+    text = Text()
+    text.append(f"{rank_label(rank):>6} │ ", style="dim")  # the prefix only: the line itself reads plain
     start = len(text)
     text.append(line, style=NCCL_STYLE if is_nccl(line) else "")
     if search:

@@ -192,10 +192,12 @@ class RankTable(Vertical):
 
     @property
     def cursor_rank(self) -> int | None:
-        """The rank on the cursor's row (None on a node's header row or before any row)."""
+        """The rank on the cursor's row; on a node's header row, that node's first rank
+        (None before any row)."""
         cursor = self.body.cursor
-        item = self._items[cursor] if 0 <= cursor < len(self._items) else None
-        return item if isinstance(item, int) else None
+        if not 0 <= cursor < len(self._items):
+            return None
+        return next((item for item in self._items[cursor:] if isinstance(item, int)), None)
 
     def row_texts(self) -> list[str]:
         """The rows as plain text (tests, screen readers of a sort)."""
