@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import shlex
 import signal
@@ -71,6 +72,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--script-args", default="", help="gpt/seed: extra script arguments, one string")
     p.add_argument("--seed-script", type=Path, default=ROOT / ".ref" / "seed_repro.py")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
+    p.add_argument("--shuffle", type=int, default=None, metavar="SEED",
+                   help="run the modes of each pair in a random order (this seed): what runs after "
+                        "what moved the ratio by more than the variants did (docs/BENCHMARKS.md)")
+    p.add_argument("--pause", type=float, default=0.0, help="seconds of quiet before each run")
     p.add_argument("--runs-dir", type=Path,
                    default=Path(tempfile.gettempdir()) / "ddptop-overhead-pairs")
     p.add_argument("--json-out", type=Path)
@@ -215,7 +220,7 @@ def report(runs: list[Run], modes: list[str]) -> dict:
     ratios: dict[str, list[float]] = {m: [] for m in heads}
     n = len(modes)
     for i in range(0, len(runs), n):
-        group = dict(zip(modes, runs[i:i + n]))
+        group = {run.mode: run for run in runs[i:i + n]}  # in the order they ran (--shuffle)
         plain = group["plain"]
         cells = [f"failed ({plain.error[:60]})" if plain.error else fmt(plain.steps_per_s)]
         for m in heads:
@@ -279,8 +284,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.steps} steps after {args.warmup} warmup; files in {work}", flush=True)
     runs = []
     modes = ["plain", "ddptop", *args.variants]
+    order = random.Random(args.shuffle)
     for pair in range(1, args.pairs + 1):
-        for mode in modes:
+        for mode in order.sample(modes, len(modes)) if args.shuffle is not None else modes:
+            time.sleep(args.pause)
             run = measure(args, work, pair, mode)
             runs.append(run)
             own = f", ddptop's own {fmt(run.ddptop_steps_per_s)}, {run.run_dir}" if run.run_dir else ""
