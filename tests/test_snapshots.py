@@ -130,3 +130,26 @@ def test_the_alert_slot_keeps_its_rows_with_and_without_an_alert(tmp_path: Path,
     with_alert, without = asyncio.run(regions(1)), asyncio.run(regions(None))
     assert with_alert[0] == without[0] == ALERT_ROWS
     assert with_alert == without
+
+
+@pytest.mark.parametrize("size", SIZES, ids=list(SIZES))
+def test_the_rank_detail_at_every_size(snap_compare, tmp_path: Path, size: str) -> None:
+    """Enter on rank 1 (the straggler): its last step with four buckets, its history, memory,
+    children and NCCL peers, with nothing wider than the screen."""
+    app = snapshot_app(8, tmp_path)
+    shown: list[str] = []
+
+    async def run_before(pilot) -> None:  # noqa: ANN001
+        await show_tab(app, pilot, "ranks")
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        app.screen.refresh_detail()  # type: ignore[attr-defined]
+        await pilot.pause()
+        shown.extend(screen_lines(app))
+
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=run_before)
+    text = "\n".join(shown)
+    assert "rank 1" in text and "in 4 buckets" in text
+    if size != "80x24":  # at 80x24 the rest is a scroll away
+        assert "allocated 3008 MiB" in text and "children  2 (DataLoader workers" in text
+    assert not [line for line in shown if len(line.rstrip()) > SIZES[size][0]]

@@ -151,7 +151,21 @@ def fill_views(state: RunState, now: float, gpus: int = 8) -> RunState:
         state.add_log(r, "[W1231 11:59:02.962203732 Utils.hpp:137] Warning: Environment variable "
                          "TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated; use TORCH_FR_BUFFER_SIZE instead "
                          "(function operator())")
+    _fill_memory(state)
     return state
+
+
+def _fill_memory(state: RunState) -> None:
+    """The rank side's memory samples (every 10th step) and each rank's two DataLoader workers."""
+    for r, rs in state.ranks.items():
+        for rec in rs.recent:
+            if int(rec["step"]) % 10 == 0:
+                rec.update(mem_allocated_mb=3007.0 + r, mem_reserved_mb=6956.0, mem_peak_mb=6236.0, rss_mb=2396.0)
+        if rs.hello is not None:
+            workers = [rs.hello.pid + 1000 + 100 * k for k in range(2)]
+            state.proc_children[rs.hello.pid] = workers
+            state.proc_stats.update({rs.hello.pid: (101.0, 2396 << 20),
+                                     **{w: (35.0 + k, (412 + k) << 20) for k, w in enumerate(workers)}})
 
 
 def nccl_lines(state: RunState) -> list[str]:
