@@ -35,13 +35,7 @@ class StepTimeline:
     # each bucket from when the one before it completed (or its own hand-over, if later) to
     # its completion: the time the all-reduce worked on it, buckets going out one at a time
     buckets: tuple[Span, ...] = ()
-
-    @property
-    def in_flight_ms(self) -> float:
-        """Time any all-reduce was in flight (the union of the buckets' spans)."""
-        if self.buckets:
-            return sum(b - a for a, b in _merged([(s.start_ms, s.end_ms) for s in self.buckets]))
-        return self.comm.ms if self.comm is not None else 0.0
+    in_flight_ms: float = 0.0  # time any all-reduce was in flight (the union of the buckets' spans)
 
     def columns(self, span: Span, width: int) -> tuple[int, int]:
         """Where a span falls in a bar of `width` columns: [start, end), at least one column
@@ -89,7 +83,8 @@ def step_timeline(rec: Mapping[str, float],
         start = max(data + fwd, bwd_end - _ms(rec, "comm_ms"))
         comm = Span("comm", start, bwd_end)
         hidden = max(0.0, comm.ms - exposed)
-    return StepTimeline(int(rec.get("step", -1)), float(max(step_ms, t)), tuple(lane), comm, hidden)
+    return StepTimeline(int(rec.get("step", -1)), float(max(step_ms, t)), tuple(lane), comm, hidden,
+                        in_flight_ms=comm.ms if comm is not None else 0.0)
 
 
 def _with_buckets(step: int, step_ms: float, lane: tuple[Span, ...], spans: Sequence[tuple[float, float]],
@@ -100,8 +95,9 @@ def _with_buckets(step: int, step_ms: float, lane: tuple[Span, ...], spans: Sequ
         buckets.append(Span("bucket", max(handed, min(done, completed)), completed))
         done = completed
     comm = Span("comm", min(a for a, _ in spans), max(b for _, b in spans))
-    hidden = sum(max(0.0, min(b, compute_end) - a) for a, b in _merged(spans))
-    return StepTimeline(step, step_ms, lane, comm, hidden, tuple(buckets))
+    union = _merged(spans)
+    hidden = sum(max(0.0, min(b, compute_end) - a) for a, b in union)
+    return StepTimeline(step, step_ms, lane, comm, hidden, tuple(buckets), sum(b - a for a, b in union))
 
 
 def _merged(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:

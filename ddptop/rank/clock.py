@@ -64,3 +64,19 @@ class LazyClock:
 
     def sync(self) -> None:
         self._current().sync()
+
+
+class AtMostEvery:
+    """`ready()` is True at most once in `seconds` (the first call: always): what the rank
+    sends or samples less often than every step."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._at = float("-inf")
+
+    def ready(self) -> bool:
+        now = time.monotonic()
+        if now - self._at < self.seconds:
+            return False
+        self._at = now
+        return True

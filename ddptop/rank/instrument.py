@@ -23,14 +23,13 @@ import atexit
 import functools
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from ddptop.rank import patches
 from ddptop.rank.capture import CaptureRunner
 from ddptop.rank.client import Probe
-from ddptop.rank.clock import CudaClock, HostClock, LazyClock
+from ddptop.rank.clock import AtMostEvery, CudaClock, HostClock, LazyClock
 from ddptop.rank.ddp_comm import DdpComm
 from ddptop.rank.ddp_settings import ScriptDdp, ScriptSettings, blame_settings
 from ddptop.rank.facts import ddp_facts, ddp_timing, facts_without_ddp, model_facts
@@ -65,7 +64,7 @@ class Instrument:
         self.step_limit = self.script.last_step if self.script is not None else None
         self._limit_reached = False
         self._left = False  # the instrument destroyed the process group at the step limit
-        self._spans_sent = float("-inf")
+        self._spans_due = AtMostEvery(SPANS_EVERY_S)
         self.memory = MemorySampler()
         self.comm = DdpComm(
             torch, self.tracker, self.comm_timing, max(1, int(settings.get("comm_timing_every", 10))),
@@ -281,12 +280,8 @@ class Instrument:
         for rec in records:
             read_values(rec, wait=flush)
             spans = rec.pop("comm_spans", None)
-            if spans is not None:
-                now = time.monotonic()
-                if now - self._spans_sent < SPANS_EVERY_S:
-                    spans = None
-                else:
-                    self._spans_sent = now
+            if spans is not None and not self._spans_due.ready():
+                spans = None
             self.probe.record_step(int(rec.pop("step")), rec, spans)
 
     # --- the script's own probe calls ----------------------------------------------------

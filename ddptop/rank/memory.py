@@ -5,8 +5,9 @@ resident set everywhere. Host-side reads only (the allocator's counters, /proc):
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
+
+from ddptop.rank.clock import AtMostEvery
 
 MEMORY_EVERY = 10  # steps between samples...
 MEMORY_MIN_S = 0.5  # ...and seconds: a GPU sample costs ~190 us on an H100 (docs/GPU.md)
@@ -18,16 +19,10 @@ class MemorySampler:
     steps would otherwise pay for it: 190 us every 10 steps of 5 ms is 0.4%)."""
 
     def __init__(self) -> None:
-        self._at = float("-inf")
+        self._often = AtMostEvery(MEMORY_MIN_S)
 
     def due(self, step: int) -> bool:
-        if step % MEMORY_EVERY:
-            return False
-        now = time.monotonic()
-        if now - self._at < MEMORY_MIN_S:
-            return False
-        self._at = now
-        return True
+        return step % MEMORY_EVERY == 0 and self._often.ready()
 
 
 def rss_mb() -> float | None:
