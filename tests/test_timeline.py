@@ -102,3 +102,11 @@ def test_a_rank_shows_the_newest_step_that_has_spans_while_it_is_recent():
     for step in range(5, 300):  # step 2 leaves the recent window: back to the newest step
         rs.add({**STEP, "step": step}, warmup=0, now=0.0)
     assert rs.timeline_record() == (rs.recent[-1], ())
+
+
+def test_only_the_labels_are_dim_not_the_bars():
+    """A Text's own style is the base of all of it: labels are dim spans, so the phase
+    colours of the bars are drawn as they are."""
+    for line in timeline_lines(step_timeline(STEP, SPANS), LABEL_W + 50)[1:3]:
+        assert "dim" not in str(line.style)
+        assert all("dim" not in str(span.style) for span in line.spans if span.start >= LABEL_W)

@@ -39,9 +39,9 @@ def summary_lines(snap: Snapshot, rank: int, width: int) -> list[Text]:
     hist = Text.assemble(("step ms  ", "dim"), (spark(list(f.step_ms), max(10, width - 40)), "#5f87d7"),
                          f"  p50 {fmt(f.p50)}  p95 {fmt(f.p95)}")
     key = legend(snap.phase_names)
-    bar = Text("phases   ", style="dim").append_text(phase_bar(f.phases, max(10, width - 13 - key.cell_len)))
+    bar = Text.assemble(("phases   ", "dim")).append_text(phase_bar(f.phases, max(10, width - 13 - key.cell_len)))
     bar.append("  ").append_text(key)
-    comm = Text("comm     ", style="dim")
+    comm = Text.assemble(("comm     ", "dim"))
     if f.comm_share is None and f.exposed_share is None:
         comm.append("not measured on this run", style="dim")
     else:

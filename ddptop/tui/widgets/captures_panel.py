@@ -94,7 +94,7 @@ def rank_detail_lines(s: dict[str, Any], kernels: int = 3) -> list[Text]:
     lines = [line]
     streams = s.get("streams") or []
     if streams:
-        waits = Text("      idle per stream ", style="dim")
+        waits = Text.assemble(("      idle per stream ", "dim"))
         for i, st in enumerate(streams[:4]):
             waits.append(("  " if i else "") + f"s{st['stream']} ")
             waits.append(f"host {st['host_wait_ms']:.1f} kernel {st['kernel_wait_ms']:.1f} "

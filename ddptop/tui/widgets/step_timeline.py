@@ -29,13 +29,14 @@ def timeline_lines(timeline: StepTimeline | None, width: int) -> list[Text]:
     if timeline is None:
         return [Text("no step recorded yet", style="dim italic")]
     bar_w = max(10, width - LABEL_W)
-    lane = Text("step".ljust(LABEL_W), style="dim")
+    # labels as dim spans, not as the line's base style (which would dim the bars too)
+    lane = Text.assemble(("step".ljust(LABEL_W), "dim"))
     cells: list[tuple[str, str]] = [(" ", "")] * bar_w
     for span in timeline.lane:
         a, b = timeline.columns(span, bar_w)
         cells[a:b] = [(LANE_CHAR.get(span.what, "█"), LANE_STYLE[span.what])] * (b - a)
     lane.append_text(_runs(cells))
-    comm = Text(("buckets" if timeline.buckets else "all-reduce").ljust(LABEL_W), style="dim")
+    comm = Text.assemble((("buckets" if timeline.buckets else "all-reduce").ljust(LABEL_W), "dim"))
     if timeline.buckets:
         comm.append_text(_bucket_cells(timeline, bar_w))
     elif timeline.comm is None:
