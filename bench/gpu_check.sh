@@ -277,6 +277,43 @@ for _ in range(5000): memory_sample(torch, True)
 print(f'memory_sample on {torch.cuda.get_device_name()}: {(time.perf_counter() - t) / 5000 * 1e6:.1f} us a call (every 10th step)')"
 }
 
+ab() {  # issue 27: the rank-side layer's cost inside one run per workload, engaged vs bypassed blocks (bench/overhead_ab.py)
+  timeout ${AB_TIMEOUT:-560} $PY bench/overhead_ab.py --workloads ${AB_WORKLOADS:-demo,gpt} --nproc "$N" \
+    --block-s ${AB_BLOCK_S:-0.5} --blocks ${AB_BLOCKS:-200} --self-check "${AB_CHECK:-}" --timeout ${AB_RUN_TIMEOUT:-400} \
+    --json-out "$OUT/ab_${AB_TAG:-1}.json" 2>&1 | tee -a "$OUT/ab.txt" | grep -v "^\s*$" | tail -40
+}
+
+ncclcost() {  # issue 27: NCCL's own timing (TORCH_NCCL_ENABLE_TIMING + ddptop's completion hook), extra us per collective
+  for spec in ${NCCLCOST_SPECS:-"262144 0" "262144 20" "6553600 20"}; do
+    set -- $spec
+    timeout 200 torchrun --standalone --nproc_per_node="$N" bench/nccl_timing_cost.py --numel $1 --python-us $2 \
+      --rounds ${NCCLCOST_ROUNDS:-40} --ops ${NCCLCOST_OPS:-300} 2>&1 | grep -E "^rank|NCCL_TIMING_COST|Error" | tee -a "$OUT/ncclcost.txt"
+  done
+}
+
+commcheck() {  # issue 27: comm_ms by default vs the NCCL kernels of a torch.profiler trace of the same steps, per rank
+  for spec in ${COMM_SPECS:-"--preset baseline" "--preset bf16" "--preset powersgd" "-- $PY bench/gpt_train.py --steps 60"}; do
+    timeout ${COMM_TIMEOUT:-200} $PY -m ddptop --headless --json --interval 60 --nproc "$N" --warmup 10 --steps 40 \
+      --capture 25:3 --profiler torch --runs-dir "$RUNS/comm" $spec > /tmp/comm.out 2>&1
+    rc=$?; tail -1 /tmp/comm.out > /tmp/comm.json
+    $PY - "$rc" "$spec" /tmp/comm.json "$OUT/commcheck.jsonl" <<'PYEOF' || { echo "== $spec rc=$rc"; tail -30 /tmp/comm.out; }
+import json, sys
+rc, spec, path, out = sys.argv[1:]
+d = json.load(open(path)); d["spec"], d["rc"] = spec, int(rc)
+open(out, "a").write(json.dumps(d) + "\n")
+cap = (d.get("captures") or [{}])[0]; s = cap.get("summary") or {}
+print(f"== {spec}: rc={rc} {d['status']} model {d['model']} {d['steps_per_s']} steps/s comm_share {d.get('comm_share')} "
+      f"exposed {d.get('exposed_comm_share')} capture {cap.get('status')} timer_vs_trace_mean {s.get('timer_vs_trace_mean')}")
+for r in d["ranks"]:
+    t = (s.get("ranks") or {}).get(str(r["rank"]), {})
+    print(f"  rank {r['rank']} steps {r['steps']} p50 {r['step_ms_p50']} comm p50 {r.get('comm_ms_p50')} (timed {r.get('comm_timed_steps')})"
+          f" hook p50 {r.get('hook_ms_p50')} exposed p50 {r.get('exposed_comm_ms_p50')} share {r.get('comm_share')} busbw {r.get('busbw_gbps')}"
+          f" | trace: timer {t.get('timer_comm_ms')} vs NCCL kernels {t.get('comm_ms')} = {t.get('timer_vs_trace')};"
+          f" hook {t.get('timer_hook_ms')} extra {t.get('hook_extra_ms')} | {(r.get('info') or {}).get('comm_timing')}")
+PYEOF
+  done
+}
+
 facts
 for step in ${@:-topo presets}; do $step; done
 tar czf "$OUT/runs.tgz" --exclude='*.qdstrm' --exclude='*.nsys-rep' --exclude='*.trace.json' -C /tmp ddptop-gpu-runs 2>/dev/null

@@ -86,6 +86,10 @@ def compare_with_timer(summary: dict[str, Any], records: dict[int, list[dict[str
         trace = entry.get("comm_ms")
         if trace:
             entry["timer_vs_trace"] = round(ours / trace, 3)
+        hooked = [r for r in window if "hook_ms" in r]
+        if hooked:  # the hook's own work beside the collectives (cast, divide, decompress)
+            entry["timer_hook_ms"] = round(sum(r["hook_ms"] for r in hooked), 3)
+            entry["hook_extra_ms"] = round(sum(r["hook_ms"] - r["comm_ms"] for r in hooked), 3)
         if entry.get("comm_call_ms"):
             entry["timer_vs_call"] = round(ours / entry["comm_call_ms"], 3)
     for key in ("timer_vs_trace", "timer_vs_call"):

@@ -42,7 +42,8 @@ SCRIPT_KNOBS = tuple(k for k in DDP_KNOBS if k != "ddp")
 # communication is timed, the ranks' NCCL environment, when it is stopped, which DDP knobs are
 # applied to its DDP (their values are added by script_dict).
 SCRIPT_FIELDS = ("preset", "script", "nproc", "warmup", "script_steps", "backend", "comm_timing",
-                 "comm_timing_every", "nccl_timing", "nccl_env", "ddp_apply")
+                 "comm_timing_every", "nccl_timing", "nccl_env", "ddp_apply", "cost_ab", "cost_ab_arms",
+                 "cost_ab_blocks", "cost_ab_busy_pct")
 
 
 # What `nccl_env` may set in the ranks' environment: communication and device settings, never
@@ -87,10 +88,12 @@ class RunConfig:
     # On GPU, when each bucket's all-reduce completes is timed every Nth step (1: every step):
     # that CUDA event costs 1.5-3% of a ViT-L step; hand-over and exposed comm are timed every step
     comm_timing_every: int = 10
-    # On NCCL with DDP's own all-reduce (no comm hook): NCCL times every collective itself
-    # (TORCH_NCCL_ENABLE_TIMING), so comm_ms and the hidden share are live; costs ~1% of a
-    # ViT-L step on one H100. Off: exposed communication only, every step, at no cost.
-    nccl_timing: bool = False
+    # On NCCL: NCCL times every collective itself (TORCH_NCCL_ENABLE_TIMING: one more CUDA event
+    # a collective, read on NCCL's own threads), so comm_ms, its hidden share and bus bandwidth
+    # are live with DDP's C++ all-reduce, and a comm hook's collectives are told from its own
+    # work; cost per collective in docs/BENCHMARKS.md (bench/nccl_timing_cost.py). Off: exposed
+    # communication only.
+    nccl_timing: bool = True
     lr: float = 1e-3
     nccl_env: dict[str, str] = field(default_factory=dict)
     # A user's own script (`ddptop ... -- CMD`): ddptop applies to its DDP only the knobs named
@@ -99,6 +102,14 @@ class RunConfig:
     script: bool = False
     ddp_apply: str = ""
     script_steps: int = 0
+    # ddptop's own cost, measured in the ranks (bench/overhead_ab.py): after warmup, blocks of
+    # about cost_ab seconds run each arm once in a random order: "on" (the rank-side layer
+    # engaged), "off" (bypassed), "aa" (bypassed again: the A/A check), "busy" (bypassed plus a
+    # cost_ab_busy_pct % busy wait: the calibration); blocks go to <run dir>/cost_ab/. 0: off.
+    cost_ab: float = 0.0
+    cost_ab_arms: str = "on,off"
+    cost_ab_blocks: int = 0  # the run stops after this many blocks (0: at the script's own end)
+    cost_ab_busy_pct: float = 0.5
     # Fault injection for tests and demos: slow or crash one rank on purpose.
     delay_rank: int = -1
     delay_ms: float = 0.0
@@ -325,6 +336,10 @@ def validate(config: RunConfig) -> RunConfig:
         (c.delay_ms >= 0, f"delay_ms must be 0 or more, got {c.delay_ms:g}"),
         (c.ddp or c.comm_hook == "none", "a comm hook needs DDP (preset 'single' has none)"),
         (c.script_steps >= 0, f"script_steps must be 0 or more, got {c.script_steps}"),
+        (c.cost_ab >= 0 and c.cost_ab_blocks >= 0 and c.cost_ab_busy_pct >= 0,
+         "cost_ab, cost_ab_blocks and cost_ab_busy_pct must be 0 or more"),
+        (set(c.cost_ab_arms.split(",")) <= {"on", "off", "aa", "busy"} and "off" in c.cost_ab_arms.split(","),
+         f"cost_ab_arms must name off and any of on, aa, busy, comma-separated, got {c.cost_ab_arms!r}"),
         (c.ddp or not c.script, "a script's own DDP cannot be taken away (ddp=false, preset 'single'); "
                                 "run it with --nproc 1 for one rank"),
     ]

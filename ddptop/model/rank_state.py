@@ -76,6 +76,7 @@ class RankState:
     step_hist: Histogram = field(default_factory=Histogram)
     comm_hist: Histogram = field(default_factory=Histogram)
     exposed_hist: Histogram = field(default_factory=Histogram)
+    hook_hist: Histogram = field(default_factory=Histogram)  # a comm hook's span where NCCL times comm
     # comm_ms may come on some steps only (GPU times completions every Nth step):
     # its share and bandwidth are over the steps that carry it
     timed_step_ms: float = 0.0
@@ -116,6 +117,8 @@ class RankState:
             self.timed_bytes += rec.get("comm_bytes", 0.0)
         if "exposed_comm_ms" in rec:
             self.exposed_hist.add(rec["exposed_comm_ms"])
+        if "hook_ms" in rec:
+            self.hook_hist.add(rec["hook_ms"])
 
     def add_spans(self, spans: dict[int, tuple[tuple[float, float], ...]]) -> None:
         for step, spans_of_step in spans.items():

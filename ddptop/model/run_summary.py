@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddptop.model.figures import Straggler
+from ddptop.model import straggler
 from ddptop.model.rank_state import RankState
+from ddptop.model.straggler import Finding, Verdict
 
-__all__ = ["bus_bandwidth", "nccl_facts", "rank_summary", "round_or_none", "straggler_dict"]
+__all__ = ["bus_bandwidth", "nccl_facts", "rank_summary", "round_or_none", "straggler_dict", "verdict_dict"]
 
 
 def rank_summary(rs: RankState, world_size: int) -> dict[str, Any]:
@@ -40,6 +41,8 @@ def rank_summary(rs: RankState, world_size: int) -> dict[str, Any]:
         entry["comm_ms_p50"] = round_or_none(rs.comm_hist.percentile(50))
         entry["comm_timed_steps"] = rs.comm_hist.n
         entry["exposed_comm_ms_p50"] = round_or_none(rs.exposed_hist.percentile(50))
+        if rs.hook_hist.n:  # the comm hook's whole span; comm_ms is then the collectives' own time
+            entry["hook_ms_p50"] = round_or_none(rs.hook_hist.percentile(50))
         entry["comm_share"] = round_or_none(rs.share("comm_ms"), 4)
         entry.update(bus_bandwidth(rs.timed_bytes, rs.extra_ms.get("comm_ms", 0.0), world_size))
         entry["exposed_comm_share"] = round_or_none(rs.share("exposed_comm_ms"), 4)
@@ -60,11 +63,27 @@ def bus_bandwidth(nbytes: float, comm_ms: float, world: int) -> dict[str, float 
     return {"algbw_gbps": round(algbw, 3), "busbw_gbps": round(algbw * 2 * (world - 1) / world, 3)}
 
 
-def straggler_dict(s: Straggler | None) -> dict[str, Any] | None:
-    if s is None:
+def straggler_dict(s: Finding | None) -> dict[str, Any] | None:
+    """The named straggler and what the verdict rests on (None: no straggler)."""
+    return None if s is None else {**_finding(s), "text": s.describe()}
+
+
+def _finding(s: Finding) -> dict[str, Any]:
+    return {"rank": s.rank, "phase": s.phase, "own_ms": round_or_none(s.own_ms),
+            "others_ms": round_or_none(s.others_ms), "step_ms": round_or_none(s.step_ms),
+            "excess_ms": round_or_none(s.excess_ms), "share": round_or_none(s.share, 4),
+            "ci95_ms": [round_or_none(s.ci_low_ms), round_or_none(s.ci_high_ms)],
+            "p": float(f"{s.p:.3g}"), "n_steps": s.n, "ranks": s.ranks, "step": s.step}
+
+
+def verdict_dict(v: Verdict) -> dict[str, Any] | None:
+    """The straggler verdict in words and the latest check behind it (None: never checked)."""
+    if v.latest is None:
         return None
-    return {"rank": s.rank, "phase": s.phase, "own_ms": round_or_none(s.own_ms), "others_ms": round_or_none(s.others_ms),
-            "excess_ms": round_or_none(s.excess_ms), "text": s.describe()}
+    return {"straggler": v.rank, "text": v.describe(), "latest": _finding(v.latest),
+            "rule": {"window_steps": straggler.WINDOW, "min_steps": straggler.MIN_STEPS,
+                     "every_steps": straggler.EVERY, "persist_checks": straggler.PERSIST,
+                     "alpha": straggler.ALPHA, "min_ms": straggler.MIN_MS, "min_share": straggler.MIN_SHARE}}
 
 
 def nccl_facts(report: Any) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ import importlib.abc
 import importlib.util
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from ddptop.wire import protocol
@@ -64,9 +65,10 @@ def attach(torch: Any) -> None:
 
         if attached() is not None:
             return
-        from ddptop.rank.instrument import Instrument, stacks_on_sigusr1
+        from ddptop.rank.instrument import Instrument
 
         os.environ[protocol.ENV_RANK_PID] = str(os.getpid())
+        flight_recorder_env(os.environ, str(torch.__version__))
         rank = int(os.environ.get("RANK", "0"))
         probe = Probe.open(owned=True)
         if not probe.enabled:
@@ -79,6 +81,27 @@ def attach(torch: Any) -> None:
         set_attached(instrument)
     except Exception as exc:  # noqa: BLE001
         print(f"ddptop: not measuring this rank: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+# ddptop's variable -> (torch >= 2.8's name, the older name torch 2.8+ warns about)
+FR_NAMES = {protocol.ENV_FR_BUFFER_SIZE: ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"),
+            protocol.ENV_FR_DUMP_FILE: ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")}
+
+
+def flight_recorder_env(environ: Any, torch_version: str) -> None:
+    """The flight recorder's settings under the names this torch reads (before the script
+    makes its process group), so no rank prints a deprecation warning ddptop caused. A
+    name the user set, old or new, is left as it is."""
+    try:
+        major, minor = (int(x) for x in torch_version.split("+")[0].split(".")[:2])
+    except ValueError:
+        major, minor = 2, 8
+    renamed = (major, minor) >= (2, 8)
+    for ours, (new, old) in FR_NAMES.items():
+        value = environ.pop(ours, None)
+        if value is None or new in environ or old in environ:
+            continue
+        environ[new if renamed else old] = value
 
 
 def _settings() -> dict[str, Any]:
@@ -94,3 +117,21 @@ def _settings() -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def stacks_on_sigusr1(rank: int) -> bool:
+    """ddptop sends SIGUSR1 when the run stalls: every thread's stack goes to the run's stacks/."""
+    import faulthandler
+    import signal
+
+    from ddptop.wire import protocol
+
+    config_path = os.environ.get(protocol.ENV_CONFIG)
+    if not config_path:
+        return False
+    stacks = Path(config_path).parent / "stacks"
+    if stacks.is_dir():
+        out = open(stacks / f"rank{rank}.txt", "w")  # noqa: SIM115 - kept open for faulthandler
+        faulthandler.register(signal.SIGUSR1, file=out, all_threads=True, chain=False)
+        return True
+    return False

@@ -46,11 +46,15 @@ class DdpComm:
         """Set up the timing of a new DDP module (`hook`: the one the run sets on it); what
         the facts call its comm timing, None when not timed."""
         cuda = self._cuda()
+        # NCCL times every all-reduce itself, with or without a comm hook: comm_ms is the
+        # collectives' own time (what a trace's NCCL kernels add up to); a hook's whole span
+        # (cast, divide, decompress) is hook_ms beside it
+        by_nccl = self.enabled and cuda and self._time_by_nccl(ddp, hooked=hook is not None)
         if self.enabled and hook is None and cuda:
             # DDP keeps its C++ all-reduce: a Python hook per bucket cost ~3.5% of a ViT-L step
             # on one H100 (docs/BENCHMARKS.md); backward's events give exposed comm every step
             self.tracker.comm_elsewhere = True
-            if self._time_by_nccl(ddp):
+            if by_nccl:
                 return "NCCL's own timing of each all-reduce (nccl_timing), DDP's C++ all-reduce"
             self._exposed_only.add(id(ddp))
             return ("exposed communication from backward's events, DDP's C++ all-reduce "
@@ -64,7 +68,8 @@ class DdpComm:
                 self._untimed.add(id(ddp))
         # registered at the first forward, so that a hook the script registers after
         # DDP() is wrapped instead of refused (DDP takes one registration)
-        return "per-bucket hook" + ("" if not cuda else f", completions every {self.every} steps")
+        nccl = ", NCCL's own timing of each collective" if by_nccl else ""
+        return "per-bucket hook" + ("" if not cuda else f", completions every {self.every} steps") + nccl
 
     def make_timer(self, ddp: Any) -> CommTimer:
         timer = CommTimer(self.torch.distributed, self.tracker.clock.stamp, self.tracker.add_comm,
@@ -74,16 +79,17 @@ class DdpComm:
         self._exposed_only.discard(id(ddp))
         return timer
 
-    def _time_by_nccl(self, ddp: Any) -> bool:
+    def _time_by_nccl(self, ddp: Any, hooked: bool = False) -> bool:
         """NCCL times this DDP's all-reduces (its group's completion hook, shared by every
-        DDP on the group), where the run asked for it (TORCH_NCCL_ENABLE_TIMING)."""
+        DDP on the group), where the run asked for it (TORCH_NCCL_ENABLE_TIMING). Under a
+        comm hook the bytes per step are the hook's buckets (`hooked`)."""
         pg = ddp.process_group
         times = self.nccl_times.get(id(pg)) or NcclTimes.attach(self.torch.distributed, pg)
         if times is None:
             return False
         self.nccl_times[id(pg)] = times
-        self._nccl_timed[id(ddp)] = sum(p.numel() * p.element_size() for p in ddp.module.parameters()
-                                        if p.requires_grad)
+        self._nccl_timed[id(ddp)] = 0 if hooked else sum(
+            p.numel() * p.element_size() for p in ddp.module.parameters() if p.requires_grad)
         return True
 
     def register_timer(self, ddp: Any) -> None:
@@ -139,6 +145,19 @@ class DdpComm:
         for key, timer in self.timers.items():
             timer.timed = timed and key not in self._untimed
 
+    def pause(self) -> None:
+        """No bucket is stamped while the instrument is bypassed (cost_ab)."""
+        for timer in self.timers.values():
+            timer.timed = False
+
+    def resume(self, step: int) -> None:
+        """Engaged again at `step`: what NCCL reported meanwhile belongs to no record."""
+        now = time.monotonic()
+        for times in self.nccl_times.values():
+            times.take(now)
+        self._closed_at.clear()
+        self.set_timed(step)
+
     def compressing(self) -> float | None:
         """The compression the timers' hooks reported for the step just closed."""
         compressing = [t.compressing() for t in self.timers.values()]
@@ -179,8 +198,10 @@ class DdpComm:
     def _add_times(self, rec: dict[str, Any], times: list[NcclTimes], closed: float) -> None:
         durations = [d for t in times for d in t.take(closed)]
         if durations:
+            if "comm_ms" in rec:  # a comm hook's stamped span: hand-over to its future's end
+                rec["hook_ms"] = rec["comm_ms"]
             rec["comm_ms"] = sum(durations)  # one stream per group: they do not overlap
-            rec["buckets"] = float(len(durations))
+            rec.setdefault("buckets", float(len(durations)))
             per_step = list(self._nccl_timed.values())
             if all(per_step):
                 rec["comm_bytes"] = float(sum(per_step))

@@ -67,6 +67,34 @@ class OutermostHooks:
         return tops
 
 
+class ModuleHooks:
+    """The forward hooks on the modules the instrument times (each DDP module, or the top
+    modules of a script without DDP), removable and restorable (cost_ab bypasses them)."""
+
+    def __init__(self, pre: Callable[..., Any], post: Callable[..., Any]) -> None:
+        self._pre, self._post = pre, post
+        self.modules: list[Any] = []
+        self._handles: list[Any] = []
+
+    def add(self, module: Any) -> None:
+        self.modules.append(module)
+        self._hook(module)
+
+    def _hook(self, module: Any) -> None:
+        self._handles += [module.register_forward_pre_hook(self._pre, with_kwargs=True),
+                          module.register_forward_hook(self._post, always_call=True)]
+
+    def detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def attach(self) -> None:
+        self.detach()
+        for module in self.modules:
+            self._hook(module)
+
+
 class BackwardMarks:
     """Marks backward's phases on the step tracker, once per backward."""
 

@@ -12,7 +12,7 @@ Attached once torch is imported (ddptop.rank.attach); from then on:
   script's own DDP() call and comm hook registration (ddptop.rank.ddp_settings), conflicts
   are notes;
 - the run's stop and capture commands act at step boundaries, inside the optimizer hook (and
-  a user script's step limit, warmup + script_steps).
+  a user script's step limit, warmup + script_steps); cost_ab bypasses the rest in blocks.
 This module wires those together. Nothing here may raise into the user's code except the
 agreed stop (SystemExit).
 """
@@ -23,20 +23,27 @@ import atexit
 import functools
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from ddptop.rank import patches
 from ddptop.rank.capture import CaptureRunner
 from ddptop.rank.client import Probe
 from ddptop.rank.clock import AtMostEvery, CudaClock, HostClock, LazyClock
+from ddptop.rank.cost_ab import CostAB
 from ddptop.rank.ddp_comm import DdpComm
 from ddptop.rank.ddp_settings import ScriptDdp, ScriptSettings, blame_settings
 from ddptop.rank.facts import ddp_facts, ddp_timing, facts_without_ddp, model_facts
-from ddptop.rank.forward_hooks import BackwardMarks, OutermostHooks, batch_size, loss_like
+from ddptop.rank.forward_hooks import (
+    BackwardMarks,
+    ModuleHooks,
+    OutermostHooks,
+    batch_size,
+    loss_like,
+)
 from ddptop.rank.memory import MemorySampler, memory_sample
 from ddptop.rank.steps import StepTracker
 from ddptop.rank.values import HostCopy, read_values
+from ddptop.wire import protocol
 
 SPANS_EVERY_S = 0.5  # bucket spans go to the hub at most this often: the live timeline's rate
 
@@ -72,6 +79,9 @@ class Instrument:
             note=self.note, script=self.script_ddp)
         self.outermost = OutermostHooks(torch, self._guard, self._fwd_pre, self._fwd_post)
         self.backward = BackwardMarks(torch, self.tracker, self._guard)
+        self.hooked = ModuleHooks(self._guard(self._fwd_pre), self._guard(self._fwd_post))
+        self.cost = CostAB(torch, rank, settings, self._engage)  # --set cost_ab=S: engaged vs bypassed
+        self.engaged = True
 
     # --- installation -------------------------------------------------------------------
     def install(self) -> None:
@@ -81,8 +91,8 @@ class Instrument:
             register_optimizer_step_pre_hook,
         )
 
-        register_optimizer_step_pre_hook(self._guard(self._opt_pre))
-        register_optimizer_step_post_hook(self._guard(self._opt_post))
+        register_optimizer_step_pre_hook(self._guard(self._opt_pre_safe))
+        register_optimizer_step_post_hook(self._guard(self._opt_post_safe))
         patches.wrap_grad_scaler(torch, self._opt_pre_safe, self._opt_post_safe)
         register = patches.wrap_ddp(torch.nn.parallel.DistributedDataParallel, self._ddp_args,
                                     self._guard(self._on_ddp), self.comm.on_register, self.comm.on_builtin)
@@ -93,7 +103,7 @@ class Instrument:
         facts: dict[str, Any] = {"torch": str(torch.__version__)}
         self.send_facts(facts)
         patches.chain_excepthook(self._on_crash)
-        patches.watch_exit(self._on_exit_status)  # sys.exit(2) is not a completed rank
+        patches.watch_exit(functools.partial(setattr, self, "exit_status"))  # sys.exit(2) is not a completed rank
         atexit.register(self._at_exit)
 
     def _guard(self, fn: Any) -> Any:
@@ -110,10 +120,6 @@ class Instrument:
                 return None
 
         return guarded
-
-    def _hook_module(self, module: Any) -> None:
-        module.register_forward_pre_hook(self._guard(self._fwd_pre), with_kwargs=True)
-        module.register_forward_hook(self._guard(self._fwd_post), always_call=True)
 
     # --- the clock ------------------------------------------------------------------------
     def _current_clock(self) -> Any:
@@ -135,6 +141,7 @@ class Instrument:
             self.clock = CudaClock(self.torch, param.device)
         else:
             self.clock = HostClock()
+        self.cost.use_cuda(isinstance(self.clock, CudaClock))
         self.captures = CaptureRunner(self.torch, self.probe, self.rank, isinstance(self.clock, CudaClock))
 
     # --- DDP ----------------------------------------------------------------------------
@@ -147,7 +154,7 @@ class Instrument:
         self.outermost.drop()
         self.ddps.append(ddp)
         self._choose_clock(ddp.module)
-        self._hook_module(ddp)
+        self.hooked.add(ddp)
         facts = model_facts(self.torch, ddp.module)
         facts.update(ddp_facts(self.torch.distributed, ddp))
         hook = self.script_ddp.comm_hook(ddp) if self.script_ddp is not None else None
@@ -188,24 +195,23 @@ class Instrument:
             tensor.register_hook(self._guard(self.backward.started))
 
     # --- optimizer steps = step boundaries -----------------------------------------------
-    def _opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:  # noqa: ARG002
-        self._opt_pre_safe(optimizer)
-
-    def _opt_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:  # noqa: ARG002
-        self._opt_post_safe(optimizer)
-
-    def _opt_pre_safe(self, optimizer: Any) -> None:
-        try:
-            closed = self.tracker.opt_begin(id(optimizer))
-        except Exception as exc:  # noqa: BLE001
-            self.note(f"ddptop instrument error at an optimizer step: {type(exc).__name__}: {exc}")
+    def _opt_pre_safe(self, optimizer: Any, *_: Any) -> None:  # torch.optim's hook, GradScaler.step
+        if not self.engaged:
+            self.cost.bypassed_opt(begin=True)
             return
-        if closed is not None:
-            self._closed(closed)
+        self._step_event(self.tracker.opt_begin, optimizer)
 
-    def _opt_post_safe(self, optimizer: Any) -> None:
+    def _opt_post_safe(self, optimizer: Any, *_: Any) -> None:
+        if not self.engaged:  # cost_ab's bypassed blocks: only steps are counted
+            if self.cost.bypassed_opt(begin=False, cycle=len(self.tracker.cycle)):
+                self.tracker.step += 1
+                self._boundary(self.tracker.step - 1)
+            return
+        self._step_event(self.tracker.opt_end, optimizer)
+
+    def _step_event(self, event: Any, optimizer: Any) -> None:
         try:
-            closed = self.tracker.opt_end(id(optimizer))
+            closed = event(id(optimizer))
         except Exception as exc:  # noqa: BLE001
             self.note(f"ddptop instrument error at an optimizer step: {type(exc).__name__}: {exc}")
             return
@@ -219,15 +225,38 @@ class Instrument:
             self._after_close(step)
         except Exception as exc:  # noqa: BLE001
             self.note(f"ddptop instrument error after step {step}: {type(exc).__name__}: {exc}")
+        self._boundary(step)
+
+    def _engage(self, on: bool) -> None:
+        """cost_ab switches the layer at a step boundary: bypassed, every forward hook is
+        removed and no bucket is stamped; engaged again, the next step starts afresh."""
+        if on == self.engaged:
+            return
+        self.engaged = on
+        if on:
+            self.hooked.attach()
+            self.tracker.resume()
+            self.comm.resume(self.tracker.step)
+        else:
+            self.hooked.detach()
+            self.comm.pause()
+
+    def _boundary(self, step: int) -> None:
+        """After every step, engaged or not: cost blocks, the agreed stop, the step limit."""
+        if self.cost.enabled:
+            self._guard(self.cost.step_ended)(step)
         stop_at = self.probe.stop_at
         limit = self.step_limit
+        if self.cost.last_step is not None and (limit is None or self.cost.last_step < limit):
+            limit = self.step_limit = self.cost.last_step
         if limit is not None and step >= limit and (stop_at is None or limit <= stop_at) and not self._stopping:
             self._limit_reached = True
             stop_at = limit
         if stop_at is not None and step >= stop_at and not self.api_used and not self._stopping:
             self._stopping = True
-            why = (f"the run's {self.script.steps} steps after warmup are done" if self._limit_reached and self.script
-                   else "as every rank agreed")
+            why = ("the cost measurement's blocks are done" if self._limit_reached and limit == self.cost.last_step
+                   else f"the run's {self.script.steps} steps after warmup are done"
+                   if self._limit_reached and self.script else "as every rank agreed")
             print(f"ddptop: rank {self.rank} stops after step {step}, {why}", file=sys.stderr, flush=True)
             if self._limit_reached:
                 self._guard(self._leave_together)()
@@ -269,7 +298,7 @@ class Instrument:
         self.outermost.drop()
         tops = self.outermost.take_tops()
         for module in tops:
-            self._hook_module(module)
+            self.hooked.add(module)
         facts, note = facts_without_ddp(self.torch, tops)
         if note is not None:
             self.note(note)
@@ -290,6 +319,8 @@ class Instrument:
         instrument has seen no optimizer step to join them to."""
         self.api_used = True
         tracker = self.tracker
+        if not self.engaged:
+            return True  # cost_ab's bypassed blocks: the script's values are not kept
         if not tracker.seen_opt:
             return False
         target = tracker.last_closed
@@ -345,6 +376,7 @@ class Instrument:
         the process ends)."""
         if self.probe._sock is None:
             return
+        self._guard(self.cost.write)(os.environ.get(protocol.ENV_CONFIG))
         try:
             self.tracker.finish()
             self._report(self.tracker.ready(flush=True), flush=True)
@@ -357,33 +389,14 @@ class Instrument:
         if self.probe._sock is None:
             return
         self.flush()
+        if reason == "stopped" and self._limit_reached:
+            reason = None  # the script stopped at the run's own step limit: it completed
         if reason is None:
             stopped = self._stopping and not self._limit_reached
             reason = "crashed" if self.crashed else ("stopped" if stopped else "completed")
         self.probe.close(reason, ddp_timing(self.ddps[0]) if self.ddps else None)
 
-    def _on_exit_status(self, status: Any) -> None:
-        self.exit_status = status
-
     def _at_exit(self) -> None:
         status = self.exit_status
         failed = status not in (None, 0) and not self._stopping and not self.crashed
         self.finish("failed" if failed else None)
-
-
-def stacks_on_sigusr1(rank: int) -> bool:
-    """ddptop sends SIGUSR1 when the run stalls: every thread's stack goes to the run's stacks/."""
-    import faulthandler
-    import signal
-
-    from ddptop.wire import protocol
-
-    config_path = os.environ.get(protocol.ENV_CONFIG)
-    if not config_path:
-        return False
-    stacks = Path(config_path).parent / "stacks"
-    if stacks.is_dir():
-        out = open(stacks / f"rank{rank}.txt", "w")  # noqa: SIM115 - kept open for faulthandler
-        faulthandler.register(signal.SIGUSR1, file=out, all_threads=True, chain=False)
-        return True
-    return False

@@ -113,6 +113,21 @@ class StepTracker:
         self.marks = [("start", self.clock.stamp(), 0.0)]
         self.comm = [(1, entry) for _, entry in self.comm]
 
+    def resume(self) -> None:
+        """Events come again after a pause (cost_ab's bypassed blocks): the step being
+        recorded starts now, with no optimizer stepped yet."""
+        self.restart()
+        self.comm = []
+        self.extra = {}
+        self._stepped = set()
+        self._last_end = None
+        self._opt_depth = 0
+
+    @property
+    def cycle(self) -> set[Hashable]:
+        """The optimizers of one step, once seen (empty before)."""
+        return self._cycle or set()
+
     def _close(self, end: int) -> int:
         marks, rest = self.marks[: end + 1], self.marks[end + 1:]
         comm = [entry for at, entry in self.comm if at <= end + 1]

@@ -22,6 +22,8 @@ ENV_RUN_ID = "DDPTOP_RUN_ID"
 ENV_CONFIG = "DDPTOP_CONFIG"  # path of the run's config.json (our trainer reads it)
 ENV_NODE = "DDPTOP_NODE"  # the ddptop node (--node-rank) that launched the rank
 ENV_BOOT = "DDPTOP_BOOT"  # set by ddptop for the ranks: the rank-side layer attaches ("0": it stays out)
+ENV_FR_BUFFER_SIZE = "DDPTOP_FR_BUFFER_SIZE"  # the flight recorder's size, under the name the rank's torch reads
+ENV_FR_DUMP_FILE = "DDPTOP_FR_DUMP_FILE"  # ...and where it dumps
 ENV_RANK_PID = "DDPTOP_RANK_PID"  # set by an attached rank: its children (workers, subprocesses) stay out
 
 # Numeric fields a step record may carry; anything else is ignored.
@@ -33,6 +35,7 @@ STEP_FIELDS = (
     "optimizer_ms",
     "comm_ms",
     "exposed_comm_ms",
+    "hook_ms",  # a comm hook's whole span (cast, collectives, decompress) where comm_ms is NCCL's own
     "comm_bytes",
     "buckets",
     "samples",

@@ -1,0 +1,104 @@
+"""What ddptop's rank-side layer costs a script, from the blocks the ranks timed with the
+layer engaged and bypassed (`--set cost_ab=S`, ddptop.rank.cost_ab).
+
+Each group of blocks ran every arm once, back to back, so a group's blocks share the
+machine's state; each arm is compared with `off` inside its group only (paired), and the
+groups' ratios are summarised by their median with a bootstrap 95% interval. Ranks run in
+lockstep, so a group's time per step is the mean over ranks. Pure: dicts in, numbers out.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+BOOTSTRAP = 4000
+SEED = 7
+
+
+@dataclass(frozen=True)
+class Estimate:
+    median: float
+    lo: float  # bootstrap 95% interval of the median
+    hi: float
+    n: int  # groups
+
+    def as_dict(self) -> dict[str, float]:
+        return {"median": self.median, "lo": self.lo, "hi": self.hi, "n": self.n}
+
+
+@dataclass(frozen=True)
+class ArmCost:
+    arm: str  # compared with "off"
+    ratio: Estimate  # off's ms per step / this arm's: the arm's throughput relative to off (1: no cost)
+    ms_per_step: Estimate  # this arm's ms per step minus off's, per rank
+    cpu_us_per_step: Estimate  # process CPU time per step (all threads) minus off's, per rank
+    step_ms: float  # off's median ms per step
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"arm": self.arm, "ratio": self.ratio.as_dict(), "ms_per_step": self.ms_per_step.as_dict(),
+                "cpu_us_per_step": self.cpu_us_per_step.as_dict(), "step_ms": self.step_ms}
+
+
+def median_ci(values: list[float], seed: int = SEED) -> Estimate:
+    """The median and a percentile-bootstrap 95% interval of it."""
+    if not values:
+        return Estimate(float("nan"), float("nan"), float("nan"), 0)
+    rng = random.Random(seed)
+    n = len(values)
+    meds = sorted(statistics.median(rng.choices(values, k=n)) for _ in range(BOOTSTRAP))
+    return Estimate(statistics.median(values), meds[int(0.025 * BOOTSTRAP)], meds[int(0.975 * BOOTSTRAP) - 1], n)
+
+
+def group_means(results: list[dict[str, Any]]) -> dict[int, dict[str, tuple[float, float]]]:
+    """group -> arm -> (ms per step, CPU ms per step), means over the ranks that timed it."""
+    acc: dict[int, dict[str, list[tuple[float, float]]]] = {}
+    for result in results:
+        for block in result.get("blocks", []):
+            steps = block.get("steps") or 0
+            if steps <= 0:
+                continue
+            row = (float(block["ms"]) / steps, float(block.get("cpu_ms", 0.0)) / steps)
+            acc.setdefault(int(block["group"]), {}).setdefault(str(block["arm"]), []).append(row)
+    n_ranks = max((len(rows) for arms in acc.values() for rows in arms.values()), default=0)
+    out: dict[int, dict[str, tuple[float, float]]] = {}
+    for group, arms in acc.items():
+        if any(len(rows) != n_ranks for rows in arms.values()):
+            continue  # a group some rank did not finish (the run ended inside it)
+        out[group] = {arm: (statistics.fmean(r[0] for r in rows), statistics.fmean(r[1] for r in rows))
+                      for arm, rows in arms.items()}
+    return out
+
+
+def analyse(results: list[dict[str, Any]]) -> list[ArmCost]:
+    """Each arm but off, against off in the same group."""
+    groups = group_means(results)
+    arms = sorted({arm for g in groups.values() for arm in g if arm != "off"}, key=["on", "aa", "busy"].index)
+    off_ms = [g["off"][0] for g in groups.values() if "off" in g]
+    out = []
+    for arm in arms:
+        pairs = [(g[arm], g["off"]) for g in groups.values() if arm in g and "off" in g]
+        out.append(ArmCost(
+            arm=arm,
+            ratio=median_ci([off[0] / mine[0] for mine, off in pairs if mine[0] > 0]),
+            ms_per_step=median_ci([mine[0] - off[0] for mine, off in pairs]),
+            cpu_us_per_step=median_ci([(mine[1] - off[1]) * 1000.0 for mine, off in pairs]),
+            step_ms=statistics.median(off_ms) if off_ms else float("nan"),
+        ))
+    return out
+
+
+def verdict(cost: ArmCost, busy_pct: float = 0.5) -> str:
+    """One line on what the arm's interval says."""
+    r = cost.ratio
+    if cost.arm == "aa":
+        ok = abs(r.median - 1.0) <= 0.002
+        return f"A/A {'reads 1.000 within ±0.002' if ok else 'is off by more than 0.002'}"
+    if cost.arm == "busy":
+        seen = r.hi < 1.0
+        return (f"the {busy_pct:g}% calibration is {'seen' if seen else 'NOT seen'}"
+                f" (expected ratio {1 / (1 + busy_pct / 100):.4f})")
+    within = r.median >= 0.995 and r.lo >= 0.99
+    return f"cost {'within' if within else 'NOT within'} 0.5% (median ≥ 0.995 and lower bound ≥ 0.99)"

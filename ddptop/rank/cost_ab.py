@@ -1,0 +1,210 @@
+"""ddptop's own cost, measured inside the rank on the script's own steps (`--set cost_ab=S`).
+
+After warmup and a short calibration the run's steps are cut into blocks of about S seconds
+(the same number of steps on every rank: rank 0 decides and tells the others through the
+process group's store). Each group of blocks runs every arm once, in a random order that every
+rank draws from the same seed:
+    on    the rank-side layer engaged, as in any run
+    off   bypassed: every hook that can be removed is removed, the optimizer hooks only count
+          steps (what cannot be removed: a comm hook already registered, NCCL's completion
+          hook, the launch environment; measured apart, bench/nccl_timing_cost.py)
+    aa    the same as off (the A/A check: the method must read 1.000 between the two)
+    busy  off plus a calibrated busy wait of cost_ab_busy_pct % of a step (on a GPU a spin
+          kernel on the script's stream, so the cost is real whether the step is host- or
+          device-bound): the method must see it
+A block is timed from the step boundary before its first step to the one after its last (CUDA
+events on the current stream, or the host clock), with the process's and the main thread's CPU
+time. Adjacent blocks of one group share the machine's state, so drift cancels in their ratio
+(ddptop.analysis.cost_ab). The blocks go to <run dir>/cost_ab/rank<R>.json at exit.
+
+Imports only the standard library; torch is handed in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ARMS = ("on", "off", "aa", "busy")
+CALIBRATION_STEPS = 10
+SEED = 20261125
+STORE_KEY = "ddptop_cost_ab_steps"
+
+
+class CostAB:
+    def __init__(self, torch: Any, rank: int, settings: dict[str, Any], engage: Callable[[bool], None]) -> None:
+        self.torch = torch
+        self.rank = rank
+        self.block_s = float(settings.get("cost_ab") or 0.0)
+        arms = [a.strip() for a in str(settings.get("cost_ab_arms") or "on,off").split(",") if a.strip()]
+        self.arms = [a for a in arms if a in ARMS] or ["on", "off"]
+        self.max_blocks = int(settings.get("cost_ab_blocks") or 0)
+        self.busy_pct = float(settings.get("cost_ab_busy_pct") or 0.5)
+        self.start = int(settings.get("warmup") or 0) + 1
+        self._engage = engage
+        self._rng = random.Random(SEED)
+        self._cuda = False
+        self.steps_per_block = 0
+        self.step_ms = 0.0
+        self.busy_ms = 0.0
+        self._busy: Callable[[], None] | None = None
+        self._cal: Any = None  # the calibration's first stamp
+        self._order: list[str] = []
+        self._arm = "on"
+        self._group = 0
+        self._in_block = 0
+        self._opened: tuple[Any, float, float] | None = None  # stamp, process CPU, thread CPU
+        self._depth = self._ends = 0  # optimizer steps seen while bypassed
+        self.blocks: list[dict[str, Any]] = []
+        self.last_step: int | None = None  # the run ends after this step (cost_ab_blocks)
+
+    @property
+    def enabled(self) -> bool:
+        return self.block_s > 0
+
+    def use_cuda(self, cuda: bool) -> None:
+        self._cuda = cuda
+
+    def bypassed_opt(self, begin: bool, cycle: int = 1) -> bool:
+        """An optimizer step began or ended while the layer is bypassed; True when that
+        ended a training step (every optimizer of the script's cycle stepped once)."""
+        if begin:
+            self._depth += 1
+            return False
+        self._depth = max(0, self._depth - 1)
+        if self._depth:
+            return False
+        self._ends += 1
+        return self._ends % max(1, cycle) == 0
+
+    # --- the clock ---------------------------------------------------------------------------
+    def _stamp(self) -> Any:
+        if self._cuda:
+            event = self.torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def _ms(self, a: Any, b: Any) -> float:
+        if self._cuda:
+            return float(a.elapsed_time(b))
+        return (b - a) * 1000.0
+
+    # --- step boundaries -----------------------------------------------------------------------
+    def step_ended(self, step: int) -> None:
+        """Step `step` (0-based, counted on every arm) just ended."""
+        if step + 1 < self.start:
+            return
+        if step + 1 == self.start:
+            self._cal = self._stamp()
+            return
+        if self.steps_per_block == 0:
+            if step + 1 - self.start >= CALIBRATION_STEPS:
+                self._calibrate(step)
+            return
+        if self._busy is not None and self._arm == "busy":
+            self._busy()
+        self._in_block += 1
+        if self._in_block >= self.steps_per_block:
+            self._close_block()
+            self._open_block()
+
+    def _calibrate(self, step: int) -> None:
+        end = self._stamp()
+        if self._cuda:
+            end.synchronize()
+        self.step_ms = self._ms(self._cal, end) / CALIBRATION_STEPS
+        mine = max(1, round(self.block_s * 1000.0 / max(self.step_ms, 1e-3)))
+        self.steps_per_block = self._agree(mine)
+        self.busy_ms = self.step_ms * self.busy_pct / 100.0
+        if "busy" in self.arms:
+            self._busy = self._make_busy(self.busy_ms)
+        if self.max_blocks > 0:
+            groups = -(-self.max_blocks // len(self.arms))
+            self.last_step = step + groups * len(self.arms) * self.steps_per_block
+        self._open_block()
+
+    def _agree(self, mine: int) -> int:
+        """Rank 0's steps per block, for every rank (blocks must switch at the same step)."""
+        dist = self.torch.distributed
+        try:
+            if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+                return mine
+            store = dist.distributed_c10d._get_default_store()
+            if dist.get_rank() == 0:
+                store.set(STORE_KEY, str(mine))
+                return mine
+            return int(store.get(STORE_KEY))
+        except Exception:  # noqa: BLE001 - no store: every rank's own estimate (ranks run in lockstep)
+            return mine
+
+    def _make_busy(self, ms: float) -> Callable[[], None]:
+        torch = self.torch
+        if self._cuda:
+            cycles = _spin_cycles_per_ms(torch) * ms
+            return lambda: torch.cuda._sleep(int(cycles))
+
+        def spin() -> None:
+            until = time.perf_counter() + ms / 1000.0
+            while time.perf_counter() < until:
+                pass
+
+        return spin
+
+    def _open_block(self) -> None:
+        if not self._order:
+            self._order = list(self.arms)
+            self._rng.shuffle(self._order)
+            self._group += 1
+        self._arm = self._order.pop(0)
+        self._depth = self._ends = 0
+        self._engage(self._arm == "on")
+        self._in_block = 0
+        self._opened = (self._stamp(), time.process_time(), time.thread_time())
+
+    def _close_block(self) -> None:
+        if self._opened is None:
+            return
+        stamp, cpu, thread = self._opened
+        self.blocks.append({"group": self._group, "arm": self._arm, "steps": self._in_block,
+                            "a": stamp, "b": self._stamp(), "cpu_ms": (time.process_time() - cpu) * 1000.0,
+                            "thread_ms": (time.thread_time() - thread) * 1000.0})
+        self._opened = None
+
+    # --- the end -----------------------------------------------------------------------------
+    def result(self) -> dict[str, Any]:
+        if self._cuda:
+            self.torch.cuda.synchronize()
+        blocks = []
+        for b in self.blocks:
+            row = {k: v for k, v in b.items() if k not in ("a", "b")}
+            row["ms"] = self._ms(b["a"], b["b"])
+            blocks.append(row)
+        return {"rank": self.rank, "arms": self.arms, "block_s": self.block_s, "steps_per_block": self.steps_per_block,
+                "calibration_step_ms": self.step_ms, "busy_pct": self.busy_pct, "busy_ms": self.busy_ms,
+                "device": "cuda" if self._cuda else "cpu", "blocks": blocks}
+
+    def write(self, config_path: str | None) -> None:
+        if not self.enabled or not self.blocks or not config_path:
+            return
+        out = Path(config_path).parent / "cost_ab"
+        out.mkdir(mode=0o700, exist_ok=True)
+        tmp = out / f".rank{self.rank}.json.tmp"
+        tmp.write_text(json.dumps(self.result()))
+        os.replace(tmp, out / f"rank{self.rank}.json")
+
+
+def _spin_cycles_per_ms(torch: Any) -> float:
+    """How many clock cycles torch.cuda._sleep spins per millisecond on this GPU."""
+    cycles = 20_000_000
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / max(start.elapsed_time(end), 1e-6)
