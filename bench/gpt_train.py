@@ -3,15 +3,22 @@
 A self-contained training script in the spirit of nanoGPT's train.py (written from scratch):
 token + position embeddings, pre-LayerNorm blocks with causal self-attention through
 F.scaled_dot_product_attention and a GELU MLP, a weight-tied lm_head, AdamW, a hand-set
-cosine learning-rate schedule with linear warmup, gradient clipping, gradient accumulation,
-bf16 autocast on CUDA and optional torch.compile.
+cosine learning-rate schedule with linear warmup, gradient clipping, gradient accumulation
+(DDP's all-reduce only on the last micro-batch, through require_backward_grad_sync), bf16
+autocast and fused AdamW on CUDA, and optional torch.compile. As nanoGPT does by default, rank 0
+reads the loss with loss.item() every iteration (--no-item-every-step: never), and batches are
+random windows of a uint16 token file read through np.memmap (--data memmap; without
+--data-file, ~10M random tokens are written once to the temp directory), pinned and copied
+with non_blocking on CUDA, the next one fetched while the GPU runs the forward.
 
     python bench/gpt_train.py                                  # one process
     torchrun --standalone --nproc-per-node 8 bench/gpt_train.py --compile --out r.json
 
 Under torchrun (RANK set) it trains with DistributedDataParallel, also with one rank. The
-timing syncs the device only at the end of the warmup and at the end of the run, so nothing
-inside the timed loop waits on the GPU (unless --log-interval asks for loss printing).
+timing syncs the device only at the end of the warmup and at the end of the run; inside the
+timed loop only the per-iteration loss.item() on rank 0 (and --log-interval) waits on the GPU.
+Rank 0 ends with one line
+    OWN_TIMING {"steps": <timed steps>, "ms_per_step": <wall ms>, "samples_per_step": <all ranks>}
 """
 
 import argparse
@@ -21,8 +28,10 @@ import math
 import os
 import socket
 import statistics
+import tempfile
 import time
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -157,6 +166,17 @@ def parse_args():
     p.add_argument("--autocast", choices=["auto", "bf16", "none"], default="auto",
                    help="auto: bf16 on CUDA, none on CPU")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--item-every-step", action=argparse.BooleanOptionalAction, default=True,
+                   help="rank 0 reads the loss with loss.item() every iteration, as nanoGPT "
+                        "does (a device sync; prints nothing)")
+    p.add_argument("--data", choices=["memmap", "random"], default="memmap",
+                   help="memmap: random windows of a uint16 token file (nanoGPT's get_batch); "
+                        "random: random tokens drawn on the device")
+    p.add_argument("--data-file", default=None,
+                   help="uint16 token file for --data memmap (default: ~10M random tokens "
+                        "written once to the temp directory)")
+    p.add_argument("--data-tokens", type=int, default=10_000_000,
+                   help="tokens in the generated token file")
     p.add_argument("--ddp", action=argparse.BooleanOptionalAction, default=None,
                    help="train with DDP (default: when launched by torchrun, i.e. RANK is set)")
     p.add_argument("--seed", type=int, default=1337)
@@ -168,6 +188,8 @@ def parse_args():
         p.error(f"--steps ({args.steps}) must be larger than --warmup ({args.warmup})")
     if args.lr_warmup is None:
         args.lr_warmup = max(1, args.steps // 10)
+    if args.vocab > 65536 and args.data == "memmap":
+        p.error("--data memmap stores uint16 tokens: --vocab must be <= 65536")
     return args
 
 
@@ -201,6 +223,42 @@ def setup_distributed(args):
     return ddp, rank, local_rank, world_size, device
 
 
+def barrier():
+    # on NCCL, naming the device keeps barrier() from guessing it (and warning)
+    if torch.cuda.is_available():
+        dist.barrier(device_ids=[torch.cuda.current_device()])
+    else:
+        dist.barrier()
+
+
+def token_file(args, ddp):
+    """The uint16 token file to read: --data-file, or one of random tokens in the temp
+    directory, written by each node's local rank 0 (atomically; kept and reused by later runs
+    with the same size, vocabulary and seed) while the other ranks wait at a barrier."""
+    if args.data_file:
+        return args.data_file
+    path = os.path.join(tempfile.gettempdir(), f"gpt_train_tokens_uid{os.getuid()}_"
+                        f"v{args.vocab}_n{args.data_tokens}_s{args.seed}.bin")
+    expected = 2 * args.data_tokens
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    writer = local_rank == 0 or not ddp  # without DDP there is no barrier: all may write
+    if writer and not (os.path.exists(path) and os.path.getsize(path) == expected):
+        rng = np.random.default_rng(args.seed)
+        tokens = rng.integers(0, args.vocab, size=args.data_tokens, dtype=np.uint16)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                tokens.tofile(f)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    if ddp:
+        barrier()
+    return path
+
+
 def get_lr(step, args):
     if step < args.lr_warmup:
         return args.lr * (step + 1) / args.lr_warmup
@@ -228,20 +286,40 @@ def main():
     if master:
         print(f"gpt_train: {model.num_params() / 1e6:.2f}M parameters, world {world_size}, "
               f"device {device_type}, ddp {ddp}, compile {args.compile}, "
-              f"bf16 {use_bf16}, batch {args.batch_size}x{args.accum}x{args.block}", flush=True)
+              f"bf16 {use_bf16}, batch {args.batch_size}x{args.accum}x{args.block}, "
+              f"data {args.data}, item every step {args.item_every_step}", flush=True)
     optimizer = model.configure_optimizer(args.lr, args.weight_decay, (0.9, 0.95), device_type)
     if args.compile:
         model = torch.compile(model)
     if ddp:
         model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
 
-    # random tokens, drawn on the device, a different stream per rank
-    data_gen = torch.Generator(device=device).manual_seed(args.seed + 1000 * rank)
+    if args.data == "memmap":
+        data_path = token_file(args, ddp)
+        # window offsets drawn on the CPU, a different stream per rank
+        data_gen = torch.Generator().manual_seed(args.seed + 1000 * rank)
 
-    def get_batch():
-        tok = torch.randint(0, args.vocab, (args.batch_size, args.block + 1), device=device,
-                            generator=data_gen)
-        return tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
+        def get_batch():
+            # nanoGPT's get_batch: the memmap is opened anew for every batch (a long-lived
+            # np.memmap keeps growing its resident pages)
+            data = np.memmap(data_path, dtype=np.uint16, mode="r")
+            ix = torch.randint(len(data) - args.block, (args.batch_size,), generator=data_gen)
+            x = torch.stack([torch.from_numpy(data[i:i + args.block].astype(np.int64))
+                             for i in ix.tolist()])
+            y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + args.block].astype(np.int64))
+                             for i in ix.tolist()])
+            if device_type == "cuda":
+                return (x.pin_memory().to(device, non_blocking=True),
+                        y.pin_memory().to(device, non_blocking=True))
+            return x, y
+    else:
+        # random tokens, drawn on the device, a different stream per rank
+        data_gen = torch.Generator(device=device).manual_seed(args.seed + 1000 * rank)
+
+        def get_batch():
+            tok = torch.randint(0, args.vocab, (args.batch_size, args.block + 1), device=device,
+                                generator=data_gen)
+            return tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
 
     def sync():
         if device_type == "cuda":
@@ -262,6 +340,7 @@ def main():
     model.train()
     t0 = None
     loss = None
+    x, y = get_batch()  # the first batch; each later one is fetched during a forward
     for step in range(args.steps):
         if step == args.warmup:
             sync()
@@ -277,15 +356,20 @@ def main():
             if ddp:
                 # all-reduce the gradients only on the last micro-step
                 model.require_backward_grad_sync = micro == args.accum - 1
-            x, y = get_batch()
             with autocast:
                 _, loss = model(x, y)
                 loss = loss / args.accum
+            # the next batch while the GPU runs this forward (nanoGPT's prefetch)
+            x, y = get_batch()
             loss.backward()
         if args.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+
+        if args.item_every_step and master:
+            # nanoGPT reads the loss every iteration (log_interval 1): a device sync on rank 0
+            _lossf = loss.item() * args.accum  # read, not printed
 
         if args.log_interval and master and (step + 1) % args.log_interval == 0:
             print(f"step {step + 1}: loss {loss.item() * args.accum:.4f} lr {lr:.2e}",
@@ -310,20 +394,26 @@ def main():
         "world_size": world_size,
         "device": device_type,
         "compile": args.compile,
+        "data": args.data,
+        "item_every_step": args.item_every_step,
         "final_loss": loss.item() * args.accum,
     }
+    samples_per_step = args.batch_size * args.accum * world_size
     if master:
         print(f"gpt_train: final loss {result['final_loss']:.4f}, "
               f"step median {result['step_ms_median']:.2f} ms, "
               f"{result['tokens_per_s']:.0f} tokens/s", flush=True)
         print(f"gpt_train: steps/s {steps_per_s:.3f} over the last {timed} steps", flush=True)
+        own = {"steps": timed, "ms_per_step": round(1000.0 * elapsed / timed, 3),
+               "samples_per_step": samples_per_step}
+        print(f"OWN_TIMING {json.dumps(own)}", flush=True)
         if args.out:
             with open(args.out, "w") as f:
                 json.dump(result, f, indent=2)
                 f.write("\n")
 
     if ddp:
-        dist.barrier()
+        barrier()
         dist.destroy_process_group()
 
 
