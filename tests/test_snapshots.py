@@ -124,7 +124,7 @@ def test_the_alert_slot_keeps_its_rows_with_and_without_an_alert(tmp_path: Path,
             await show_tab(app, pilot, "ranks")
             alerts = app.query_one(RunAlerts)
             shown = str(alerts.render()).strip()
-            assert ("straggler" in shown) == (slow_rank is not None), shown
+            assert ("rank 1 straggler:" in shown) == (slow_rank is not None), shown
             return alerts.region.height, app.query_one("#tabs", Widget).region
 
     with_alert, without = asyncio.run(regions(1)), asyncio.run(regions(None))

@@ -103,18 +103,19 @@ def test_straggler_is_named_with_its_phase():
     for r in range(4):
         slow = r == 2
         recs = [rec(i, 100.0, data_ms=31.0 if slow else 1.0, exposed_comm_ms=0.5 if slow else 30.5)
-                for i in range(20)]
+                for i in range(60)]  # checks at steps 19, 29, ...: the third names it
         st.apply(Steps(r, recs), 0)
     s = st.straggler()
     assert s is not None and s.rank == 2 and s.phase == "data"
-    assert s.excess_ms == pytest.approx(30.0)
+    assert s.excess_ms == pytest.approx(30.0) and s.n == 50
 
 
 def test_no_straggler_when_ranks_are_even():
     st = make_state(warmup=0)
     for r in (0, 1):
-        st.apply(Steps(r, [rec(i, 100.0 + r * 0.5) for i in range(20)]), 0)
+        st.apply(Steps(r, [rec(i, 100.0 + r * 0.5) for i in range(60)]), 0)
     assert st.straggler() is None
+    assert st.straggler_verdict.describe() == "no straggler: ranks within 1% of the step (n=50 steps)"
 
 
 def test_stall_flagged_after_bound_and_cleared_on_progress():

@@ -1,6 +1,7 @@
 """The live figures of a run, and the one rule for each verdict views show: each rank's
 recent window (p50/p95, phase split, samples per step, own work), the slowest rank, the
-straggler, the stall bound and the live rate. Every view reads these through RunState
+stall bound and the live rate (the straggler verdict, which needs paired steps and a memory
+across checks, is ddptop.model.straggler's). Every view reads these through RunState
 (ddptop.model.state) or a Snapshot (ddptop.model.snapshot); none recomputes them.
 
 Pure: no I/O, no UI; depends on the protocol's phase names only (RunState imports this
@@ -10,17 +11,14 @@ module, not the other way round: a rank is anything with `steps` and `recent`).
 from __future__ import annotations
 
 import collections
-import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ddptop.wire.protocol import PHASES
 
-WINDOW = 50  # a rank's last records that the slowest-rank and straggler rule look at
+WINDOW = 50  # a rank's last records that the slowest-rank rule looks at
 MIN_RECORDS = 5  # ...at least this many, or the rank is not ranked
-STRAGGLER_RATIO = 1.2  # own work this much above the others' median...
-STRAGGLER_MIN_MS = 2.0  # ...and at least this much, to be named
 STALL_MIN_S = 10.0
 STALL_STEPS = 20  # a stall is this many median steps with no progress (at least STALL_MIN_S)
 PHASES_WITH_COMM = ("data", "forward", "backward", "comm", "optimizer")
@@ -46,7 +44,6 @@ class RankFigures:
     p50: float | None
     p95: float | None
     own_ms: float | None  # median own work (step minus exposed comm) over the last WINDOW records
-    own_phases: dict[str, float]  # median own time per phase over the same records
     ranked: bool  # enough records (MIN_RECORDS, all timed) to be compared with other ranks
     samples_per_step: float | None
     samples_per_s: float | None  # samples_per_step / p50: the same statistic as the rank's p50
@@ -58,21 +55,7 @@ class RankFigures:
     step_ms: tuple[float, ...]  # the window's step times, oldest first
 
 
-EMPTY = RankFigures(None, None, None, dict.fromkeys(PHASES, 0.0), False, None, None,
-                    dict.fromkeys(PHASES, 0.0), False, None, None, None, ())
-
-
-@dataclass(frozen=True)
-class Straggler:
-    rank: int
-    own_ms: float  # median own work per step (step minus waiting in exposed comm)
-    others_ms: float  # median of the other ranks' own work
-    phase: str  # the phase where the extra time goes
-    excess_ms: float
-
-    def describe(self) -> str:
-        return (f"rank {self.rank} is a straggler: {self.own_ms:.1f} ms of own work per step vs "
-                f"{self.others_ms:.1f} ms on the others, +{self.excess_ms:.1f} ms in {self.phase}")
+EMPTY = RankFigures(None, None, None, False, None, None, dict.fromkeys(PHASES, 0.0), False, None, None, None, ())
 
 
 def _median(ordered: list[float]) -> float | None:
@@ -87,16 +70,6 @@ def pct(ordered: list[float], q: float) -> float | None:
     if not ordered:
         return None
     return ordered[min(len(ordered) - 1, int(round(q / 100.0 * (len(ordered) - 1))))]
-
-
-def _own_phases(recs: list[dict[str, float]]) -> dict[str, float]:
-    """Median per phase of a rank's own work; backward minus its exposed comm wait."""
-    out = {}
-    for phase in PHASES:
-        values = [r.get(phase + "_ms", 0.0) - (r.get("exposed_comm_ms", 0.0) if phase == "backward" else 0.0)
-                  for r in recs]
-        out[phase] = statistics.median(values) if values else 0.0
-    return out
 
 
 class RankWindow:
@@ -193,8 +166,7 @@ class RankWindow:
         p50 = pct(ordered, 50)
         per_step = sums[_SAMPLES] / self.n_samples if self.n_samples and sums[_SAMPLES] > 0 else None
         return RankFigures(
-            p50=p50, p95=pct(ordered, 95), own_ms=_median(own),
-            own_phases=_own_phases(tail) if ranked else dict.fromkeys(PHASES, 0.0), ranked=ranked,
+            p50=p50, p95=pct(ordered, 95), own_ms=_median(own), ranked=ranked,
             samples_per_step=per_step,
             samples_per_s=per_step * 1000.0 / p50 if per_step and p50 else None,
             phases=means, has_comm=has_comm,
@@ -217,27 +189,12 @@ def _own(figures: Mapping[int, RankFigures]) -> dict[int, float]:
 
 def slowest(figures: Mapping[int, RankFigures]) -> int | None:
     """The rank doing the most own work per step over its last WINDOW records (ties: the
-    lowest rank); None with fewer than two ranked ranks. A straggler is always this rank."""
+    lowest rank); None with fewer than two ranked ranks. A view marks the straggler instead
+    while one is named (Snapshot.slowest, RunState.slowest_rank)."""
     own = _own(figures)
     if len(own) < 2:
         return None
     return max(sorted(own), key=lambda r: own[r])
-
-
-def straggler(figures: Mapping[int, RankFigures]) -> Straggler | None:
-    """The slowest rank, when its own work stays above the others' median by
-    STRAGGLER_RATIO and STRAGGLER_MIN_MS, with the phase its extra time goes to."""
-    worst = slowest(figures)
-    if worst is None:
-        return None
-    own = _own(figures)
-    others = statistics.median(v for r, v in own.items() if r != worst)
-    if own[worst] < others * STRAGGLER_RATIO or own[worst] - others < STRAGGLER_MIN_MS:
-        return None
-    mine = figures[worst].own_phases
-    theirs = {p: statistics.median(figures[r].own_phases[p] for r in own if r != worst) for p in PHASES}
-    phase = max(PHASES, key=lambda p: mine[p] - theirs[p])
-    return Straggler(worst, own[worst], others, phase, own[worst] - others)
 
 
 def job_p50_ms(figures: Mapping[int, RankFigures]) -> float | None:

@@ -81,7 +81,9 @@ def status_line(state: RunState, now: float) -> str:
                          else f"comm {100 * total:.0f}% (exposed {100 * (exposed or 0.0):.0f}%)")
         if snap.straggler is not None:
             s = snap.straggler
-            parts.append(f"straggler rank {s.rank} ({s.phase} +{s.excess_ms:.0f} ms)")
+            parts.append(f"straggler rank {s.rank} ({s.phase} +{s.excess_ms:.1f} ms/step)")
+        elif snap.verdict.latest is not None:
+            parts.append(f"no straggler ({snap.verdict.latest.spread()})")
         if snap.stall is not None:
             parts.append(f"STALLED since {now - snap.stall.since:.0f}s, suspects {snap.stall.suspects}")
     if state.total_dropped:
@@ -190,8 +192,9 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
     elif summary.get("exposed_comm_share") is not None:
         lines.append(f"gradient communication: {100 * summary['exposed_comm_share']:.1f}% of the step exposed "
                      "(not hidden by backward); the all-reduce total is not timed here (--set nccl_timing=true)")
-    if summary.get("straggler"):
-        lines.append(summary["straggler"]["text"])
+    verdict = summary.get("straggler_check") or summary.get("straggler")  # older summaries: the latter
+    if verdict:
+        lines.append(verdict["text"])
     for note in summary.get("notes") or []:
         lines.append(f"note: {note}")
     if summary.get("stalls"):

@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddptop.model import figures
-from ddptop.model.figures import PHASES_WITH_COMM, RankFigures, Straggler
+from ddptop.model.figures import PHASES_WITH_COMM, RankFigures
 from ddptop.model.state import RankState, RunState, Stall
+from ddptop.model.straggler import Finding, Verdict
 from ddptop.wire.protocol import PHASES
 
 
@@ -19,7 +20,7 @@ class Snapshot:
     now: float
     ranks: dict[int, RankFigures]
     status: dict[int, str]  # rank -> its status, "stalled?" past the run's stall bound
-    slowest: int | None  # figures.slowest; the straggler, when there is one, is this rank
+    slowest: int | None  # the straggler while one is named, else figures.slowest
     with_comm: bool
     steps_per_s: float | None  # RunState.steps_per_s: after warmup, bounded by the slowest rank
     samples_per_s: float | None  # steps_per_s x samples per step
@@ -27,7 +28,8 @@ class Snapshot:
     comm: tuple[float | None, float] | None  # (in flight, exposed) share of step, mean over ranks; in flight
     # is None where only exposed comm is measured (GPU, DDP's own all-reduce, no nccl_timing)
     warming_up: bool  # a comm hook is configured but gradients still travel uncompressed
-    straggler: Straggler | None = None
+    straggler: Finding | None = None  # the straggler named (ddptop.model.straggler), with its evidence
+    verdict: Verdict = Verdict()  # the straggler verdict, named or not ("no straggler: ranks within 3%...")
     stall: Stall | None = None  # state.stall while it is not cleared
 
     @property
@@ -46,16 +48,17 @@ def snapshot(state: RunState, now: float) -> Snapshot:
     ranks = state.rank_figures()
     bound = figures.stall_bound_s(ranks)
     many = state.world_size > 1
+    named = state.straggler() if many else None
     return Snapshot(
         state=state, now=now, ranks=ranks,
         status={r: rank_status(state.ranks[r], now, bound) for r in ranks},
-        slowest=figures.slowest(ranks) if many else None,
+        slowest=named.rank if named is not None else figures.slowest(ranks) if many else None,
         with_comm=any(f.has_comm for f in ranks.values()),
         steps_per_s=state.steps_per_s(),
         samples_per_s=state.samples_per_s(),
         p50_ms=figures.job_p50_ms(ranks),
         comm=figures.comm_shares(ranks),
         warming_up=figures.warming_up(state.config, ranks, state.current_step),
-        straggler=figures.straggler(ranks) if many else None,
+        straggler=named, verdict=state.straggler_verdict if many else Verdict(),
         stall=state.stall if state.stall is not None and state.stall.cleared_at is None else None,
     )

@@ -13,8 +13,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddptop.model import figures
-from ddptop.model.figures import STALL_MIN_S, STALL_STEPS, RankFigures, RankWindow, Straggler
+from ddptop.model import figures, straggler
+from ddptop.model.figures import STALL_MIN_S, STALL_STEPS, RankFigures, RankWindow
 from ddptop.model.rank_state import RECENT, Histogram, RankState
 from ddptop.model.run_summary import (
     bus_bandwidth,
@@ -22,11 +22,13 @@ from ddptop.model.run_summary import (
     rank_summary,
     round_or_none,
     straggler_dict,
+    verdict_dict,
 )
+from ddptop.model.straggler import Finding, Verdict
 from ddptop.wire.protocol import Bye, Hello, Info, Steps
 
 __all__ = ["LOG_LINES", "RECENT", "STALL_MIN_S", "STALL_STEPS", "Histogram", "RankState", "RunState",
-           "Stall", "Straggler", "bus_bandwidth", "nccl_facts"]
+           "Stall", "bus_bandwidth", "nccl_facts"]
 
 LOG_LINES = 2000  # log lines kept per rank for live views (all of them are on disk)
 HISTORY = 900  # throughput samples (one per tick)
@@ -90,6 +92,9 @@ class RunState:
     advice: Any = None  # latest ddptop.analysis.advisor.Advice
     stall: Stall | None = None  # set while no rank finishes a step (see stall_bound_s)
     stalls: int = 0  # how many times the run stalled
+    # ddptop.model.straggler: checked as records arrive, so it depends on the records, not on
+    # how often anyone looks; viewers get it with the state
+    straggler_verdict: Verdict = field(default_factory=Verdict)
     captures: dict[int, Any] = field(default_factory=dict)  # id -> ddptop.analysis.capture.Capture
     nsys: dict[str, Any] | None = None  # what nsys wrote and its stats, after an nsys run
     command: list[str] | None = None  # the user's own script (None: ddptop's trainer)
@@ -112,6 +117,7 @@ class RunState:
                 rs.add(rec, self.warmup, now)
             if msg.spans:
                 rs.add_spans(msg.spans)
+            self._check_straggler()
             if self.status == "starting":
                 self.status = "running"
         elif isinstance(msg, Info):
@@ -171,6 +177,11 @@ class RunState:
         rate = self.live_steps_per_s()
         if rate is not None:
             self.history.append((now - self.started_at, rate))
+
+    def _check_straggler(self) -> None:
+        """Run the straggler checks due now that every rank (but the lost) has reported more steps."""
+        ranks = {r: rs for r, rs in self.ranks.items() if rs.status not in ("lost", "failed")}
+        self.straggler_verdict = straggler.advance(self.straggler_verdict, ranks, self.warmup)
 
     def _rank(self, rank: int) -> RankState:
         if rank not in self.ranks:
@@ -254,12 +265,14 @@ class RunState:
         return sum(shares) / len(shares) if shares else None
 
     def slowest_rank(self) -> int | None:
-        """ddptop.model.figures.slowest: the rank doing the most own work per step."""
-        return figures.slowest(self.rank_figures())
+        """The straggler while one is named, else ddptop.model.figures.slowest: the rank doing
+        the most own work per step over its last records."""
+        named = self.straggler()
+        return named.rank if named is not None else figures.slowest(self.rank_figures())
 
-    def straggler(self) -> Straggler | None:
-        """ddptop.model.figures.straggler: the slowest rank, when it is clearly slower."""
-        return figures.straggler(self.rank_figures())
+    def straggler(self) -> Finding | None:
+        """The straggler named by ddptop.model.straggler's rule, with what it rests on."""
+        return self.straggler_verdict.straggler
 
     def stall_bound_s(self) -> float:
         return figures.stall_bound_s(self.rank_figures())
@@ -322,6 +335,7 @@ class RunState:
             "step_ms_p95": round_or_none(p95),
             "slowest_rank": self.slowest_rank(),
             "straggler": straggler_dict(self.straggler()),
+            "straggler_check": verdict_dict(self.straggler_verdict),
             "stalls": self.stalls,
             "stall": self.stall.to_dict() if self.stall else None,
             "comm_share": round_or_none(self.mean_share("comm_ms"), 4),

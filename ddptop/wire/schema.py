@@ -26,6 +26,7 @@ from ddptop.analysis.nccl import (
 from ddptop.hw.samples import GpuProcess, GpuSample, GpuStat
 from ddptop.hw.topology import TopologyMatrix, TopoReading
 from ddptop.model.state import LOG_LINES, RECENT, Histogram, RankState, RunState, Stall
+from ddptop.model.straggler import Finding, Verdict
 from ddptop.wire.decode_checks import SCALARS, Dec, bad, int_keys, scalar_types
 from ddptop.wire.protocol import Hello
 from ddptop.wire.step_records import records_from_wire, records_to_wire
@@ -78,7 +79,7 @@ _PINNED: dict[tuple[type, str], Any] = {
 # What a viewer has no use for and should not hold: a rank's hub token.
 _BLANK: dict[tuple[type, str], Any] = {(Hello, "token"): ""}
 
-_CLASSES = (RunState, RankState, Hello, Stall, Capture, GpuSample, GpuStat, GpuProcess, TopologyMatrix,
+_CLASSES = (RunState, RankState, Hello, Stall, Verdict, Finding, Capture, GpuSample, GpuStat, GpuProcess, TopologyMatrix,
             TopoReading, NcclReport, Communicator, RankInfo, Transport, TreeNode, CollectiveStat, Advice)
 
 

@@ -12,11 +12,16 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from ddptop.model import straggler
+
 VIEWS = (
     ("Ranks", "one row per rank: where it runs, step, recent p50/p95 step time, how the step "
               "splits into data/forward/backward/optimizer (and communication once measured), "
               "samples/s, status. ▲ marks the slowest rank (most own work per step); the status says "
-              "'straggler' when it stays well above the others and 'suspect' during a stall. Below: "
+              "'straggler' when its own work exceeds the others' on the same steps beyond the run's "
+              f"step-to-step noise (sign test over the last {straggler.WINDOW} steps), by "
+              f"{straggler.MIN_MS:g} ms and {100 * straggler.MIN_SHARE:g}% of the step or more, in "
+              f"{straggler.PERSIST} checks {straggler.EVERY} steps apart; 'suspect' during a stall. Below: "
               "steps/s over the run and each rank's recent step times on one scale."),
     ("GPU", "per GPU utilisation, memory, power, temperature, SM clock, PCIe, NVLink and the "
             "ranks on it (NVML). Without NVML: why, and each rank's CPU% and memory."),

@@ -1,7 +1,8 @@
 """RunAlerts: what needs the user's eye now, under the header on every view: a loud
 STALLED line while no rank makes progress (seconds since, suspects, where stacks
-went), the straggler verdict and the run's notes. Its rows are always there, empty when
-there is nothing to say, so a verdict that comes and goes does not move the views."""
+went), the straggler verdict and the run's notes; in a row left over, the calm verdict ("no
+straggler: ranks within 3% of the step"). Its rows are always there, empty when there is
+nothing to say, so a verdict that comes and goes does not move the views."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ddptop.tui.live import Snapshot
 
 STALL_STYLE = "bold #ffffff on #b03a2e"
 STRAGGLER_STYLE = "bold #d7503c"
+CALM_STYLE = "dim"
 ALERT_ROWS = 2  # the slot's height (app.tcss says the same): what does not fit is counted
 
 
@@ -47,6 +49,9 @@ def alert_lines(snap: Snapshot) -> list[Text]:
         lines.append(Text("▲ " + snap.straggler.describe(), style=STRAGGLER_STYLE))
     for note in snap.state.notes[:2]:  # what the instrument cannot measure on this run
         lines.append(Text("ⓘ " + note, style="italic #c79100"))
+    calm = snap.verdict.describe() if snap.straggler is None else ""
+    if calm and len(lines) < ALERT_ROWS:  # not an alert: only where a row is free
+        lines.append(Text("· " + calm, style=CALM_STYLE))
     return lines
 
 
