@@ -180,6 +180,8 @@ def parse_args():
     p.add_argument("--ddp", action=argparse.BooleanOptionalAction, default=None,
                    help="train with DDP (default: when launched by torchrun, i.e. RANK is set)")
     p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--slow-rank", type=int, default=-1, help="this rank's batches take --slow-data-ms longer")
+    p.add_argument("--slow-data-ms", type=float, default=0.0)
     p.add_argument("--log-interval", type=int, default=0,
                    help="print the loss every N steps (syncs the device; 0: never)")
     p.add_argument("--out", default=None, help="write the timing as JSON here (rank 0)")
@@ -320,6 +322,13 @@ def main():
             tok = torch.randint(0, args.vocab, (args.batch_size, args.block + 1), device=device,
                                 generator=data_gen)
             return tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
+
+    if args.slow_rank == rank and args.slow_data_ms > 0:  # a straggler on purpose: its loader is slow
+        fetch = get_batch
+
+        def get_batch():
+            time.sleep(args.slow_data_ms / 1000.0)
+            return fetch()
 
     def sync():
         if device_type == "cuda":

@@ -314,6 +314,23 @@ PYEOF
   done
 }
 
+straggler() {  # issue 27: symmetric GPT script, rank 1's loader +5 ms a step, rank 1's GPU shared with a side process's matmuls
+  for case in ${STRAG_CASES:-sym slow side}; do
+    extra=""; side=""
+    [ $case = slow ] && extra="--slow-rank 1 --slow-data-ms 5"
+    if [ $case = side ]; then
+      $PY -c "import torch,time; a=torch.randn(4096,4096,device='cuda:1'); t=time.time()
+while time.time()-t<${STRAG_SIDE_S:-90}: a=(a@a).clamp_(-1,1)" & side=$!
+    fi
+    timeout ${STRAG_TIMEOUT:-120} $PY -m ddptop --headless --json --interval 10 --nproc "$N" --warmup 10 --steps ${STRAG_STEPS:-150} \
+      --runs-dir "$RUNS/strag_$case" -- $PY bench/gpt_train.py --steps 100000 $extra > /tmp/strag.out 2>&1; rc=$?
+    [ -n "$side" ] && kill $side 2>/dev/null
+    grep -E "straggler" /tmp/strag.out | sed 's/^/   /' | tail -4
+    tail -1 /tmp/strag.out > "$OUT/straggler_$case.json"
+    $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print('== straggler case $case rc=$rc', d['status'], d['steps_per_s'], 'steps/s | verdict:', json.dumps(d.get('straggler_check') or d.get('straggler'))[:600]); [print('  rank', r['rank'], r['step_ms_p50'], r['phases_ms'], r.get('exposed_comm_ms_p50')) for r in d['ranks']]" "$OUT/straggler_$case.json" || tail -20 /tmp/strag.out
+  done
+}
+
 facts
 for step in ${@:-topo presets}; do $step; done
 tar czf "$OUT/runs.tgz" --exclude='*.qdstrm' --exclude='*.nsys-rep' --exclude='*.trace.json' -C /tmp ddptop-gpu-runs 2>/dev/null

@@ -64,15 +64,12 @@ def main() -> int:
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     ranks = list(range(dist.get_world_size()))
+    # NCCL reads TORCH_NCCL_ENABLE_TIMING when a group is made: one group with it, one without
     plain = dist.new_group(ranks)
+    os.environ["TORCH_NCCL_ENABLE_TIMING"] = "1"
     timed = dist.new_group(ranks)
+    os.environ.pop("TORCH_NCCL_ENABLE_TIMING")
     x = torch.randn(a.numel, device="cuda")
-    for g in (plain, timed):  # communicators made before timing is switched on
-        dist.all_reduce(x, group=g)
-    try:
-        timed._enable_collectives_timing()
-    except AttributeError:
-        timed._get_backend(torch.device("cuda"))._enable_collectives_timing()
     times = NcclTimes()
     c10d = __import__("torch._C._distributed_c10d", fromlist=["OpType"])
     times._allreduce = c10d.OpType.ALLREDUCE

@@ -36,10 +36,12 @@ class ArmCost:
     ms_per_step: Estimate  # this arm's ms per step minus off's, per rank
     cpu_us_per_step: Estimate  # process CPU time per step (all threads) minus off's, per rank
     step_ms: float  # off's median ms per step
+    injected_ms: float | None = None  # busy: the spins' own time per step, as timed in the rank
 
     def as_dict(self) -> dict[str, Any]:
         return {"arm": self.arm, "ratio": self.ratio.as_dict(), "ms_per_step": self.ms_per_step.as_dict(),
-                "cpu_us_per_step": self.cpu_us_per_step.as_dict(), "step_ms": self.step_ms}
+                "cpu_us_per_step": self.cpu_us_per_step.as_dict(), "step_ms": self.step_ms,
+                "injected_ms": self.injected_ms}
 
 
 def median_ci(values: list[float], seed: int = SEED) -> Estimate:
@@ -77,6 +79,7 @@ def analyse(results: list[dict[str, Any]]) -> list[ArmCost]:
     groups = group_means(results)
     arms = sorted({arm for g in groups.values() for arm in g if arm != "off"}, key=["on", "aa", "busy"].index)
     off_ms = [g["off"][0] for g in groups.values() if "off" in g]
+    spins = [b["busy_ms"] / b["steps"] for r in results for b in r.get("blocks", []) if b.get("busy_ms") and b["steps"]]
     out = []
     for arm in arms:
         pairs = [(g[arm], g["off"]) for g in groups.values() if arm in g and "off" in g]
@@ -86,6 +89,7 @@ def analyse(results: list[dict[str, Any]]) -> list[ArmCost]:
             ms_per_step=median_ci([mine[0] - off[0] for mine, off in pairs]),
             cpu_us_per_step=median_ci([(mine[1] - off[1]) * 1000.0 for mine, off in pairs]),
             step_ms=statistics.median(off_ms) if off_ms else float("nan"),
+            injected_ms=statistics.median(spins) if arm == "busy" and spins else None,
         ))
     return out
 
@@ -98,7 +102,11 @@ def verdict(cost: ArmCost, busy_pct: float = 0.5) -> str:
         return f"A/A {'reads 1.000 within ±0.002' if ok else 'is off by more than 0.002'}"
     if cost.arm == "busy":
         seen = r.hi < 1.0
-        return (f"the {busy_pct:g}% calibration is {'seen' if seen else 'NOT seen'}"
-                f" (expected ratio {1 / (1 + busy_pct / 100):.4f})")
+        pct = busy_pct if cost.injected_ms is None else 100 * cost.injected_ms / cost.step_ms
+        got = cost.ms_per_step
+        inside = cost.injected_ms is not None and got.lo <= cost.injected_ms <= got.hi
+        return (f"the calibration is {'seen' if seen else 'NOT seen'}: injected {pct:.2f}% "
+                f"(expected ratio {1 / (1 + pct / 100):.4f})"
+                + ("" if cost.injected_ms is None else f", {'inside' if inside else 'outside'} the interval"))
     within = r.median >= 0.995 and r.lo >= 0.99
     return f"cost {'within' if within else 'NOT within'} 0.5% (median ≥ 0.995 and lower bound ≥ 0.99)"

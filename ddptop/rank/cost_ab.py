@@ -60,6 +60,7 @@ class CostAB:
         self._in_block = 0
         self._opened: tuple[Any, float, float] | None = None  # stamp, process CPU, thread CPU
         self._depth = self._ends = 0  # optimizer steps seen while bypassed
+        self._spins: list[tuple[Any, Any]] = []  # the busy arm's spins in the open block
         self.blocks: list[dict[str, Any]] = []
         self.last_step: int | None = None  # the run ends after this step (cost_ab_blocks)
 
@@ -146,13 +147,21 @@ class CostAB:
     def _make_busy(self, ms: float) -> Callable[[], None]:
         torch = self.torch
         if self._cuda:
-            cycles = _spin_cycles_per_ms(torch) * ms
-            return lambda: torch.cuda._sleep(int(cycles))
+            cycles = int(_spin_cycles_per_ms(torch) * ms)
+
+            def sleep() -> None:  # timed, since clocks move: the block says what was injected
+                start = self._stamp()
+                torch.cuda._sleep(cycles)
+                self._spins.append((start, self._stamp()))
+
+            return sleep
 
         def spin() -> None:
-            until = time.perf_counter() + ms / 1000.0
+            start = time.perf_counter()
+            until = start + ms / 1000.0
             while time.perf_counter() < until:
                 pass
+            self._spins.append((start, time.perf_counter()))
 
         return spin
 
@@ -173,7 +182,8 @@ class CostAB:
         stamp, cpu, thread = self._opened
         self.blocks.append({"group": self._group, "arm": self._arm, "steps": self._in_block,
                             "a": stamp, "b": self._stamp(), "cpu_ms": (time.process_time() - cpu) * 1000.0,
-                            "thread_ms": (time.thread_time() - thread) * 1000.0})
+                            "thread_ms": (time.thread_time() - thread) * 1000.0, "spins": self._spins})
+        self._spins = []
         self._opened = None
 
     # --- the end -----------------------------------------------------------------------------
@@ -182,8 +192,10 @@ class CostAB:
             self.torch.cuda.synchronize()
         blocks = []
         for b in self.blocks:
-            row = {k: v for k, v in b.items() if k not in ("a", "b")}
+            row = {k: v for k, v in b.items() if k not in ("a", "b", "spins")}
             row["ms"] = self._ms(b["a"], b["b"])
+            if b["spins"]:
+                row["busy_ms"] = sum(self._ms(x, y) for x, y in b["spins"])
             blocks.append(row)
         return {"rank": self.rank, "arms": self.arms, "block_s": self.block_s, "steps_per_block": self.steps_per_block,
                 "calibration_step_ms": self.step_ms, "busy_pct": self.busy_pct, "busy_ms": self.busy_ms,

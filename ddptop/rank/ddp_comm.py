@@ -106,13 +106,14 @@ class DdpComm:
         """DDP.register_comm_hook: the script's hook runs inside ddptop's timer, or is
         registered as it is where nothing of ddptop's times this DDP."""
         timer = self.timers.get(id(ddp))
-        if timer is None and id(ddp) in self._exposed_only:  # a Python hook now: time around it
+        nccl = id(ddp) in self._nccl_timed
+        if nccl:
+            self._nccl_timed[id(ddp)] = 0  # its hook decides what travels: the timer's buckets say
+        if timer is None and (id(ddp) in self._exposed_only or nccl):  # a Python hook now: time around it
             timer = self._guard(self.make_timer)(ddp)
-            self.send_facts({"comm_timing": "per-bucket hook around the script's comm hook"})
-        if timer is None:  # NCCL times it, comm timing off, or not our DDP
-            if id(ddp) in self._nccl_timed:
-                self._nccl_timed[id(ddp)] = 0  # its hook decides what travels: bytes unknown
-                self.send_facts({"comm_hook": getattr(hook, "__qualname__", None) or repr(hook)[:80]})
+            self.send_facts({"comm_timing": "per-bucket hook around the script's comm hook"
+                             + (", NCCL's own timing of each collective" if nccl else "")})
+        if timer is None:  # comm timing off, or not our DDP
             return register(ddp, state, hook)
         if self.script is not None:
             self._guard(self.script.script_hook_wins)(ddp, hook)
