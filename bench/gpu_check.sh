@@ -284,7 +284,9 @@ ab() {  # issue 27: the rank-side layer's cost inside one run per workload, enga
 }
 
 ncclcost() {  # issue 27: NCCL's own timing (TORCH_NCCL_ENABLE_TIMING + ddptop's completion hook), extra us per collective
-  for spec in ${NCCLCOST_SPECS:-"262144 0" "262144 20" "6553600 20"}; do
+  local specs
+  IFS='|' read -ra specs <<< "${NCCLCOST_SPECS:-262144 0|262144 20|6553600 20}"  # '|' between specs
+  for spec in "${specs[@]}"; do
     set -- $spec
     timeout 200 torchrun --standalone --nproc_per_node="$N" bench/nccl_timing_cost.py --numel $1 --python-us $2 \
       --rounds ${NCCLCOST_ROUNDS:-40} --ops ${NCCLCOST_OPS:-300} 2>&1 | grep -E "^rank|NCCL_TIMING_COST|Error" | tee -a "$OUT/ncclcost.txt"
@@ -292,7 +294,9 @@ ncclcost() {  # issue 27: NCCL's own timing (TORCH_NCCL_ENABLE_TIMING + ddptop's
 }
 
 commcheck() {  # issue 27: comm_ms by default vs the NCCL kernels of a torch.profiler trace of the same steps, per rank
-  for spec in ${COMM_SPECS:-"--preset baseline" "--preset bf16" "--preset powersgd" "-- $PY bench/gpt_train.py --steps 60"}; do
+  local specs
+  IFS='|' read -ra specs <<< "${COMM_SPECS:---preset baseline|--preset bf16|--preset powersgd|-- $PY bench/gpt_train.py --steps 60}"
+  for spec in "${specs[@]}"; do
     timeout ${COMM_TIMEOUT:-200} $PY -m ddptop --headless --json --interval 60 --nproc "$N" --warmup 10 --steps 40 \
       --capture 25:3 --profiler torch --runs-dir "$RUNS/comm" $spec > /tmp/comm.out 2>&1
     rc=$?; tail -1 /tmp/comm.out > /tmp/comm.json

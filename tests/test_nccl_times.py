@@ -65,13 +65,13 @@ def test_a_broken_work_info_is_counted_never_raised(monkeypatch):
     assert times.errors == 1 and times.take(1e9) == []
 
 
-def test_nccls_own_timing_is_asked_of_the_ranks_only_with_nccl_timing(tmp_path):
+def test_nccls_own_timing_is_asked_of_the_ranks_unless_nccl_timing_is_off(tmp_path):
     from ddptop.model.config import RunConfig
     from ddptop.run.launcher import build_plan
 
     def env(**kw):
         return build_plan(RunConfig(nproc=2, **kw), tmp_path, "unix:/x/hub.sock", "t", "run", base_env={}).env
 
-    assert "TORCH_NCCL_ENABLE_TIMING" not in env()  # default: exposed comm only, DDP's C++ path as is
-    assert env(nccl_timing=True)["TORCH_NCCL_ENABLE_TIMING"] == "1"
+    assert env()["TORCH_NCCL_ENABLE_TIMING"] == "1"  # default: total comm measured by NCCL itself
+    assert "TORCH_NCCL_ENABLE_TIMING" not in env(nccl_timing=False)  # exposed comm only
     assert "TORCH_NCCL_ENABLE_TIMING" not in env(nccl_timing=True, comm_timing=False)

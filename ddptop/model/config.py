@@ -181,8 +181,8 @@ class RunConfig:
         """What else a run changed that makes it not its preset: the ranks' environment and
         how communication was timed (a runs table row must not pass for plain `baseline`)."""
         parts = [f"{k}={v}" for k, v in sorted(self.nccl_env.items())]
-        if self.nccl_timing:
-            parts.append("nccl_timing")
+        if not self.nccl_timing:
+            parts.append("no nccl_timing")
         if not self.comm_timing:
             parts.append("no comm timing")
         return "; " + " ".join(parts) if parts else ""

@@ -254,9 +254,9 @@ class Instrument:
             stop_at = limit
         if stop_at is not None and step >= stop_at and not self.api_used and not self._stopping:
             self._stopping = True
-            why = ("the cost measurement's blocks are done" if self._limit_reached and limit == self.cost.last_step
-                   else f"the run's {self.script.steps} steps after warmup are done"
-                   if self._limit_reached and self.script else "as every rank agreed")
+            why = ("as every rank agreed" if not self._limit_reached else "the cost measurement's blocks are done"
+                   if limit == self.cost.last_step else f"the run's {self.script.steps if self.script else ''} steps "
+                   "after warmup are done")
             print(f"ddptop: rank {self.rank} stops after step {step}, {why}", file=sys.stderr, flush=True)
             if self._limit_reached:
                 self._guard(self._leave_together)()
@@ -389,9 +389,7 @@ class Instrument:
         if self.probe._sock is None:
             return
         self.flush()
-        if reason == "stopped" and self._limit_reached:
-            reason = None  # the script stopped at the run's own step limit: it completed
-        if reason is None:
+        if reason is None or (reason == "stopped" and self._limit_reached):  # the run's own limit: completed
             stopped = self._stopping and not self._limit_reached
             reason = "crashed" if self.crashed else ("stopped" if stopped else "completed")
         self.probe.close(reason, ddp_timing(self.ddps[0]) if self.ddps else None)

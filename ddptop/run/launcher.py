@@ -87,9 +87,7 @@ def build_plan(
         "NCCL_DEBUG_FILE": str(run_dir / "nccl" / "nccl.%h.%p.log"),
     })
     env.setdefault("NCCL_DEBUG", "INFO")
-    # NCCL flight recorder, dumped through its pipe when ddptop sees a stall. Its variables
-    # were renamed in torch 2.8 and the old names warn on every rank: the rank side sets the
-    # names its own torch reads (ddptop.rank.attach.flight_recorder_env) from these
+    # NCCL flight recorder, dumped through its pipe on a stall (named for the rank's torch by rank.attach)
     env.setdefault(protocol.ENV_FR_BUFFER_SIZE, "2000")
     env.setdefault(protocol.ENV_FR_DUMP_FILE, str(run_dir / "stacks" / "nccl_trace_rank_"))
     env.setdefault("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", str(run_dir / "stacks" / "nccl_pipe_rank_"))
