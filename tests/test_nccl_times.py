@@ -75,3 +75,45 @@ def test_nccls_own_timing_is_asked_of_the_ranks_unless_nccl_timing_is_off(tmp_pa
     assert env()["TORCH_NCCL_ENABLE_TIMING"] == "1"  # default: total comm measured by NCCL itself
     assert "TORCH_NCCL_ENABLE_TIMING" not in env(nccl_timing=False)  # exposed comm only
     assert "TORCH_NCCL_ENABLE_TIMING" not in env(nccl_timing=True, comm_timing=False)
+
+
+def test_under_a_comm_hook_comm_ms_is_the_collectives_and_the_hooks_span_is_kept_beside(monkeypatch):
+    """A hooked DDP on NCCL: the timer's stamped span (hand-over to the hook's future done)
+    becomes hook_ms; comm_ms is NCCL's own time of the collectives the hook issued; the
+    timer's bucket count and bytes stay."""
+    from ddptop.rank.ddp_comm import DdpComm
+    from ddptop.rank.steps import StepTracker
+
+    monkeypatch.setenv("TORCH_NCCL_ENABLE_TIMING", "1")
+    group = Group()
+    times = NcclTimes.attach(dist_for(group), group)
+    comm = DdpComm(torch, StepTracker(None), True, 10, cuda=lambda: True, capturing=lambda: False,
+                   guard=lambda f: f, send_facts=lambda facts: None, note=lambda text: None, script=None)
+    comm.nccl_times[id(group)] = times
+    comm._nccl_timed[1] = 0  # hooked: the timer's buckets say how many bytes travel
+    comm._closed_at[0] = 10.5
+    for start, dur in ((10.0, 1.0), (10.1, 1.5), (10.6, 1.0)):  # two collectives of step 0, one of step 1
+        group.hook(info(start, dur))
+    rec = {"step": 0, "comm_ms": 6.0, "buckets": 1.0, "comm_bytes": 4096.0}
+    (out,) = comm.with_nccl_times([rec], flush=False)
+    assert out["hook_ms"] == 6.0 and out["comm_ms"] == pytest.approx(2.5)
+    assert out["buckets"] == 1.0 and out["comm_bytes"] == 4096.0
+    # a step whose hook span was not stamped (GPU: every 10th step) still gets the collectives
+    comm._closed_at[1] = 10.7
+    group.hook(info(10.8, 1.0))
+    (plain,) = comm.with_nccl_times([{"step": 1}], flush=False)
+    assert plain["comm_ms"] == pytest.approx(1.0) and "hook_ms" not in plain
+
+
+def test_the_final_report_puts_the_hooks_own_work_beside_its_collectives():
+    import json
+    from pathlib import Path
+
+    from ddptop.model.report import final_report
+
+    line = (Path(__file__).parent.parent / "docs/measurements/2026-11-25-h100x2-commcheck-1.jsonl").read_text().splitlines()[1]
+    summary = json.loads(line)  # the bf16 preset on 2x H100
+    for r, hook in zip(summary["ranks"], (3.1, 3.0)):
+        r["hook_ms_p50"] = hook
+    text = final_report(summary, "/runs/x")
+    assert "comm hook, p50 per rank: rank 0 3.1 ms, of which collectives 2.0 ms, rank 1 3.0 ms" in text

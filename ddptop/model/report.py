@@ -9,6 +9,7 @@ from typing import Any
 from ddptop.model.config import PRESETS, RunConfig, preset_config
 from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState
+from ddptop.model.text import printable
 
 NA = "n/a"  # how every view writes a value it does not have
 
@@ -90,7 +91,7 @@ def status_line(state: RunState, now: float) -> str:
         parts.append(f"dropped frames {state.total_dropped}")
     if state.error and not state.finished:
         parts.append(f"ERROR: {state.error}")
-    return "  ".join(parts)
+    return printable("  ".join(parts))
 
 
 def ranks_table(summary: dict[str, Any]) -> str:
@@ -177,21 +178,7 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
         f"(after {summary['warmup']} warmup steps)"
     )
     lines = [head, *script_ddp_lines(summary), rates, ranks_table(summary)]
-    if summary.get("comm_share") is not None:
-        busbw = [r.get("busbw_gbps") for r in summary["ranks"] if r.get("busbw_gbps") is not None]
-        lines.append(f"gradient communication: {100 * summary['comm_share']:.1f}% of the step, "
-                     f"{100 * (summary.get('exposed_comm_share') or 0):.1f}% exposed (not hidden by backward)"
-                     + (f"; all-reduce bus bandwidth {min(busbw):.2f}-{max(busbw):.2f} GB/s" if busbw else ""))
-        ddp = next((r for r in summary["ranks"] if r.get("ddp_timing")), None)
-        if ddp is not None and "backward_comm_ms" in ddp["ddp_timing"]:
-            t = ddp["ddp_timing"]
-            lines.append(f"cross-check, rank {ddp['rank']}: DDP's own logger (sampled, up to iteration "
-                         f"{fmt(t.get('iteration'), '.0f')}) backward comm {fmt(t['backward_comm_ms'], '.1f')} ms, "
-                         f"overlapped with compute {fmt(t.get('overlap_ms'), '.1f')} ms; ddptop comm p50 "
-                         f"{fmt(ddp.get('comm_ms_p50'), '.1f')} ms, exposed {fmt(ddp.get('exposed_comm_ms_p50'), '.1f')} ms")
-    elif summary.get("exposed_comm_share") is not None:
-        lines.append(f"gradient communication: {100 * summary['exposed_comm_share']:.1f}% of the step exposed "
-                     "(not hidden by backward); the all-reduce total is not timed here (--set nccl_timing=true)")
+    lines += comm_lines(summary)
     verdict = summary.get("straggler_check") or summary.get("straggler")  # older summaries: the latter
     if verdict:
         lines.append(verdict["text"])
@@ -217,10 +204,37 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
     if summary.get("dropped_frames"):
         lines.append(f"dropped telemetry frames: {summary['dropped_frames']}")
     lines.append(f"records: {run_dir}")
-    return "\n".join(lines)
+    # a summary.json read back may hold a rank's raw bytes (an older ddptop's, or edited)
+    return printable("\n".join(lines), newlines=True)
 
 
 def closing_lines(state: RunState, run_dir: str | os.PathLike[str], summary: dict[str, Any] | None = None) -> str:
     """What a finished run prints last, headless or after the TUI: status, the final
     table, where the records are."""
     return final_report(summary if summary is not None else state.summary(), str(run_dir))
+
+
+def comm_lines(summary: dict[str, Any]) -> list[str]:
+    """The gradient communication lines of the final report."""
+    lines: list[str] = []
+    if summary.get("comm_share") is not None:
+        busbw = [r.get("busbw_gbps") for r in summary["ranks"] if r.get("busbw_gbps") is not None]
+        lines.append(f"gradient communication: {100 * summary['comm_share']:.1f}% of the step, "
+                     f"{100 * (summary.get('exposed_comm_share') or 0):.1f}% exposed (not hidden by backward)"
+                     + (f"; all-reduce bus bandwidth {min(busbw):.2f}-{max(busbw):.2f} GB/s" if busbw else ""))
+        hooked = [r for r in summary["ranks"] if r.get("hook_ms_p50") is not None and r.get("comm_ms_p50") is not None]
+        if hooked:  # the comm hook's own work (cast, divide, decompress) beside its collectives
+            lines.append("comm hook, p50 per rank: " + ", ".join(
+                f"rank {r['rank']} {r['hook_ms_p50']:.1f} ms, of which collectives {r['comm_ms_p50']:.1f} ms"
+                for r in hooked))
+        ddp = next((r for r in summary["ranks"] if r.get("ddp_timing")), None)
+        if ddp is not None and "backward_comm_ms" in ddp["ddp_timing"]:
+            t = ddp["ddp_timing"]
+            lines.append(f"cross-check, rank {ddp['rank']}: DDP's own logger (sampled, up to iteration "
+                         f"{fmt(t.get('iteration'), '.0f')}) backward comm {fmt(t['backward_comm_ms'], '.1f')} ms, "
+                         f"overlapped with compute {fmt(t.get('overlap_ms'), '.1f')} ms; ddptop comm p50 "
+                         f"{fmt(ddp.get('comm_ms_p50'), '.1f')} ms, exposed {fmt(ddp.get('exposed_comm_ms_p50'), '.1f')} ms")
+    elif summary.get("exposed_comm_share") is not None:
+        lines.append(f"gradient communication: {100 * summary['exposed_comm_share']:.1f}% of the step exposed "
+                     "(not hidden by backward); the all-reduce total is not timed here (nccl_timing is off)")
+    return lines
