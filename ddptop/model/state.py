@@ -25,6 +25,7 @@ from ddptop.model.run_summary import (
     verdict_dict,
 )
 from ddptop.model.straggler import Finding, Verdict
+from ddptop.model.text import printable
 from ddptop.wire.protocol import Bye, Hello, Info, Steps
 
 __all__ = ["LOG_LINES", "RECENT", "STALL_MIN_S", "STALL_STEPS", "Histogram", "RankState", "RunState",
@@ -137,6 +138,7 @@ class RunState:
         if rs.hello is not None and hello_facts:
             rs.hello = dataclasses.replace(rs.hello, **hello_facts)
         for note in msg.notes:
+            note = printable(str(note))
             text = f"rank {rs.rank}: {note}"
             if len(self.notes) < MAX_NOTES and not any(n.endswith(note) for n in self.notes):
                 self.notes.append(text)
@@ -157,14 +159,15 @@ class RunState:
         self.dropped[reason] += 1
 
     def add_log(self, rank: int, line: str) -> None:
-        self.logs.setdefault(rank, collections.deque(maxlen=LOG_LINES)).append(line)
+        # as text from here on: no view can be handed a rank's escape sequences
+        self.logs.setdefault(rank, collections.deque(maxlen=LOG_LINES)).append(printable(line))
 
     def finish(self, status: str, now: float, error: str = "", failed_rank: int | None = None) -> None:
         if status not in TERMINAL:
             raise ValueError(status)
         self.status = status
         self.ended_at = now
-        self.error = error
+        self.error = printable(error, newlines=True)
         self.failed_rank = failed_rank
         for rs in self.ranks.values():
             if rs.status in ("starting", "running"):

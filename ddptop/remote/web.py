@@ -22,6 +22,8 @@ from aiohttp import WSMsgType, web
 from textual_serve.app_service import AppService
 from textual_serve.server import Server, to_int
 
+from ddptop.model.text import printable
+
 HOST = "127.0.0.1"  # never a public interface: reach it through an SSH port forward
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
@@ -200,7 +202,8 @@ class WebServer(Server):
                     await service.stop()
             return websocket
         await websocket.prepare(request)
-        text = "\r\n".join(f"  {line}" for line in ["", *ended.splitlines(), ""])
+        # printable: the note quotes the run's summary, and the page's terminal obeys escapes
+        text = "\r\n".join(f"  {line}" for line in ["", *printable(ended, newlines=True).splitlines(), ""])
         await websocket.send_bytes(f"\x1b[2J\x1b[H{text}\r\n".encode())  # drawn by the page's terminal
         async for message in websocket:  # until the page goes; its pings answered as textual-serve does
             if message.type == WSMsgType.TEXT:

@@ -9,6 +9,7 @@ import time
 
 from ddptop.model.failures import RootCause, blame, last_exception, last_words, launcher_killed
 from ddptop.model.state import RunState
+from ddptop.model.text import printable
 from ddptop.run.rank_procs import RankProcesses
 
 
@@ -53,7 +54,7 @@ def _settle_failure(state: RunState, rc: int, procs: RankProcesses, now: float) 
         failed = running[0].rank if running else None
     tail = procs.stderr_tail(failed) if failed is not None else []
     if failed is not None and tail:
-        state.failure_log = tail
+        state.failure_log = [printable(line) for line in tail]  # a rank's bytes, shown as text
     error = _error_text(state, rc, cause, failed, tail)
     rs = state.ranks.get(failed) if failed is not None else None
     if rs is not None and rs.hello is None and rs.lost_at is None:

@@ -194,7 +194,7 @@ class DdpTopApp(App[int]):
         if worker.group != "run":
             if event.state == WorkerState.ERROR:  # capture, control: say why, keep going
                 self.notify(f"{worker.name or worker.group}: {worker.error}", severity="error",
-                            timeout=10)
+                            timeout=10, markup=False)
             return
         final = worker.result
         if event.state == WorkerState.ERROR or not isinstance(final, RunState):
@@ -205,8 +205,8 @@ class DdpTopApp(App[int]):
     def on_run_ended(self, event: RunEnded) -> None:
         severity = RUN_END_SEVERITY.get(event.status, "error")
         detail = f": {event.error}" if event.error else ""
-        self.notify(f"run {event.run_id} {event.status}{detail}", severity=severity,
-                    timeout=30 if severity == "error" else 6)
+        self.notify(f"run {event.run_id} {event.status}{detail}", severity=severity, markup=False,
+                    timeout=30 if severity == "error" else 6)  # the error quotes a rank: not markup
         self.refresh_views(force_runs=True)
 
     def on_run_started(self, event: RunStarted) -> None:
@@ -228,7 +228,7 @@ class DdpTopApp(App[int]):
         ok = event.status == "done"
         self.notify(f"capture {event.capture_id} {event.status}" + (f": {event.detail}" if event.detail
                                                                       else ""),
-                    severity="information" if ok else "error", timeout=8 if ok else 20)
+                    severity="information" if ok else "error", timeout=8 if ok else 20, markup=False)
 
     @work(group="capture", exit_on_error=False, name="capture")
     async def capture(self, count: int = CAPTURE_STEPS) -> None:

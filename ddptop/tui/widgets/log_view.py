@@ -15,6 +15,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, RichLog, Select
 
+from ddptop.model.text import printable
 from ddptop.tui.live import Snapshot
 from ddptop.tui.render import NCCL_STYLE, wrap_text
 
@@ -54,7 +55,9 @@ def line_kind_matches(kind: str, line: str) -> bool:
 
 def format_line(rank: int, line: str, search: str = "", current: bool = False) -> Text:
     """One log line; each case-insensitive occurrence of `search` highlighted (the line the
-    search is on, brighter)."""
+    search is on, brighter). The line is shown as text: its escapes printable, its markup not
+    parsed."""
+    line = printable(line)
     text = Text()
     text.append(f"{rank_label(rank):>6} │ ", style="dim")  # the prefix only: the line itself reads plain
     start = len(text)
