@@ -259,3 +259,19 @@ def test_exposed_share_stands_in_for_an_untimed_total_and_says_so():
     advice = advise(summary, transports={"shm"})
     assert any("lower bound" in e for e in advice.evidence), advice.evidence
     assert advice.preset != "baseline" and "not measured" not in advice.reason, advice
+
+
+@pytest.mark.parametrize("phase, look", [("data", "input pipeline"), ("backward", "its GPU")])
+def test_a_named_straggler_comes_before_any_communication_remedy(phase, look):
+    # SHM with 62% of the step in all-reduce would get compression and overlap; but rank 1 is
+    # late, so most of that is the others waiting for it
+    late = {"rank": 1, "phase": phase, "excess_ms": 5.6, "text": f"rank 1 straggler: {phase} +5.6 ms/step"}
+    advice = advise(summary(share=0.62, straggler=late), transports={"shm"}, hw_links={"nvlink"})
+    assert advice.preset is None and advice.changes == {} and not advice.lossy
+    assert advice.severity == "warn"
+    assert advice.reason.startswith(f"rank 1 is a straggler ({phase} +5.6 ms a step)")
+    assert look in advice.reason
+    assert "compress" not in advice.reason and "bucket" not in advice.reason
+    assert f"rank 1 straggler: {phase} +5.6 ms/step" in advice.evidence
+    # no straggler: the communication rules speak as before
+    assert advise(summary(share=0.62, straggler=None), transports={"shm"}, hw_links={"nvlink"}).preset is not None

@@ -159,6 +159,9 @@ def advise(
     hw = {h for h in hw_links or () if h not in ("self", "unknown")} or None
     share, exposed = comm_shares(summary)
     evidence, share = _evidence(summary, world, share, exposed, transports, hw, env)
+    late = straggler_first(summary.get("straggler"), evidence)
+    if late is not None:
+        return late
 
     path = slowest_path(transports, hw)
     if path is None:
@@ -180,6 +183,32 @@ def advise(
             advice.lossy,
         )
     return advice
+
+
+# What a straggler's slow phase usually comes from, and where to look first.
+STRAGGLER_LOOK = {
+    "data": "its input pipeline (DataLoader workers, storage, CPU contention on its host)",
+    "forward": "its GPU (another process on it, clocks or temperature) or host-side work before its forward",
+    "backward": "its GPU (another process on it, clocks or temperature)",
+    "optimizer": "its optimizer step (host-side work, a sync in it)",
+}
+
+
+def straggler_first(straggler: Any, evidence: list[str]) -> Advice | None:
+    """A named straggler comes before any communication remedy: the other ranks' all-reduce
+    time is largely waiting for it, which no bucket size or compression shortens."""
+    if not isinstance(straggler, Mapping) or straggler.get("rank") is None:
+        return None
+    rank, phase = straggler["rank"], straggler.get("phase") or "own work"
+    excess = straggler.get("excess_ms")
+    more = f" +{excess:.1f} ms a step" if isinstance(excess, (int, float)) else ""
+    return Advice(
+        None,
+        reason=(f"rank {rank} is a straggler ({phase}{more}): the other ranks wait for it in the all-reduce, "
+                f"so no communication setting helps while it lasts; look at {STRAGGLER_LOOK.get(phase, 'that rank')}."),
+        severity="warn",
+        evidence=[*evidence, straggler.get("text") or f"straggler rank {rank}"],
+    )
 
 
 def _evidence(
