@@ -21,6 +21,7 @@ from ddptop.model.state import RunState
 from ddptop.model.text import printable
 from ddptop.tui.factory import build_app
 from ddptop.tui.widgets.log_view import format_line
+from ddptop.wire.protocol import Hello, Info
 
 HOSTILE = r"""
 import sys
@@ -50,6 +51,12 @@ def test_state_report_and_log_line_never_carry_a_ranks_escapes() -> None:
     summary["failure_log"] = ["\x1b[2J raw from an old summary.json"]  # read back, not ingested
     report = final_report(summary, "/runs/r1")
     assert "\x1b" not in report and "^[[2J raw from an old summary.json" in report
+    state.apply(Hello(rank=0, local_rank=0, world_size=1, host="h\x1b]0;t\x07", pid=1, token="k",
+                      device="cpu\x1b[2J"), time.time())
+    state.apply(Info(rank=0, facts={"model": "m\x1b[5m"}, notes=["n\x1b[2J"]), time.time())
+    hello, info = state.ranks[0].hello, state.ranks[0].info
+    assert hello is not None and (hello.host, hello.device) == ("h^[]0;t^G", "cpu^[[2J")
+    assert info["model"] == "m^[[5m" and state.notes == ["rank 0: n^[[2J"]
     line = format_line(0, "x\x1b[2J [bold]y[/]")  # a view on its own escapes too
     assert line.plain.endswith("x^[[2J [bold]y[/]") and not line.spans[1:]
 

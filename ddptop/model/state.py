@@ -58,6 +58,8 @@ class Stall:
             "stacks": self.stacks, "cleared_at": self.cleared_at, "cause": self.cause,
         }
 
+HELLO_TEXT = ("host", "device", "backend", "model", "torch", "nccl")
+
 
 @dataclass
 class RunState:
@@ -108,7 +110,8 @@ class RunState:
     def apply(self, msg: Hello | Steps | Bye | Info, now: float) -> None:
         if isinstance(msg, Hello):
             rs = self._rank(msg.rank)
-            rs.hello = msg
+            # its names (host, device, ...) as text: a token holder's bytes drive no terminal
+            rs.hello = dataclasses.replace(msg, **{k: printable(getattr(msg, k)) for k in HELLO_TEXT})
             rs.last_seen = now
             if msg.world_size != self.world_size and msg.world_size > 0:
                 self.world_size = max(self.world_size, msg.world_size)
@@ -133,7 +136,7 @@ class RunState:
     def _info(self, rs: RankState, msg: Info) -> None:
         for key, value in msg.facts.items():
             if key in rs.info or len(rs.info) < MAX_FACTS:
-                rs.info[key] = value
+                rs.info[key] = printable(value) if isinstance(value, str) else value
         hello_facts: dict[str, Any] = {k: str(msg.facts[k]) for k in HELLO_FACTS if k in msg.facts}
         if rs.hello is not None and hello_facts:
             rs.hello = dataclasses.replace(rs.hello, **hello_facts)

@@ -33,7 +33,10 @@ class RankProcesses:
 
     def admit(self, hello: protocol.Hello) -> str | None:
         """A rank on this node must be a process of this run's torchrun: its pid is what ddptop
-        would signal. Ranks of other nodes are vouched for by the token alone."""
+        would signal. Ranks of other nodes are vouched for by the token alone, but only nodes
+        the run has: a "node 1" hello in a one-node run would take a real rank's place."""
+        if not 0 <= hello.node < self.node.nnodes:
+            return f"rank {hello.rank} says it runs on node {hello.node}: this run has {self.node.nnodes} node(s)"
         if hello.node != self.node.node_rank or self.launcher is None:
             return None
         if hello.pid <= 1 or hello.pid == os.getpid() or hello.pid not in self.tree_pids():

@@ -174,7 +174,23 @@ def _str(data: dict[str, Any], key: str, default: str | None = None, limit: int 
     return value
 
 
-_NUMERIC = frozenset(STEP_FIELDS)
+# What a token holder's numbers may be (README: "numbers out of range are refused"): finite,
+# not below 0 (but a loss), and no more than any real step could hold. One number out of
+# range refuses its frame, counted (bad-record), so no figure of the run is built on it.
+MAX_STEP = 10**12  # a step index
+MAX_T = 1e11  # the rank's wall clock, s since 1970 (year 5138)
+MAX_MS = 7 * 86_400_000.0  # a week, for any one step or phase
+JITTER_MS = 1.0  # two streams' clocks: a phase a hair below 0 reads 0, below this is refused
+_TIMES = ("step_ms", "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms",
+          "exposed_comm_ms", "hook_ms")
+_BOUNDS: dict[str, tuple[float, float]] = {
+    **dict.fromkeys(_TIMES, (-JITTER_MS, MAX_MS)),
+    "comm_bytes": (0.0, 1e15), "buckets": (0.0, 1e6), "samples": (0.0, 1e9), "tokens": (0.0, 1e12),
+    "loss": (-3.4e38, 3.4e38),  # a float32's range: any sign, but finite
+    "compressing": (0.0, 1.0), "profiled": (0.0, 1.0),
+    **dict.fromkeys(("mem_allocated_mb", "mem_reserved_mb", "mem_peak_mb", "rss_mb"), (0.0, 1e9)),
+}
+assert set(_BOUNDS) == set(STEP_FIELDS)
 
 
 def _record(raw: Any) -> dict[str, float]:
@@ -182,16 +198,20 @@ def _record(raw: Any) -> dict[str, float]:
     if type(raw) is not dict:
         raise ProtocolError("bad-record")
     step = raw.get("step")
-    if type(step) is not int or step < 0:
+    if type(step) is not int or not 0 <= step <= MAX_STEP:
         raise ProtocolError("bad-record", "step")
     rec: dict[str, float] = {"step": step}
     for key, value in raw.items():
         kind = type(value)
-        if key in _NUMERIC:
-            if (kind is not int and kind is not float) or not math.isfinite(value):
+        bounds = _BOUNDS.get(key)
+        if bounds is not None:
+            # NaN and the infinities fail the comparison; an int of 400 digits compares exactly
+            if (kind is not int and kind is not float) or not bounds[0] <= value <= bounds[1]:
                 raise ProtocolError("bad-record", key)
-            rec[key] = value
-        elif key == "t" and (kind is float or kind is int) and math.isfinite(value):
+            rec[key] = value if value >= 0 or key == "loss" else 0.0
+        elif key == "t":
+            if (kind is not float and kind is not int) or not 0.0 <= value <= MAX_T:
+                raise ProtocolError("bad-record", "t")
             rec["t"] = float(value)
     return rec
 
