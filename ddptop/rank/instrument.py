@@ -14,7 +14,7 @@ Attached once torch is imported (ddptop.rank.attach); from then on:
 - the run's stop and capture commands act at step boundaries, inside the optimizer hook (and
   a user script's step limit, warmup + script_steps); cost_ab bypasses the rest in blocks.
 This module wires those together. Nothing here may raise into the user's code except the
-agreed stop (SystemExit).
+agreed stop (what Ctrl-C would raise, ddptop.rank.stop).
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ from __future__ import annotations
 import atexit
 import functools
 import os
-import sys
 from typing import Any
 
-from ddptop.rank import patches
+from ddptop.rank import patches, stop
 from ddptop.rank.capture import CaptureRunner
 from ddptop.rank.client import Probe
 from ddptop.rank.clock import AtMostEvery, CudaClock, HostClock, LazyClock
@@ -41,6 +40,7 @@ from ddptop.rank.forward_hooks import (
     loss_like,
 )
 from ddptop.rank.memory import MemorySampler, memory_sample
+from ddptop.rank.said import Said
 from ddptop.rank.steps import StepTracker
 from ddptop.rank.values import HostCopy, read_values
 from ddptop.wire import protocol
@@ -59,10 +59,10 @@ class Instrument:
         self.captures: CaptureRunner | None = None
         self.ddps: list[Any] = []
         self._stopping = False
+        self._from_script: BaseException | None = None  # raised by the script's SIGINT handler at the stop
         self.api_used = False  # the script calls Probe.tick()/record() itself
-        self.facts_sent: dict[str, Any] = {}
-        self.script_facts: dict[str, Any] = {}
-        self.notes_sent: set[str] = set()
+        self.said = Said(probe, rank)
+        self.send_facts, self.note = self.said.send_facts, self.said.note
         self.batch_known = False
         self.crashed = False
         self.exit_status: Any = None  # what the script passed to sys.exit()
@@ -116,6 +116,8 @@ class Instrument:
             except SystemExit:
                 raise
             except Exception as exc:  # noqa: BLE001
+                if exc is self._from_script:
+                    raise
                 self.note(f"ddptop instrument error in {fn.__name__}: {type(exc).__name__}: {exc}")
                 return None
 
@@ -252,15 +254,19 @@ class Instrument:
         if limit is not None and step >= limit and (stop_at is None or limit <= stop_at) and not self._stopping:
             self._limit_reached = True
             stop_at = limit
-        if stop_at is not None and step >= stop_at and not self.api_used and not self._stopping:
-            self._stopping = True
-            why = ("as every rank agreed" if not self._limit_reached else "the cost measurement's blocks are done"
-                   if limit == self.cost.last_step else f"the run's {self.script.steps if self.script else ''} steps "
-                   "after warmup are done")
-            print(f"ddptop: rank {self.rank} stops after step {step}, {why}", file=sys.stderr, flush=True)
-            if self._limit_reached:
-                self._guard(self._leave_together)()
-            raise SystemExit(0)
+        if stop_at is None or step < stop_at or self.api_used or self._stopping:
+            return
+        self._stopping = True
+        if not self._limit_reached:  # the user's stop: as Ctrl-C, nothing added to the output
+            try:
+                stop.ctrl_c()
+            except BaseException as exc:
+                self._from_script = exc  # the script's own handler raised: it goes to the script
+                raise
+            return
+        self._left = bool(self._guard(stop.leave_together)(self.torch))
+        stop.limit_reached(self.rank, step, "the cost measurement's blocks are done" if limit == self.cost.last_step
+                           else f"the run's {self.script.steps if self.script else ''} steps after warmup are done")
 
     def _after_close(self, step: int) -> None:
         tracker = self.tracker
@@ -336,40 +342,13 @@ class Instrument:
             stop_at = self.step_limit
         return stop_at is not None and self.tracker.step - 1 >= stop_at
 
-    # --- facts and notes ----------------------------------------------------------------
-    def send_facts(self, facts: dict[str, Any], from_script: bool = False) -> None:
-        """Send facts not sent yet; what the script said itself (Probe.connect(model=...))
-        is not replaced by what the instrument reads."""
-        if from_script:
-            self.script_facts.update(facts)
-        fresh = {k: v for k, v in facts.items()
-                 if self.facts_sent.get(k) != v and (from_script or k not in self.script_facts)}
-        if fresh:
-            self.facts_sent.update(fresh)
-            self.probe.info(fresh, [])
-
-    def note(self, text: str) -> None:
-        if text not in self.notes_sent and len(self.notes_sent) < 16:
-            self.notes_sent.add(text)
-            self.probe.info({}, [text[:500]])
-            print(f"ddptop: rank {self.rank}: {text}", file=sys.stderr, flush=True)
-
     # --- the end ------------------------------------------------------------------------
     def _on_crash(self, exc: BaseException) -> None:
+        if self._stopping and isinstance(exc, KeyboardInterrupt):
+            return  # the agreed stop's Ctrl-C, which the script did not catch: stopped, not crashed
         self.crashed = True
         self._guard(blame_settings)(exc, self.ddps, self.note)
         self.probe.close("crashed")  # at once: its peers fail next
-
-    def _leave_together(self) -> None:
-        """Every rank stops at the same step of its own accord (the step limit): they leave
-        the process group together, as a script that ends cleanly does (a gloo rank whose
-        peer has already gone can abort at exit)."""
-        dist = self.torch.distributed
-        if not (dist.is_available() and dist.is_initialized()):
-            return
-        dist.barrier()
-        dist.destroy_process_group()
-        self._left = True  # the script's own destroy_process_group() on its way out is a no-op
 
     def flush(self) -> None:
         """Every step so far to the hub now (training is over: the process group goes, or

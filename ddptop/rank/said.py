@@ -1,0 +1,41 @@
+"""What a rank tells the hub besides its steps: facts (each sent once, the script's own
+words kept over what the instrument reads) and notes for the user. Neither goes to the
+script's own output. Imports nothing of torch or the monitor."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+MAX_NOTES = 16
+
+
+class Said:
+    def __init__(self, probe: Any, rank: int) -> None:
+        self.probe = probe
+        self.rank = rank
+        self.facts_sent: dict[str, Any] = {}
+        self.script_facts: dict[str, Any] = {}
+        self.notes_sent: set[str] = set()
+
+    def send_facts(self, facts: dict[str, Any], from_script: bool = False) -> None:
+        """Send facts not sent yet; what the script said itself (Probe.connect(model=...))
+        is not replaced by what the instrument reads."""
+        if from_script:
+            self.script_facts.update(facts)
+        fresh = {k: v for k, v in facts.items()
+                 if self.facts_sent.get(k) != v and (from_script or k not in self.script_facts)}
+        if fresh:
+            self.facts_sent.update(fresh)
+            self.probe.info(fresh, [])
+
+    def note(self, text: str) -> None:
+        """A note for the run's notes and logs, through the hub: on the script's stderr only
+        when the hub is gone (the script's output is the script's)."""
+        if text in self.notes_sent or len(self.notes_sent) >= MAX_NOTES:
+            return
+        self.notes_sent.add(text)
+        if self.probe._sock is not None:
+            self.probe.info({}, [text[:500]])
+        else:
+            print(f"ddptop: rank {self.rank}: {text}", file=sys.stderr, flush=True)

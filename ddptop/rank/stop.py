@@ -1,0 +1,50 @@
+"""How a rank leaves at the agreed step: what Ctrl-C would have given the script (the user's
+stop), or a quiet SystemExit(0) together with its peers (the run's own step limit).
+
+Standard library only; torch is passed in. Called at a step boundary, in the thread that
+ran the optimizer step (the script's training thread).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any
+
+
+def ctrl_c() -> None:
+    """What a Ctrl-C would have given the script, here and now: its own SIGINT handler
+    called (Python's default one raises KeyboardInterrupt, so `except KeyboardInterrupt:`
+    blocks and `finally:` run). SIGINT ignored or left to the OS: the script's own SIGTERM
+    handler if it has one, else SystemExit(0). Whatever the handler raises goes to the
+    script, as it would from a real signal."""
+    frame = sys._getframe(1)
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+        return
+    term = signal.getsignal(signal.SIGTERM)
+    if callable(term):
+        term(signal.SIGTERM, frame)
+        return
+    raise SystemExit(0)
+
+
+def limit_reached(rank: int, step: int, why: str) -> None:
+    """The run's step limit (`--steps` on a script, a sweep's runs, cost_ab's blocks): the
+    script is cut short by ddptop, not interrupted by its user, so it ends as a finished
+    program does (SystemExit(0)); one line says why on its stderr."""
+    print(f"ddptop: rank {rank} stops after step {step}, {why}", file=sys.stderr, flush=True)
+    raise SystemExit(0)
+
+
+def leave_together(torch: Any) -> bool:
+    """Every rank stops at the same step of its own accord (the step limit): they leave the
+    process group together, as a script that ends cleanly does (a gloo rank whose peer has
+    already gone can abort at exit). True when the group was destroyed here."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    dist.barrier()
+    dist.destroy_process_group()
+    return True
