@@ -1,0 +1,133 @@
+"""Any script, unharmed and told the truth about (issue 32): small scripts of our own, each
+under `ddptop --nproc 2 --headless --json` and under plain torchrun, with the same exit code,
+the same output on each rank (apart from timing) and, for an interrupt, the script's own
+save-on-interrupt code run on every rank at the step ddptop chose."""
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+TIMING = re.compile(r"\d+:\d\d:\d\d|\bport\b|\bpid\b|\d+\.\d+ ?(ms|s)\b", re.IGNORECASE)
+
+
+def plain(text: str) -> list[str]:
+    """A rank's output apart from timing: lines with clock times, ports, pids or durations go."""
+    return [line for line in text.splitlines() if not TIMING.search(line)]
+
+
+def rank_outputs(log_dir: Path) -> dict[int, tuple[str, str]]:
+    """{rank: (stdout, stderr)} from torchrun's per-rank files (--redirects 3)."""
+    out: dict[int, tuple[str, str]] = {}
+    for d in log_dir.glob("**/attempt_0/*"):
+        if d.name.isdigit():
+            out[int(d.name)] = ((d / "stdout.log").read_text(errors="replace"),
+                                (d / "stderr.log").read_text(errors="replace"))
+    return out
+
+
+def ddptop_cmd(runs: Path, script: str, args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(runs), "--nproc", "2",
+            "--", sys.executable, str(SCRIPTS / script), *args]
+
+
+def torchrun_cmd(logs: Path, script: str, args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            f"--log-dir={logs}", "--redirects=3", str(SCRIPTS / script), *args]
+
+
+def summary_of(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def run_both(tmp_path: Path, script: str, args: list[str]) -> tuple[subprocess.CompletedProcess, dict,
+                                                                    subprocess.CompletedProcess, dict]:
+    """The script under ddptop and under plain torchrun: (ddptop's result, its ranks' outputs,
+    torchrun's result, its ranks' outputs)."""
+    ours = subprocess.run(ddptop_cmd(tmp_path / "runs", script, args), capture_output=True, text=True, timeout=120)
+    theirs = subprocess.run(torchrun_cmd(tmp_path / "plain", script, args), capture_output=True, text=True,
+                            timeout=120)
+    return ours, rank_outputs(tmp_path / "runs"), theirs, rank_outputs(tmp_path / "plain")
+
+
+def assert_same_output(ours: dict, theirs: dict) -> None:
+    assert sorted(ours) == sorted(theirs) == [0, 1], (ours, theirs)
+    for rank in ours:
+        assert plain(ours[rank][0]) == plain(theirs[rank][0]), (rank, ours[rank][0], theirs[rank][0])
+        assert plain(ours[rank][1]) == plain(theirs[rank][1]), (rank, ours[rank][1], theirs[rank][1])
+
+
+def test_a_scripts_output_is_the_same_under_ddptop_as_under_torchrun(tmp_path):
+    """Nothing of ddptop's environment (NCCL_DEBUG, the flight recorder's variables under the
+    names this torch reads, OMP_NUM_THREADS) or of its rank-side layer reaches a rank's
+    stdout or stderr."""
+    ours, our_out, theirs, their_out = run_both(tmp_path, "interrupt_save.py",
+                                                ["--ckpt-dir", str(tmp_path), "--steps", "20", "--sleep-ms", "0"])
+    assert ours.returncode == theirs.returncode == 0, ours.stdout[-2000:] + theirs.stderr[-2000:]
+    assert_same_output(our_out, their_out)
+    assert "a line of its own on stderr" in our_out[1][1]
+    s = summary_of(ours.stdout)
+    assert s["status"] == "completed" and [r["steps"] for r in s["ranks"]] == [20, 20]
+
+
+def interrupted(cmd: list[str], logs: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run `cmd`, SIGINT it once both ranks train, as Ctrl-C on its terminal would."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            outs = rank_outputs(logs)
+            if len(outs) == 2 and all("training" in o for o, _ in outs.values()):
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), rank_outputs(logs)
+
+
+@pytest.mark.parametrize("mode", ["except", "handler"])
+def test_the_agreed_stop_runs_the_scripts_own_save_on_interrupt_on_every_rank(tmp_path, mode):
+    """`except KeyboardInterrupt: save()` and the script's own SIGINT handler: at the step
+    ddptop chose, every rank saves its checkpoint, as under Ctrl-C of plain torchrun."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    args = ["--ckpt-dir", str(ckpt), "--mode", mode]
+    res, outs = interrupted(ddptop_cmd(tmp_path / "runs", "interrupt_save.py", args), tmp_path / "runs")
+    assert res.returncode == 130, res.stdout[-2000:] + res.stderr[-2000:]
+    s = summary_of(res.stdout)
+    assert s["status"] == "stopped" and [r["status"] for r in s["ranks"]] == ["stopped", "stopped"], s["ranks"]
+    last = [r["last_step"] for r in s["ranks"]]
+    assert last[0] == last[1] > 0, last
+    why = "KeyboardInterrupt" if mode == "except" else "SIGINT handler"
+    import torch
+
+    saved = [torch.load(ckpt / f"rank{r}.pt")["steps"] for r in (0, 1)]
+    # the handler lets the step end (the script counts it); KeyboardInterrupt leaves
+    # optimizer.step() of the agreed step before the script's own count
+    assert saved == [last[0] + (1 if mode == "handler" else 0)] * 2, (saved, last)
+    for rank, (out, err) in outs.items():
+        assert f"rank {rank}: saved a checkpoint ({why})" in out, out
+        assert plain(err) == [f"rank {rank}: a line of its own on stderr"], err  # nothing of ddptop's
+
+
+def test_ctrl_c_of_plain_torchrun_saves_on_every_rank_too(tmp_path):
+    """The reference for the test above: the same script, Ctrl-C to plain torchrun."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    res, outs = interrupted(torchrun_cmd(tmp_path / "plain", "interrupt_save.py", ["--ckpt-dir", str(ckpt)]),
+                            tmp_path / "plain")
+    assert sorted(p.name for p in ckpt.iterdir()) == ["rank0.pt", "rank1.pt"], res.stderr[-2000:]
+    for rank, (out, err) in outs.items():
+        assert f"rank {rank}: saved a checkpoint (KeyboardInterrupt)" in out
+        assert plain(err) == [f"rank {rank}: a line of its own on stderr"], err
