@@ -15,13 +15,21 @@ from __future__ import annotations
 
 import math
 import re
-from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-Span = tuple[float, float]
+from ddptop.analysis.intervals import (  # noqa: F401 - re-exported
+    Cover,
+    Span,
+    intersect,
+    intersection_length,
+    length,
+    merge,
+    outermost,
+    union_length,
+)
 
 KERNEL_CATS = frozenset({"kernel"})
 MEMORY_CATS = frozenset({"gpu_memcpy", "gpu_memset", "memcpy", "memset"})
@@ -44,80 +52,6 @@ KERNEL_WAIT_US = 30.0
 OPEN_WITH = "open a trace in https://ui.perfetto.dev (drop the .json.gz in) or run `ddptop trace DIR`"
 
 
-# ---------------------------------------------------------------------------- intervals
-
-
-def merge(spans: Iterable[Span]) -> list[Span]:
-    """Sorted, non-overlapping spans covering the same time."""
-    out: list[Span] = []
-    for s, e in sorted(spans):
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
-    return out
-
-
-def length(merged: Iterable[Span]) -> float:
-    return sum(e - s for s, e in merged)
-
-
-def union_length(spans: Iterable[Span]) -> float:
-    return length(merge(spans))
-
-
-def intersect(a: Sequence[Span], b: Sequence[Span]) -> list[Span]:
-    """Intersection of two merged span lists (merged)."""
-    i = j = 0
-    out: list[Span] = []
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if hi > lo:
-            out.append((lo, hi))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
-
-
-def intersection_length(a: Iterable[Span], b: Iterable[Span]) -> float:
-    return length(intersect(merge(a), merge(b)))
-
-
-def outermost(spans: Iterable[Span]) -> list[Span]:
-    """The spans no other one contains (one thread's call stack nests; touching ones stay apart)."""
-    out: list[Span] = []
-    for s, e in sorted(spans, key=lambda sp: (sp[0], -sp[1])):
-        if out and s < out[-1][1]:
-            if e > out[-1][1]:  # overlapping without nesting: not a call stack, take the union
-                out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
-    return out
-
-
-class _Cover:
-    """Outermost spans per (pid, tid): which one holds a time (or a span)?"""
-
-    def __init__(self, spans: dict[tuple[Any, Any], list[Span]]) -> None:
-        self._spans = {k: outermost(v) for k, v in spans.items()}
-        self._starts = {k: [s for s, _ in v] for k, v in self._spans.items()}
-
-    def span_at(self, key: tuple[Any, Any], start: float, end: float | None = None) -> Span | None:
-        spans = self._spans.get(key)
-        if not spans:
-            return None
-        i = bisect_right(self._starts[key], start) - 1
-        if i >= 0 and start <= spans[i][1] and (end is None or end <= spans[i][1] + 1e-3):
-            return spans[i]
-        return None
-
-    def contains(self, key: tuple[Any, Any], start: float, end: float | None = None) -> bool:
-        return self.span_at(key, start, end) is not None
-
-
 # ---------------------------------------------------------------------------- events
 
 
@@ -134,6 +68,7 @@ class Activity:
     launch: float | None = None  # when the CPU launched it (host-wait split)
     call: float | None = None  # comm: when the CPU called the collective (c10d::*, nccl:*) that launched it
     comm_by: str = ""  # args | annotation | name (how it was recognised as communication)
+    group: str = ""  # comm named by its args: process group and collective ("0/allreduce")
 
     @property
     def dur(self) -> float:
@@ -198,7 +133,7 @@ def gpu_activities(events: Iterable[Any]) -> list[Activity]:
             cpu_calls[(e.get("pid"), e.get("tid"))].append((s, t))
             if name.startswith(GPU_COMM_PREFIXES):
                 cpu_comm[(e.get("pid"), e.get("tid"))].append((s, t))
-    under_gpu, under_cpu, calls = _Cover(gpu_comm), _Cover(cpu_comm), _Cover(cpu_calls)
+    under_gpu, under_cpu, calls = Cover(gpu_comm), Cover(cpu_comm), Cover(cpu_calls)
     out = []
     for e, s, t, cat in gpu:
         args = _args(e)
@@ -215,8 +150,10 @@ def gpu_activities(events: Iterable[Any]) -> list[Activity]:
         elif NCCL_KERNEL.match(name):
             kind, by = "comm", "name"
         call = calls.span_at((launch[0], launch[1]), launch[2]) if kind == "comm" and launch else None
+        group = f"{args.get('Process Group Name', '')}/{args.get('Collective name', '')}" if by == "args" else ""
         out.append(Activity(name, kind, s, t, args.get("device", e.get("pid")), args.get("stream", e.get("tid")),
-                            launch=launch[2] if launch else None, comm_by=by, call=call[0] if call else None))
+                            launch=launch[2] if launch else None, comm_by=by, call=call[0] if call else None,
+                            group=group))
     return out
 
 
@@ -237,7 +174,7 @@ def cpu_activities(events: Iterable[Any]) -> list[Activity]:
                                  comm_by="args" if names_collective(e) else "annotation"))
         elif cat != "user_annotation":  # annotations (forward, optimizer...) wrap ops, they are not work
             ops.append(Activity(name, "compute", s, t, e.get("pid"), e.get("tid")))
-    inside = _Cover(_by_thread(comm))
+    inside = Cover(_by_thread(comm))
     return comm + [a for a in ops if not inside.contains((a.device, a.stream), a.start, a.end)]
 
 
@@ -311,20 +248,35 @@ def _pct(part: float, whole: float) -> float | None:
     return round(100.0 * part / whole, 1) if whole > 0 else None
 
 
-def analyze(trace: Any, top: int = 10) -> dict[str, Any]:
-    """One rank's trace (parsed Chrome JSON: an object with traceEvents, or the bare event
-    list) -> its summary, JSON-ready, times in ms. ValueError when it is not a trace."""
+def trace_events(trace: Any) -> tuple[list[Any], dict[str, Any] | None]:
+    """A parsed Chrome trace (an object with traceEvents, or the bare event list) -> its events
+    and distributedInfo; ValueError when it is not a trace."""
     events = trace.get("traceEvents") if isinstance(trace, dict) else trace
     if not isinstance(events, list):
         raise ValueError("not a Chrome trace (no traceEvents list)")
     meta = trace.get("distributedInfo") if isinstance(trace, dict) else None
+    return events, meta if isinstance(meta, dict) else None
+
+
+def activities(events: list[Any]) -> tuple[list[Activity], str]:
+    """The GPU activities, or on a trace without any, the CPU ops; and which (gpu | cpu)."""
     acts = gpu_activities(events)
-    source = "gpu"
-    if not acts:
-        acts, source = cpu_activities(events), "cpu"
+    return (acts, "gpu") if acts else (cpu_activities(events), "cpu")
+
+
+def analyze(trace: Any, top: int = 10) -> dict[str, Any]:
+    """One rank's trace -> its summary, JSON-ready, times in ms. ValueError when it is not a trace."""
+    events, meta = trace_events(trace)
+    acts, source = activities(events)
+    return summarize(events, meta, acts, source, top)
+
+
+def summarize(events: list[Any], meta: dict[str, Any] | None, acts: list[Activity], source: str,
+              top: int = 10) -> dict[str, Any]:
+    """The summary of one rank's trace from its events and `activities`."""
     steps, marker = step_spans(events)
     out: dict[str, Any] = {"source": source}
-    if isinstance(meta, dict):
+    if meta is not None:
         for key in ("rank", "world_size", "backend"):
             if key in meta:
                 out[key] = meta[key]

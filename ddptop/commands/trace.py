@@ -10,10 +10,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ddptop.analysis.cross_rank import describe
 from ddptop.analysis.trace_analysis import OPEN_WITH
 from ddptop.model.report import NA, fmt, table
 from ddptop.model.usage import USAGE_EXIT, OneLineParser, UsageError
-from ddptop.run.trace_files import SUFFIXES, TraceError, read_trace, summarize_files, trace_paths
+from ddptop.run.trace_files import (
+    SUFFIXES,
+    TraceError,
+    read_trace,
+    summarize_files,
+    summarize_traces,
+    trace_paths,
+)
 
 __all__ = ["SUFFIXES", "TraceError", "main_trace", "read_trace", "render", "summarize_files", "trace_paths"]
 
@@ -39,8 +47,9 @@ def _steps(s: dict[str, Any]) -> str:
     return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
 
 
-def render(summaries: list[dict[str, Any]], top: int = 5) -> str:
-    """The table (one row per trace), then each trace's streams and top kernels."""
+def render(summaries: list[dict[str, Any]], top: int = 5, cross: dict[str, Any] | None = None) -> str:
+    """The table (one row per trace), who waits for whom (`cross`: several ranks' traces),
+    then each trace's streams and top kernels."""
     rows = []
     for s in summaries:
         rows.append([
@@ -51,6 +60,8 @@ def render(summaries: list[dict[str, Any]], top: int = 5) -> str:
         ])
     out = [table(["rank", "file", "src", "window ms", "busy ms", "idle ms (%)", "compute ms (%)", "comm ms (%)",
                   "memory ms (%)", "comm∩comp", "comm∩mem", "steps"], rows)]
+    if cross is not None:
+        out.extend(["", *describe(cross)])
     for s in summaries:
         out.append("")
         by = ", ".join(f"{n} by {k}" for k, n in sorted((s.get("comm_by") or {}).items()))
@@ -104,12 +115,12 @@ def main_trace(argv: list[str]) -> int:
         args = ap.parse_args(argv)
         if not 1 <= args.top <= 1000:
             raise UsageError(f"--top must be 1-1000, got {args.top}")
-        summaries = summarize_files(args.paths, top=args.top)
+        summaries, cross = summarize_traces(args.paths, top=args.top)
     except (UsageError, TraceError) as exc:
         print(f"ddptop trace: error: {exc}", file=sys.stderr)
         return USAGE_EXIT
-    text = json.dumps({"traces": summaries, "open_with": OPEN_WITH}, indent=1) if args.json \
-        else render(summaries, top=args.top)
+    text = json.dumps({"traces": summaries, "cross_rank": cross, "open_with": OPEN_WITH}, indent=1) if args.json \
+        else render(summaries, top=args.top, cross=cross)
     try:
         print(text, flush=True)
     except BrokenPipeError:  # `ddptop trace DIR | head`

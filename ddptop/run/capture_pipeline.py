@@ -16,8 +16,9 @@ from ddptop.analysis.capture import Capture, compare_with_timer
 from ddptop.model.options import CaptureOptions
 from ddptop.model.state import RunState
 from ddptop.run.hub import Hub
-from ddptop.run.nsys import attach_nsys, nsys_report, summarize_capture
+from ddptop.run.nsys import attach_nsys, nsys_report
 from ddptop.run.recorder import write_json
+from ddptop.run.trace_files import summarize_capture_traces
 from ddptop.wire import protocol
 
 DRAIN_TIMEOUT_S = 30.0  # summaries still being made when the run ends
@@ -84,7 +85,7 @@ class CapturePipeline:
 
     async def _process(self, cap: Capture) -> None:
         try:
-            summary = await asyncio.to_thread(summarize_capture, cap.files)
+            summary = await asyncio.to_thread(summarize_capture_traces, cap.files)
             window = range(cap.start, cap.start + cap.count)
             await self._records_arrived(window[-1])
             compare_with_timer(summary, {r: list(rs.recent) for r, rs in self.state.ranks.items()}, window)

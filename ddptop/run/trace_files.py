@@ -1,5 +1,6 @@
 """Reading torch.profiler traces from disk: `.json`, `.json.gz`, a directory of them, each
-summarised by ddptop.analysis.trace_analysis. Every bad input is one line (TraceError)."""
+summarised by ddptop.analysis.rank_trace (one at a time: only the summary and the collectives
+are kept), and the ranks' cross-rank view. Every bad input is one line (TraceError)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from ddptop.analysis.trace_analysis import analyze
+from ddptop.analysis.capture import capture_summary
+from ddptop.analysis.rank_trace import RankTrace, capture_cross_rank, rank_trace
 
 SUFFIXES = (".json", ".json.gz")
 
@@ -72,10 +74,17 @@ def trace_paths(targets: list[str]) -> list[Path]:
 
 
 def summarize_files(targets: list[str], top: int = 10) -> list[dict[str, Any]]:
-    """Each trace's summary with its `file`. Files found in a directory that are JSON but not
-    traces (a capture's summary.json) are left out; anything else wrong is a TraceError."""
+    """Each trace's summary with its `file` (see `summarize_traces`)."""
+    return summarize_traces(targets, top)[0]
+
+
+def summarize_traces(targets: list[str], top: int = 10) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Each trace's summary with its `file`, and the cross-rank view when the traces are of
+    different ranks (their distributedInfo says which; else their order). Files found in a
+    directory that are JSON but not traces (a capture's summary.json) are left out; anything
+    else wrong is a TraceError."""
     named = {Path(t) for t in targets}
-    out = []
+    out, views = [], []
     for path in trace_paths(targets):
         try:
             trace = read_trace(path)
@@ -83,11 +92,46 @@ def summarize_files(targets: list[str], top: int = 10) -> list[dict[str, Any]]:
             if path not in named and "no traceEvents" in str(exc):
                 continue
             raise
-        try:
-            summary = analyze(trace, top=top)
-        except ValueError as exc:
-            raise TraceError(f"{path}: {exc}") from None
-        out.append({"file": str(path), **summary})
+        view = _rank_trace(path, trace, top)
+        del trace
+        views.append(view)
+        out.append({"file": str(path), **view.summary})
     if not out:
         raise TraceError(f"no torch.profiler traces in {' '.join(targets)}")
+    named_ranks = [v.summary.get("rank") for v in views]
+    ranks: list[int] = list(range(len(views)))
+    if len(set(named_ranks)) == len(named_ranks) and all(isinstance(r, int) for r in named_ranks):
+        ranks = [int(r) for r in named_ranks if isinstance(r, int)]
+    return out, capture_cross_rank(dict(zip(ranks, views, strict=True)))
+
+
+def _rank_trace(path: Path, trace: dict[str, Any], top: int) -> RankTrace:
+    try:
+        return rank_trace(trace, top=top)
+    except ValueError as exc:
+        raise TraceError(f"{path}: {exc}") from None
+
+
+def summarize_capture_traces(files: dict[int, list[str]], top: int = 10) -> dict[str, Any]:
+    """A capture window's summary: each rank's trace summarised (one read at a time), the
+    cross-rank view of them; unreadable files are named, nsys windows get theirs from
+    ddptop.run.nsys.attach_nsys."""
+    ranks: dict[str, Any] = {}
+    views: dict[int, RankTrace] = {}
+    for rank, paths in sorted(files.items()):
+        traces = [p for p in paths if p.endswith(SUFFIXES)]
+        if not traces:
+            ranks[str(rank)] = {"files": paths, "note": "no trace to summarise (nsys writes its own report)"}
+            continue
+        try:
+            view = _rank_trace(Path(traces[0]), read_trace(traces[0]), top)
+        except TraceError as exc:
+            ranks[str(rank)] = {"error": f"cannot read {exc}"}
+            continue
+        views[rank] = view
+        ranks[str(rank)] = {"file": traces[0], **view.summary}
+    out = capture_summary(ranks)
+    cross = capture_cross_rank(views)
+    if cross is not None:
+        out["cross_rank"] = cross
     return out

@@ -13,6 +13,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 
+from ddptop.analysis.cross_rank import describe
 from ddptop.model.report import NA, fmt
 from ddptop.model.state import RunState
 from ddptop.tui.live import Snapshot
@@ -113,6 +114,17 @@ def rank_detail_lines(s: dict[str, Any], kernels: int = 3) -> list[Text]:
     return lines
 
 
+def cross_rank_lines(view: dict[str, Any] | None) -> list[Text]:
+    """Who waits for whom (ddptop.analysis.cross_rank.describe), the verdict in bold."""
+    if not view:
+        return []
+    first, *rest = describe(view)
+    label, _, verdict = first.partition(": ")
+    late = view.get("late_rank") is not None
+    out = [Text.assemble(("    " + label + " ", "dim"), (verdict, "bold #c79100" if late else ""))]
+    return out + [Text("    " + line, style="dim" if "nearly empty" not in line else "#d7503c") for line in rest]
+
+
 def capture_lines(cap: Any) -> list[Text]:
     status = cap.status
     head = Text.assemble(
@@ -135,6 +147,7 @@ def capture_lines(cap: Any) -> list[Text]:
         mean = summary.get("comm_ms_mean")
         lines.append(Text.assemble(("    summary", "dim"),
                                    f"  comm {fmt(mean, '.1f')} ms/rank" if mean is not None else ""))
+        lines.extend(cross_rank_lines(summary.get("cross_rank")))
         for r, s in sorted(per_rank.items(), key=lambda kv: int(kv[0])):
             lines.append(rank_summary_text(r, s))
             lines.extend(rank_detail_lines(s))

@@ -1,0 +1,81 @@
+"""Time spans (us) as sorted lists: merge, length, intersection, the outermost spans of a
+call stack, and which outermost span of a thread holds a time. Pure."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+Span = tuple[float, float]
+
+
+def merge(spans: Iterable[Span]) -> list[Span]:
+    """Sorted, non-overlapping spans covering the same time."""
+    out: list[Span] = []
+    for s, e in sorted(spans):
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
+def length(merged: Iterable[Span]) -> float:
+    return sum(e - s for s, e in merged)
+
+
+def union_length(spans: Iterable[Span]) -> float:
+    return length(merge(spans))
+
+
+def intersect(a: Sequence[Span], b: Sequence[Span]) -> list[Span]:
+    """Intersection of two merged span lists (merged)."""
+    i = j = 0
+    out: list[Span] = []
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def intersection_length(a: Iterable[Span], b: Iterable[Span]) -> float:
+    return length(intersect(merge(a), merge(b)))
+
+
+def outermost(spans: Iterable[Span]) -> list[Span]:
+    """The spans no other one contains (one thread's call stack nests; touching ones stay apart)."""
+    out: list[Span] = []
+    for s, e in sorted(spans, key=lambda sp: (sp[0], -sp[1])):
+        if out and s < out[-1][1]:
+            if e > out[-1][1]:  # overlapping without nesting: not a call stack, take the union
+                out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
+class Cover:
+    """Outermost spans per (pid, tid): which one holds a time (or a span)?"""
+
+    def __init__(self, spans: dict[tuple[Any, Any], list[Span]]) -> None:
+        self._spans = {k: outermost(v) for k, v in spans.items()}
+        self._starts = {k: [s for s, _ in v] for k, v in self._spans.items()}
+
+    def span_at(self, key: tuple[Any, Any], start: float, end: float | None = None) -> Span | None:
+        spans = self._spans.get(key)
+        if not spans:
+            return None
+        i = bisect_right(self._starts[key], start) - 1
+        if i >= 0 and start <= spans[i][1] and (end is None or end <= spans[i][1] + 1e-3):
+            return spans[i]
+        return None
+
+    def contains(self, key: tuple[Any, Any], start: float, end: float | None = None) -> bool:
+        return self.span_at(key, start, end) is not None

@@ -1,0 +1,35 @@
+"""One rank's trace, summarised once for every use: the summary (ddptop.analysis.trace_analysis)
+and what the cross-rank view needs from it (its collectives, ddptop.analysis.cross_rank), so a
+capture's traces are parsed one at a time and only the small part is kept. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ddptop.analysis.cross_rank import Collective, collectives, cross_rank
+from ddptop.analysis.trace_analysis import activities, summarize, trace_events
+
+
+@dataclass(frozen=True)
+class RankTrace:
+    summary: dict[str, Any]
+    collectives: list[Collective]
+    activities: int  # how many GPU activities (or CPU ops): a nearly empty trace has few
+
+
+def rank_trace(trace: Any, top: int = 10) -> RankTrace:
+    """ValueError when `trace` is not a Chrome trace."""
+    events, meta = trace_events(trace)
+    acts, source = activities(events)
+    summary = summarize(events, meta, acts, source, top)
+    return RankTrace(summary, collectives(acts, source), len(acts))
+
+
+def capture_cross_rank(traces: dict[int, RankTrace]) -> dict[str, Any] | None:
+    """The cross-rank view of ranks' traces of one window (None for fewer than two)."""
+    if len(traces) < 2:
+        return None
+    source = "gpu" if any(t.summary.get("source") == "gpu" for t in traces.values()) else "cpu"
+    return cross_rank({r: t.collectives for r, t in traces.items()},
+                      {r: t.activities for r, t in traces.items()}, source)
