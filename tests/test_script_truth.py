@@ -131,3 +131,17 @@ def test_ctrl_c_of_plain_torchrun_saves_on_every_rank_too(tmp_path):
     for rank, (out, err) in outs.items():
         assert f"rank {rank}: saved a checkpoint (KeyboardInterrupt)" in out
         assert plain(err) == [f"rank {rank}: a line of its own on stderr"], err
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_a_scripts_pool_workers_stay_out_of_the_measurement(tmp_path, start):
+    """mp.Pool workers, forked or spawned, train little models of their own: none of their
+    forwards, optimizer steps or facts reach the run, and nothing of ddptop their output."""
+    ours, our_out, theirs, their_out = run_both(tmp_path, "pool_children.py", ["--pool", start])
+    assert ours.returncode == theirs.returncode == 0, ours.stdout[-2000:] + str(our_out)
+    assert_same_output(our_out, their_out)
+    s = summary_of(ours.stdout)
+    assert s["status"] == "completed" and s["model"] == "Net" and s["backend"] == "gloo", (s["model"], s["notes"])
+    assert not [n for n in s["notes"] if "DistributedDataParallel" in n], s["notes"]
+    for r in s["ranks"]:
+        assert r["steps"] == 12 and r["status"] == "done" and r["info"]["ddp"] is True, r

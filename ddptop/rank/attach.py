@@ -4,7 +4,8 @@ Called from the ranks' sitecustomize before any user code. Never imports torch i
 one-shot import hook notices torch's import and attaches once torch has finished loading.
 A process attaches only if torchrun made it a rank (RANK set) and it is not the child of an
 attached rank (DataLoader workers, the script's own subprocesses): those inherit
-DDPTOP_RANK_PID from it.
+DDPTOP_RANK_PID from it. A child forked from a rank (mp.Pool's fork workers, DataLoader
+workers) inherits the attached instrument itself: it is switched off in the child at once.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def attach(torch: Any) -> None:
         if stacks:  # ddptop may send SIGUSR1 for stacks: this process will not die of it
             instrument.send_facts({"stacks": "faulthandler on SIGUSR1"})
         set_attached(instrument)
+        os.register_at_fork(after_in_child=instrument.forked)
     except Exception as exc:  # noqa: BLE001
         print(f"ddptop: not measuring this rank: {type(exc).__name__}: {exc}", file=sys.stderr)
 

@@ -85,6 +85,7 @@ class Probe:
         self.commands: collections.deque[protocol.Command] = collections.deque()
         self.on_command: Callable[[protocol.Command], None] | None = None
         self._crashed = False
+        self.forked = False  # this is a forked child's copy: it stays quiet (forget())
         if sock is not None:
             self._thread = threading.Thread(target=self._run, name="ddptop-probe", daemon=True)
             self._thread.start()
@@ -190,6 +191,14 @@ class Probe:
         except OSError:
             pass
         self._sock = None
+
+    def forget(self) -> None:
+        """In a child forked from the rank: the socket is the parent's (its frames would mix
+        with the parent's), the queue holds the parent's steps. Drop both, say nothing."""
+        self.forked = True
+        self._sock = None
+        self._pending.clear()
+        self._closed.set()
 
     def _chain_excepthook(self) -> None:
         previous = sys.excepthook

@@ -82,6 +82,14 @@ class Instrument:
         self.hooked = ModuleHooks(self._guard(self._fwd_pre), self._guard(self._fwd_post))
         self.cost = CostAB(torch, rank, settings, self._engage)  # --set cost_ab=S: engaged vs bypassed
         self.engaged = True
+        self.off = False  # a forked child's copy (forked()): every hook does nothing
+
+    def forked(self) -> None:
+        """In a child forked from this rank: the hooks stay installed (they are torch's) but
+        do nothing; the parent's socket and steps are forgotten."""
+        self.off = True
+        self.engaged = False
+        self.probe.forget()
 
     # --- installation -------------------------------------------------------------------
     def install(self) -> None:
@@ -93,7 +101,7 @@ class Instrument:
 
         register_optimizer_step_pre_hook(self._guard(self._opt_pre_safe))
         register_optimizer_step_post_hook(self._guard(self._opt_post_safe))
-        patches.wrap_grad_scaler(torch, self._opt_pre_safe, self._opt_post_safe)
+        patches.wrap_grad_scaler(torch, self._guard(self._opt_pre_safe), self._guard(self._opt_post_safe))
         register = patches.wrap_ddp(torch.nn.parallel.DistributedDataParallel, self._ddp_args,
                                     self._guard(self._on_ddp), self.comm.on_register, self.comm.on_builtin)
         if register is not None:
@@ -111,6 +119,8 @@ class Instrument:
 
         @functools.wraps(fn)
         def guarded(*args: Any, **kwargs: Any) -> Any:
+            if self.off:
+                return None
             try:
                 return fn(*args, **kwargs)
             except SystemExit:

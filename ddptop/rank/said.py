@@ -37,5 +37,5 @@ class Said:
         self.notes_sent.add(text)
         if self.probe._sock is not None:
             self.probe.info({}, [text[:500]])
-        else:
+        elif not self.probe.forked:
             print(f"ddptop: rank {self.rank}: {text}", file=sys.stderr, flush=True)
