@@ -1,5 +1,6 @@
 """One rank's trace, summarised once for every use: the summary (ddptop.analysis.trace_analysis)
-and what the cross-rank view needs from it (its collectives, ddptop.analysis.cross_rank), so a
+with host- vs device-bound (ddptop.analysis.host_device), and what the cross-rank view needs
+from it (its collectives, ddptop.analysis.cross_rank), so a
 capture's traces are parsed one at a time and only the small part is kept. Pure."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddptop.analysis.cross_rank import Collective, collectives, cross_rank
+from ddptop.analysis.host_device import host_or_device
 from ddptop.analysis.trace_analysis import activities, summarize, trace_events
 
 
@@ -23,6 +25,8 @@ def rank_trace(trace: Any, top: int = 10) -> RankTrace:
     events, meta = trace_events(trace)
     acts, source = activities(events)
     summary = summarize(events, meta, acts, source, top)
+    if source == "gpu":
+        summary["bound"] = host_or_device(events, acts)
     return RankTrace(summary, collectives(acts, source), len(acts))
 
 

@@ -73,6 +73,8 @@ def render(summaries: list[dict[str, Any]], top: int = 5, cross: dict[str, Any] 
         out.append(head + (f"; comm: {by}" if by else "") + ")")
         if s.get("note"):
             out.append(f"  {s['note']}")
+        if s.get("bound"):
+            out.append(f"  {s['bound']['verdict']}")
         streams = s.get("streams") or []
         if streams:
             out.append(_indent(table(["device", "stream", "kernels", "busy ms", "idle ms", "host wait", "kernel wait",

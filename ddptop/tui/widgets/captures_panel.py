@@ -93,6 +93,10 @@ def rank_detail_lines(s: dict[str, Any], kernels: int = 3) -> list[Text]:
         if "timer_vs_call" in s:
             line.append(f" (timer/that {s['timer_vs_call']:.2f})", style="dim")
     lines = [line]
+    bound = s.get("bound") or {}
+    if bound.get("verdict"):
+        kind, _, rest = bound["verdict"].partition(": ")
+        lines.append(Text.assemble(("      ", ""), (kind, "bold"), (": " + rest, "dim") if rest else ""))
     streams = s.get("streams") or []
     if streams:
         waits = Text.assemble(("      idle per stream ", "dim"))
