@@ -145,3 +145,14 @@ def test_a_scripts_pool_workers_stay_out_of_the_measurement(tmp_path, start):
     assert not [n for n in s["notes"] if "DistributedDataParallel" in n], s["notes"]
     for r in s["ranks"]:
         assert r["steps"] == 12 and r["status"] == "done" and r["info"]["ddp"] is True, r
+
+
+def test_a_rank_that_ends_with_os_exit_loses_no_step(tmp_path):
+    """os._exit(0) skips atexit: every step the rank finished still reaches the run, and the
+    rank is done, not lost."""
+    ours, our_out, theirs, their_out = run_both(tmp_path, "hard_exit.py", ["--steps", "200"])
+    assert ours.returncode == theirs.returncode == 0, ours.stdout[-2000:] + str(our_out)
+    assert_same_output(our_out, their_out)
+    s = summary_of(ours.stdout)
+    assert s["status"] == "completed", s["error"]
+    assert [(r["steps"], r["status"]) for r in s["ranks"]] == [(200, "done")] * 2, s["ranks"]

@@ -113,6 +113,7 @@ class Instrument:
         patches.chain_excepthook(self._on_crash)
         patches.watch_exit(functools.partial(setattr, self, "exit_status"))  # sys.exit(2) is not a completed rank
         atexit.register(self._at_exit)
+        patches.wrap_os_exit(self._guard(self._os_exit))
 
     def _guard(self, fn: Any) -> Any:
         """A hook that never raises into the user's code (except the agreed stop)."""
@@ -382,6 +383,10 @@ class Instrument:
             stopped = self._stopping and not self._limit_reached
             reason = "crashed" if self.crashed else ("stopped" if stopped else "completed")
         self.probe.close(reason, ddp_timing(self.ddps[0]) if self.ddps else None)
+
+    def _os_exit(self, status: int) -> None:
+        self.exit_status = status
+        self._at_exit()
 
     def _at_exit(self) -> None:
         status = self.exit_status

@@ -1,11 +1,12 @@
 """Where the instrument wraps torch and sys: GradScaler.step, DistributedDataParallel's
-construction and comm hook registration, destroy_process_group, sys.excepthook and
-sys.exit. Each wrapper calls the instrument's callbacks and then does what the original
+construction and comm hook registration, destroy_process_group, sys.excepthook,
+sys.exit and os._exit. Each wrapper calls the instrument's callbacks and then does what the original
 does; a function wrapped once is not wrapped again (`_ddptop` on it)."""
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -113,3 +114,22 @@ def watch_exit(on_status: Callable[[Any], None]) -> None:
         return original(status)
 
     sys.exit = exit
+
+
+def wrap_os_exit(before: Callable[[int], None]) -> None:
+    """`before(status)` ahead of os._exit, which skips atexit: a rank that leaves that way
+    still sends its last steps and its goodbye. A forked child's os._exit (mp.Pool's
+    workers end so) reaches `before` too: it must do nothing there."""
+    original = os._exit
+    if _wrapped(original):
+        return
+
+    def _exit(status: int) -> Any:
+        try:
+            before(status)
+        except BaseException:  # noqa: BLE001, S110 - leaving now, whatever happens
+            pass
+        original(status)
+
+    _mark(_exit)
+    os._exit = _exit
