@@ -156,3 +156,15 @@ def test_a_rank_that_ends_with_os_exit_loses_no_step(tmp_path):
     s = summary_of(ours.stdout)
     assert s["status"] == "completed", s["error"]
     assert [(r["steps"], r["status"]) for r in s["ranks"]] == [(200, "done")] * 2, s["ranks"]
+
+
+def test_a_loop_without_torch_optim_is_told_how_steps_are_seen(tmp_path):
+    """A hand-written update: no steps can be counted, and the run says why in plain words."""
+    ours, our_out, theirs, their_out = run_both(tmp_path, "no_optimizer.py", ["--steps", "80"])
+    assert ours.returncode == theirs.returncode == 0, ours.stdout[-2000:] + str(our_out)
+    assert_same_output(our_out, their_out)
+    s = summary_of(ours.stdout)
+    said = [n for n in s["notes"] if "steps need a torch.optim optimizer, or Probe.tick()" in n]
+    assert len(said) == 1, s["notes"]
+    assert f"note: {said[0]}" in ours.stdout.splitlines()
+    assert [r["steps"] for r in s["ranks"]] == [0, 0]
