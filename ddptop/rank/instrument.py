@@ -45,9 +45,6 @@ from ddptop.rank.steps import StepTracker
 from ddptop.rank.values import HostCopy, read_values
 from ddptop.wire import protocol
 
-NO_OPTIMIZER_AFTER = 50  # forwards with grad and no torch.optim step yet: say steps cannot be seen
-NO_OPTIMIZER = (f"no torch.optim optimizer step after {NO_OPTIMIZER_AFTER} forwards: steps need a torch.optim "
-                "optimizer, or Probe.tick() in the script's loop (from ddptop.probe import Probe)")
 SPANS_EVERY_S = 0.5  # bucket spans go to the hub at most this often: the live timeline's rate
 
 
@@ -67,7 +64,6 @@ class Instrument:
         self.said = Said(probe, rank)
         self.send_facts, self.note = self.said.send_facts, self.said.note
         self.batch_known = False
-        self.forwards = 0  # with grad, counted until the first optimizer step
         self.crashed = False
         self.exit_status: Any = None  # what the script passed to sys.exit()
         self.script = ScriptSettings.of(settings)  # None: ddptop's trainer applies its own settings
@@ -201,9 +197,7 @@ class Instrument:
                     self.batch_known = True
                     self.send_facts({"batch_size": batch})
             if not self.tracker.seen_opt and not self.api_used:
-                self.forwards += 1
-                if self.forwards == NO_OPTIMIZER_AFTER:
-                    self.note(NO_OPTIMIZER)
+                self.said.forward_before_any_step()
         self.tracker.mark("fwd", samples)
 
     def _fwd_post(self, module: Any, args: Any, *rest: Any) -> None:  # noqa: ARG002

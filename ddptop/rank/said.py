@@ -8,6 +8,9 @@ import sys
 from typing import Any
 
 MAX_NOTES = 16
+NO_OPTIMIZER_AFTER = 50  # forwards with grad and no torch.optim step yet: say steps cannot be seen
+NO_OPTIMIZER = (f"no torch.optim optimizer step after {NO_OPTIMIZER_AFTER} forwards: steps need a torch.optim "
+                "optimizer, or Probe.tick() in the script's loop (from ddptop.probe import Probe)")
 
 
 class Said:
@@ -17,6 +20,7 @@ class Said:
         self.facts_sent: dict[str, Any] = {}
         self.script_facts: dict[str, Any] = {}
         self.notes_sent: set[str] = set()
+        self.forwards = 0  # with grad, before any optimizer step
 
     def send_facts(self, facts: dict[str, Any], from_script: bool = False) -> None:
         """Send facts not sent yet; what the script said itself (Probe.connect(model=...))
@@ -39,3 +43,10 @@ class Said:
             self.probe.info({}, [text[:500]])
         elif not self.probe.forked:
             print(f"ddptop: rank {self.rank}: {text}", file=sys.stderr, flush=True)
+
+    def forward_before_any_step(self) -> None:
+        """A forward with grad and no torch.optim step yet: a loop with its own update (or
+        none) makes no step ddptop can see; after a few dozen, say so in plain words."""
+        self.forwards += 1
+        if self.forwards == NO_OPTIMIZER_AFTER:
+            self.note(NO_OPTIMIZER)
