@@ -86,16 +86,32 @@ def compare_with_timer(summary: dict[str, Any], records: dict[int, list[dict[str
         trace = entry.get("comm_ms")
         if trace:
             entry["timer_vs_trace"] = round(ours / trace, 3)
-        hooked = [r for r in window if "hook_ms" in r]
-        if hooked:  # the hook's own work beside the collectives (cast, divide, decompress)
-            entry["timer_hook_ms"] = round(sum(r["hook_ms"] for r in hooked), 3)
-            entry["hook_extra_ms"] = round(sum(r["hook_ms"] - r["comm_ms"] for r in hooked), 3)
+        _compare_hook(entry, window, ours)
         if entry.get("comm_call_ms"):
             entry["timer_vs_call"] = round(ours / entry["comm_call_ms"], 3)
-    for key in ("timer_vs_trace", "timer_vs_call"):
+    for key in ("timer_vs_trace", "timer_vs_call", "timer_vs_trace_hook"):
         ratios = [r[key] for r in summary.get("ranks", {}).values() if key in r]
         if ratios:
             summary[f"{key}_mean"] = round(sum(ratios) / len(ratios), 3)
+
+
+def _compare_hook(entry: dict[str, Any], window: list[dict[str, float]], ours: float) -> None:
+    """Under a comm hook: the timer's hook span (`hook_ms`, hand-over to the hook's future
+    done; `comm_ms` is then NCCL's own collective time) against the trace's hook span (the
+    hook's work and its collectives, ddptop.analysis.hook_work): `timer_vs_trace_hook`. Where
+    the ranks sent no hook_ms (no NCCL timing) the timer's comm_ms is that span itself, so it
+    is what is compared with the trace's hook span."""
+    hooked = [r for r in window if "hook_ms" in r]
+    span = (entry.get("hook") or {}).get("span_ms")
+    if hooked:  # the hook's own work beside the collectives (cast, divide, decompress)
+        timer_hook = sum(r["hook_ms"] for r in hooked)
+        entry["timer_hook_ms"] = round(timer_hook, 3)
+        entry["hook_extra_ms"] = round(sum(r["hook_ms"] - r["comm_ms"] for r in hooked), 3)
+        if span:
+            entry["timer_vs_trace_hook"] = round(timer_hook / span, 3)
+    elif span:
+        entry["timer_hook_ms"] = round(ours, 3)
+        entry["timer_vs_trace_hook"] = round(ours / span, 3)
 
 
 def nsys_window_at(captures: Iterable[Capture], last_step: int) -> Capture | None:

@@ -1,5 +1,6 @@
 """One rank's trace, summarised once for every use: the summary (ddptop.analysis.trace_analysis)
-with host- vs device-bound (ddptop.analysis.host_device), and what the cross-rank view needs
+with host- vs device-bound (ddptop.analysis.host_device) and a comm hook's own work
+(ddptop.analysis.hook_work), and what the cross-rank view needs
 from it (its collectives, ddptop.analysis.cross_rank), so a
 capture's traces are parsed one at a time and only the small part is kept. Pure."""
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddptop.analysis.cross_rank import Collective, collectives, cross_rank
+from ddptop.analysis.hook_work import hook_work
 from ddptop.analysis.host_device import host_or_device
 from ddptop.analysis.trace_analysis import activities, summarize, trace_events
 
@@ -27,6 +29,9 @@ def rank_trace(trace: Any, top: int = 10) -> RankTrace:
     summary = summarize(events, meta, acts, source, top)
     if source == "gpu":
         summary["bound"] = host_or_device(events, acts)
+    hook = hook_work(events, acts, source)
+    if hook is not None:  # communication under a comm hook: its collectives plus this
+        summary["hook"] = hook
     return RankTrace(summary, collectives(acts, source), len(acts))
 
 

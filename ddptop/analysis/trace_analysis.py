@@ -69,6 +69,7 @@ class Activity:
     call: float | None = None  # comm: when the CPU called the collective (c10d::*, nccl:*) that launched it
     comm_by: str = ""  # args | annotation | name (how it was recognised as communication)
     group: str = ""  # comm named by its args: process group and collective ("0/allreduce")
+    thread: tuple[Any, Any] | None = None  # (pid, tid) of the CPU thread that launched it
 
     @property
     def dur(self) -> float:
@@ -153,7 +154,7 @@ def gpu_activities(events: Iterable[Any]) -> list[Activity]:
         group = f"{args.get('Process Group Name', '')}/{args.get('Collective name', '')}" if by == "args" else ""
         out.append(Activity(name, kind, s, t, args.get("device", e.get("pid")), args.get("stream", e.get("tid")),
                             launch=launch[2] if launch else None, comm_by=by, call=call[0] if call else None,
-                            group=group))
+                            group=group, thread=(launch[0], launch[1]) if launch else None))
     return out
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ddptop.analysis.cross_rank import describe
+from ddptop.analysis.hook_work import describe_hook
 from ddptop.analysis.trace_analysis import OPEN_WITH
 from ddptop.model.report import NA, fmt, table
 from ddptop.model.usage import USAGE_EXIT, OneLineParser, UsageError
@@ -75,6 +76,8 @@ def render(summaries: list[dict[str, Any]], top: int = 5, cross: dict[str, Any] 
             out.append(f"  {s['note']}")
         if s.get("bound"):
             out.append(f"  {s['bound']['verdict']}")
+        if describe_hook(s):
+            out.append(f"  {describe_hook(s)}")
         streams = s.get("streams") or []
         if streams:
             out.append(_indent(table(["device", "stream", "kernels", "busy ms", "idle ms", "host wait", "kernel wait",

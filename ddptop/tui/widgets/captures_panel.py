@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 
 from ddptop.analysis.cross_rank import describe
+from ddptop.analysis.hook_work import describe_hook
 from ddptop.model.report import NA, fmt
 from ddptop.model.state import RunState
 from ddptop.tui.live import Snapshot
@@ -97,6 +98,9 @@ def rank_detail_lines(s: dict[str, Any], kernels: int = 3) -> list[Text]:
     if bound.get("verdict"):
         kind, _, rest = bound["verdict"].partition(": ")
         lines.append(Text.assemble(("      ", ""), (kind, "bold"), (": " + rest, "dim") if rest else ""))
+    hook = describe_hook(s)
+    if hook:
+        lines.append(Text("      " + hook, style="dim"))
     streams = s.get("streams") or []
     if streams:
         waits = Text.assemble(("      idle per stream ", "dim"))
