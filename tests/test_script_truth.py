@@ -168,3 +168,23 @@ def test_a_loop_without_torch_optim_is_told_how_steps_are_seen(tmp_path):
     assert len(said) == 1, s["notes"]
     assert f"note: {said[0]}" in ours.stdout.splitlines()
     assert [r["steps"] for r in s["ranks"]] == [0, 0]
+
+
+def test_forwards_without_grad_are_reported_apart_from_the_training_steps_phases(tmp_path):
+    """A validation pass (8 no-grad forwards of 5 ms or more) after steps 10 and 20: its time
+    is the next step's eval_ms, not that step's forward, and it counts no samples."""
+    ours, our_out, theirs, their_out = run_both(tmp_path, "eval_loop.py", ["--steps", "30", "--every", "10"])
+    assert ours.returncode == theirs.returncode == 0, ours.stdout[-2000:] + str(our_out)
+    assert_same_output(our_out, their_out)
+    s = summary_of(ours.stdout)
+    assert [r["steps"] for r in s["ranks"]] == [30, 30]
+    recs = [json.loads(line) for line in next((tmp_path / "runs").glob("*/steps.jsonl")).read_text().splitlines()]
+    for rank in (0, 1):
+        mine = {r["step"]: r for r in recs if r.get("rank") == rank}
+        assert sorted(s for s, r in mine.items() if r.get("eval_ms")) == [10, 20], mine
+        for step in (10, 20):
+            r = mine[step]
+            assert r["eval_ms"] >= 40 and r["forward_ms"] < r["eval_ms"] / 2, r
+            assert r["samples"] == 16, r  # the training forward's batch only
+            four = r["data_ms"] + r["forward_ms"] + r["backward_ms"] + r["optimizer_ms"]
+            assert four + r["eval_ms"] == pytest.approx(r["step_ms"], rel=0.02), r

@@ -198,13 +198,14 @@ class Instrument:
                     self.send_facts({"batch_size": batch})
             if not self.tracker.seen_opt and not self.api_used:
                 self.said.forward_before_any_step()
-        self.tracker.mark("fwd", samples)
+        self.tracker.mark("fwd" if self.torch.is_grad_enabled() else "eval", samples)
 
     def _fwd_post(self, module: Any, args: Any, *rest: Any) -> None:  # noqa: ARG002
         output = rest[-1] if rest else None
-        self.tracker.mark("fwd_end")
         if not self.torch.is_grad_enabled():
+            self.tracker.mark("eval_end")
             return
+        self.tracker.mark("fwd_end")
         tensor = loss_like(self.torch, output)
         if tensor is not None:
             tensor.register_hook(self._guard(self.backward.started))

@@ -11,8 +11,12 @@ Events, in the order a plain loop makes them:
     bwd      backward reached the model's output  bwd_end  backward's compute ended
     bwd_ret  backward returned (after DDP waited for its all-reduces)
     opt      an optimizer step begins             opt_end  it ended
+    eval     a forward without grad begins        eval_end it returned (validation, generation)
 The time between two events belongs to a phase decided by the event that opens it and the
-one that closes it (`phase_of`), so the phases of a step always add up to its time.
+one that closes it (`phase_of`), so the phases of a step always add up to its time. Forwards
+without grad, and the time between two of them (a validation loop's own batches and
+metrics), are `eval`: apart from the training step's four phases (`eval_ms`, sent only when
+some).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import collections
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
-PHASE_KEYS = {"data": "data_ms", "forward": "forward_ms", "backward": "backward_ms", "optimizer": "optimizer_ms"}
+PHASE_KEYS = {"data": "data_ms", "forward": "forward_ms", "backward": "backward_ms", "optimizer": "optimizer_ms",
+              "eval": "eval_ms"}
 MAX_SPANS = 64  # bucket spans a record carries at most (protocol.MAX_SPANS): more are merged pairwise
 
 
@@ -34,6 +39,8 @@ class Clock(Protocol):
 
 def phase_of(kind: str, following: str) -> str:
     """The phase of the time between event `kind` and the next event `following`."""
+    if kind == "eval" or (kind == "eval_end" and following == "eval"):
+        return "eval"
     if kind == "start":
         return "data"
     if kind in ("fwd", "fwd_end"):
@@ -41,7 +48,7 @@ def phase_of(kind: str, following: str) -> str:
     if kind == "bwd" or following == "bwd" or (kind == "bwd_end" and following == "bwd_ret"):
         return "backward"  # compute, then the wait for DDP's last all-reduce
     # between backward and the next forward (the next micro-batch) or in/around optimizer steps
-    return "data" if following == "fwd" else "optimizer"
+    return "data" if following in ("fwd", "eval") else "optimizer"
 
 
 class StepTracker:
@@ -169,6 +176,8 @@ def record(step: int, marks: list[tuple[str, Any, float]], comm: list[list[Any]]
     rec: dict[str, Any] = dict.fromkeys(PHASE_KEYS.values(), 0.0)
     for (kind, a, _), (following, b, _) in zip(marks, marks[1:]):
         rec[PHASE_KEYS[phase_of(kind, following)]] += elapsed(a, b)
+    if not rec["eval_ms"]:
+        del rec["eval_ms"]
     rec["step_ms"] = elapsed(marks[0][1], marks[-1][1])
     samples = sum(s for _, _, s in marks)
     if samples:
