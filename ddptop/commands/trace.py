@@ -1,4 +1,4 @@
-"""`ddptop trace DIR|FILE... [--json]`: ddptop.analysis.trace_analysis's summary of each
+"""`ddptop trace DIR|FILE... [--json]`, `ddptop trace A B --diff`: ddptop.analysis.trace_analysis's summary of each
 torch.profiler trace (ddptop.run.trace_files reads them). Every bad input is one line and exit
 code 2; nothing is written."""
 
@@ -13,6 +13,7 @@ from typing import Any
 from ddptop.analysis.cross_rank import describe
 from ddptop.analysis.hook_work import describe_hook
 from ddptop.analysis.trace_analysis import OPEN_WITH
+from ddptop.analysis.trace_diff import describe_diff, diff
 from ddptop.model.report import NA, fmt, table
 from ddptop.model.usage import USAGE_EXIT, OneLineParser, UsageError
 from ddptop.run.trace_files import (
@@ -116,16 +117,28 @@ def main_trace(argv: list[str]) -> int:
     ap.add_argument("paths", nargs="+", metavar="DIR|FILE")
     ap.add_argument("--json", action="store_true", help="print the summaries as JSON")
     ap.add_argument("--top", type=int, default=5, help="kernels (or CPU ops) listed per trace (default 5)")
+    ap.add_argument("--diff", action="store_true", help="compare two captures A B (each a DIR or FILE): per rank, "
+                    "each kernel class and the kernels that got faster or slower")
     try:
         args = ap.parse_args(argv)
         if not 1 <= args.top <= 1000:
             raise UsageError(f"--top must be 1-1000, got {args.top}")
+        if args.diff:
+            if len(args.paths) != 2:
+                raise UsageError(f"--diff compares two captures A B, got {len(args.paths)} paths")
+            before, after = (summarize_traces([p], top=100_000)[0] for p in args.paths)  # every kernel
+            d = diff(before, after, kernels=args.top)
+            return _print(json.dumps(d, indent=1) if args.json else "\n".join(describe_diff(d)))
         summaries, cross = summarize_traces(args.paths, top=args.top)
     except (UsageError, TraceError) as exc:
         print(f"ddptop trace: error: {exc}", file=sys.stderr)
         return USAGE_EXIT
     text = json.dumps({"traces": summaries, "cross_rank": cross, "open_with": OPEN_WITH}, indent=1) if args.json \
         else render(summaries, top=args.top, cross=cross)
+    return _print(text)
+
+
+def _print(text: str) -> int:
     try:
         print(text, flush=True)
     except BrokenPipeError:  # `ddptop trace DIR | head`
