@@ -43,7 +43,7 @@ SCRIPT_KNOBS = tuple(k for k in DDP_KNOBS if k != "ddp")
 # applied to its DDP (their values are added by script_dict).
 SCRIPT_FIELDS = ("preset", "script", "nproc", "warmup", "script_steps", "backend", "comm_timing",
                  "comm_timing_every", "nccl_timing", "nccl_env", "ddp_apply", "cost_ab", "cost_ab_arms",
-                 "cost_ab_blocks", "cost_ab_busy_pct")
+                 "cost_ab_blocks", "cost_ab_busy_pct", "capture_memory")
 
 
 # What `nccl_env` may set in the ranks' environment: communication and device settings, never
@@ -94,6 +94,9 @@ class RunConfig:
     # work; cost per collective in docs/BENCHMARKS.md (bench/nccl_timing_cost.py). Off: exposed
     # communication only.
     nccl_timing: bool = True
+    # torch.profiler captures also record memory (profile_memory: HTA's memory timeline);
+    # the trace is larger and the profiled steps slower
+    capture_memory: bool = False
     lr: float = 1e-3
     nccl_env: dict[str, str] = field(default_factory=dict)
     # A user's own script (`ddptop ... -- CMD`): ddptop applies to its DDP only the knobs named

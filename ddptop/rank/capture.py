@@ -26,6 +26,7 @@ class Window:
     count: int
     out_dir: Path
     profiler: str  # "torch" or "nsys"
+    memory: bool = False  # torch.profiler's profile_memory (--set capture_memory=true)
 
     @property
     def last(self) -> int:
@@ -38,7 +39,7 @@ class CaptureRunner:
         self.scheduled: list[Window] = []
         self.active: Window | None = None
         self._prof: Any = None
-        self._step_range: contextlib.AbstractContextManager[Any] | None = None
+        self._step_ranges: list[contextlib.AbstractContextManager[Any]] = []
         self._nsys_start_s = 0.0
 
     def poll(self, next_step: int) -> None:
@@ -48,7 +49,8 @@ class CaptureRunner:
             if cmd.name != "capture":
                 continue
             w = Window(int(cmd.args.get("id", 0)), cmd.at_step, int(cmd.args.get("count", 1)),
-                       Path(str(cmd.args.get("dir", "captures"))), str(cmd.args.get("profiler", "torch")))
+                       Path(str(cmd.args.get("dir", "captures"))), str(cmd.args.get("profiler", "torch")),
+                       memory=bool(cmd.args.get("memory", False)))
             if w.start < next_step:
                 self.probe.report_capture(w.capture_id, "failed", error=f"rank {self.rank} was already at step "
                                           f"{next_step} when asked to capture from step {w.start}")
@@ -63,20 +65,23 @@ class CaptureRunner:
                     self._start(w)
                     break
         if self.active is not None and self._prof is not None:
-            self._step_range = self.torch.profiler.record_function(f"ddptop_step_{step}")
-            self._step_range.__enter__()
+            # ProfilerStep#N too (what torch.profiler's schedule writes): Holistic Trace Analysis
+            # finds a trace's steps by it (its straggler and per-step analyses)
+            for name in (f"ProfilerStep#{step}", f"ddptop_step_{step}"):
+                rng = self.torch.profiler.record_function(name)
+                rng.__enter__()
+                self._step_ranges.append(rng)
         elif self.active is not None and self.active.profiler == "nsys":
             # the same step ranges as NVTX, so `nsys stats` (nvtx_sum) has the window's steps
             with contextlib.suppress(Exception):
                 rng = self.torch.cuda.nvtx.range(f"ddptop_step_{step}")
                 rng.__enter__()
-                self._step_range = rng
+                self._step_ranges.append(rng)
 
     def end_step(self, step: int) -> bool:
         """True when a window closed after this step (its trace was written meanwhile)."""
-        if self._step_range is not None:
-            self._step_range.__exit__(None, None, None)
-            self._step_range = None
+        while self._step_ranges:
+            self._step_ranges.pop().__exit__(None, None, None)
         if self.active is not None and step >= self.active.last:
             self._stop()
             return True
@@ -96,7 +101,7 @@ class CaptureRunner:
                 acts = [torch.profiler.ProfilerActivity.CPU]
                 if self.cuda:
                     acts.append(torch.profiler.ProfilerActivity.CUDA)
-                self._prof = torch.profiler.profile(activities=acts)
+                self._prof = torch.profiler.profile(activities=acts, profile_memory=w.memory)
                 self._prof.start()
             self.probe.report_capture(w.capture_id, "recording")
         except Exception as exc:  # noqa: BLE001 - a failed capture never stops training

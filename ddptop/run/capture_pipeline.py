@@ -53,7 +53,8 @@ class CapturePipeline:
         out_dir = self.run_dir / "captures" / str(capture_id)
         cap = Capture(capture_id, start, count, self.options.profiler, str(out_dir))
         self.state.captures[capture_id] = cap
-        args = {"id": capture_id, "count": count, "dir": str(out_dir), "profiler": cap.profiler}
+        args = {"id": capture_id, "count": count, "dir": str(out_dir), "profiler": cap.profiler,
+                "memory": bool(self.state.config.get("capture_memory", False))}
         await self.hub.broadcast(protocol.Command("capture", at_step=start, args=args))
         self.state.add_log(-1, f"[ddptop] capture {capture_id}: steps {cap.steps} with {cap.profiler}")
         return cap
