@@ -12,6 +12,7 @@ from typing import Any
 from ddptop.analysis.cross_rank import Collective, collectives, cross_rank
 from ddptop.analysis.hook_work import hook_work
 from ddptop.analysis.host_device import host_or_device
+from ddptop.analysis.plausibility import clean, dropped_line
 from ddptop.analysis.trace_analysis import activities, summarize, trace_events
 
 
@@ -25,8 +26,12 @@ class RankTrace:
 def rank_trace(trace: Any, top: int = 10) -> RankTrace:
     """ValueError when `trace` is not a Chrome trace."""
     events, meta = trace_events(trace)
+    events, dropped = clean(events)
     acts, source = activities(events)
     summary = summarize(events, meta, acts, source, top)
+    if dropped:  # bad values are counted and said, never silently left out
+        summary["dropped"] = dropped
+        summary["dropped_note"] = dropped_line(dropped)
     if source == "gpu":
         summary["bound"] = host_or_device(events, acts)
     hook = hook_work(events, acts, source)

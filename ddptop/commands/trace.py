@@ -75,6 +75,8 @@ def render(summaries: list[dict[str, Any]], top: int = 5, cross: dict[str, Any] 
         out.append(head + (f"; comm: {by}" if by else "") + ")")
         if s.get("note"):
             out.append(f"  {s['note']}")
+        if s.get("dropped_note"):
+            out.append(f"  {s['dropped_note']}")
         if s.get("bound"):
             out.append(f"  {s['bound']['verdict']}")
         if describe_hook(s):

@@ -42,6 +42,8 @@ def read_trace(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise TraceError(f"{path}: not a text trace (binary data where JSON was expected)") from None
     except json.JSONDecodeError as exc:
+        if exc.doc.strip() == "":
+            raise TraceError(f"{path}: empty (no trace was written)") from None
         raise TraceError(f"{path}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except RecursionError:
         raise TraceError(f"{path}: not a trace (JSON nested too deep)") from None
@@ -98,6 +100,9 @@ def summarize_traces(targets: list[str], top: int = 10) -> tuple[list[dict[str, 
         out.append({"file": str(path), **view.summary})
     if not out:
         raise TraceError(f"no torch.profiler traces in {' '.join(targets)}")
+    if all(s.get("window_ms") is None for s in out):
+        why = "; ".join(f"{Path(s['file']).name}: {s.get('dropped_note') or s.get('note')}" for s in out)
+        raise TraceError(f"nothing usable: {why}")
     named_ranks = [v.summary.get("rank") for v in views]
     ranks: list[int] = list(range(len(views)))
     if len(set(named_ranks)) == len(named_ranks) and all(isinstance(r, int) for r in named_ranks):

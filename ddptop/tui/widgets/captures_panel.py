@@ -158,6 +158,8 @@ def capture_lines(cap: Any) -> list[Text]:
         lines.extend(cross_rank_lines(summary.get("cross_rank")))
         for r, s in sorted(per_rank.items(), key=lambda kv: int(kv[0])):
             lines.append(rank_summary_text(r, s))
+            if s.get("dropped_note"):
+                lines.append(Text("      " + s["dropped_note"], style="#c79100"))
             lines.extend(rank_detail_lines(s))
         if summary.get("open_with"):
             lines.append(Text.assemble(("    open ", "dim"), "https://ui.perfetto.dev (drop a .json.gz in) or ",
