@@ -123,8 +123,13 @@ def test_probe_without_ddptop_does_nothing(monkeypatch):
 def test_probe_with_unreachable_hub_keeps_training(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv(protocol.ENV_ADDR, f"unix:{tmp_path / 'nothing.sock'}")
     probe = Probe.connect()
+    # nothing there yet: it keeps trying in the background (tests/test_probe_retry.py), training
+    # goes on, and nothing is added to the script's output
+    probe.record(0, step_ms=1.0)
+    assert probe.enabled and probe._sock is None
+    probe.close()
     assert not probe.enabled
-    assert "cannot reach hub" in capsys.readouterr().err
+    assert capsys.readouterr().err == ""
     assert socket  # the module under test uses real sockets
 
 

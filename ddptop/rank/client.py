@@ -23,6 +23,11 @@ from ddptop.wire import protocol
 
 FLUSH_S = 0.2  # how stale the hub's view may get; one send per interval, not per step
 MAX_BATCH = 1000  # records per frame, well under protocol.MAX_FRAME
+# A hub that cannot be reached yet (a busy listen queue, a reconnect storm): the rank tries
+# again with these waits, the last one for as long as the run lasts, keeping what it measured
+RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+MAX_HELD = 20_000  # records kept while not yet connected (the oldest go first)
+MAX_EARLY = 256  # facts, notes and other frames kept while not yet connected
 
 _attached: Any = None  # the Instrument measuring this process (set by ddptop.rank.attach)
 
@@ -76,7 +81,9 @@ class Probe:
     def __init__(self, sock: socket.socket | None, rank: int = 0, owned: bool = False) -> None:
         self._sock = sock
         self.rank = rank
-        self._pending: collections.deque[dict[str, Any]] = collections.deque()
+        self._pending: collections.deque[dict[str, Any]] = collections.deque(maxlen=MAX_HELD)
+        self._connecting = False  # the first connect failed; a thread keeps trying (_retry)
+        self._early: list[protocol.Message] = []  # frames sent before the connection exists
         self._lock = threading.Lock()  # serialises socket writes (flush thread vs close)
         self._closed = threading.Event()
         self._step = 0
@@ -97,7 +104,7 @@ class Probe:
 
     @property
     def enabled(self) -> bool:
-        return self._sock is not None
+        return self._sock is not None or self._connecting
 
     @classmethod
     def connect(cls, *, device: str = "", backend: str = "", model: str = "") -> Probe:
@@ -116,11 +123,6 @@ class Probe:
         rank = int(os.environ.get("RANK", "0"))
         if not addr:
             return cls(None, rank)
-        try:
-            sock = _open(addr)
-        except (OSError, ValueError) as exc:
-            print(f"ddptop probe: cannot reach hub at {addr}: {exc}; not reporting", file=sys.stderr)
-            return cls(None, rank)
         hello = protocol.Hello(
             rank=rank,
             local_rank=int(os.environ.get("LOCAL_RANK", "0")),
@@ -135,10 +137,40 @@ class Probe:
             **_torch_facts(),
         )
         try:
+            sock = _open(addr)
             sock.sendall(protocol.encode(hello))
-        except OSError:
+        except ValueError as exc:
+            print(f"ddptop probe: cannot reach hub at {addr}: {exc}; not reporting", file=sys.stderr)
             return cls(None, rank)
+        except OSError:  # not yet: keep trying in the background, keep what is measured meanwhile
+            probe = cls(None, rank, owned=owned)
+            probe._connecting = True
+            threading.Thread(target=probe._retry, args=(addr, hello), name="ddptop-connect", daemon=True).start()
+            return probe
         return cls(sock, rank, owned=owned)
+
+    def _retry(self, addr: str, hello: protocol.Hello) -> None:
+        """Connect with backoff until it works or the probe is closed; then send the hello,
+        what was said meanwhile, and report as if connected from the start."""
+        for attempt in range(1 << 30):
+            if self._closed.wait(RETRY_S[min(attempt, len(RETRY_S) - 1)]):
+                return
+            try:
+                sock = _open(addr)
+                sock.sendall(protocol.encode(hello))
+            except (OSError, ValueError):
+                continue
+            with self._lock:
+                try:
+                    for msg in self._early:
+                        sock.sendall(protocol.encode(msg))
+                except (OSError, TypeError, ValueError):
+                    pass
+                self._early = []
+                self._sock, self._connecting = sock, False
+            self._thread = threading.Thread(target=self._run, name="ddptop-probe", daemon=True)
+            self._thread.start()
+            return
 
     # --- called from the training loop -------------------------------------------------
     def record(self, step: int, **values: float) -> None:
@@ -148,7 +180,7 @@ class Probe:
     def record_step(self, step: int, values: dict[str, Any], comm_spans: list[list[float]] | None = None) -> None:
         """`record`, with the all-reduce buckets' [hand-over, completion] in ms from the
         step's start (the instrument's, a few times a second)."""
-        if self._sock is not None:
+        if self._sock is not None or self._connecting:
             plain: dict[str, Any] = _plain(values)  # a tensor the script handed over is read here
             plain["step"] = step
             plain["t"] = time.time()
@@ -181,7 +213,9 @@ class Probe:
         self._send(protocol.CaptureReport(self.rank, capture_id, status, files or [], error[:2000]))
 
     def close(self, reason: str = "completed", ddp_timing: dict[str, float] | None = None) -> None:
+        self._connecting = False
         if self._sock is None or self._closed.is_set():
+            self._closed.set()  # a connect still being tried stops
             return
         self._closed.set()  # the thread sees it within FLUSH_S; no need to wait for it
         self._flush()
@@ -196,6 +230,7 @@ class Probe:
         """In a child forked from the rank: the socket is the parent's (its frames would mix
         with the parent's), the queue holds the parent's steps. Drop both, say nothing."""
         self.forked = True
+        self._connecting = False
         self._sock = None
         self._pending.clear()
         self._closed.set()
@@ -252,6 +287,8 @@ class Probe:
                 print(f"ddptop probe: command handler failed: {exc}", file=sys.stderr)
 
     def _flush(self) -> None:
+        if self._sock is None:
+            return  # not connected (yet): the records wait, bounded
         while self._pending:
             batch: list[dict[str, Any]] = []
             while self._pending and len(batch) < MAX_BATCH:
@@ -261,6 +298,12 @@ class Probe:
     def _send(self, msg: protocol.Message) -> None:
         sock = self._sock
         if sock is None:
+            if self._connecting:
+                with self._lock:
+                    if self._sock is None and len(self._early) < MAX_EARLY:
+                        self._early.append(msg)
+                        return
+                self._send(msg)  # connected meanwhile
             return
         with self._lock:
             try:
