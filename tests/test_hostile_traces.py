@@ -86,3 +86,10 @@ def test_capture_tab_says_what_was_dropped(tmp_path):
     shown = "\n".join(x.plain for x in capture_lines(Capture(1, 5, 1, "torch", str(tmp_path), "done",
                                                              summary=summary)))
     assert "      dropped 1 events: exact duplicate 1" in shown
+
+
+def test_repeated_metadata_events_are_not_counted_as_dropped():
+    # torch.profiler itself writes some thread_sort_index metadata twice: not the trace's fault
+    meta = {"args": {"sort_index": 7}, "name": "thread_sort_index", "ph": "M", "pid": 1, "tid": 7, "ts": 5.0}
+    kept, dropped = clean([meta, dict(meta), {"ph": "X", "name": "k", "ts": 1.0, "dur": 2.0, "pid": 1, "tid": 7}])
+    assert dropped == {} and len(kept) == 3

@@ -49,6 +49,9 @@ def clean(events: Sequence[Any]) -> tuple[list[Any], dict[str, int]]:
             if why:
                 counts[why] += 1
                 continue
+        if e.get("ph") == "M":  # metadata (thread names, sort indexes): torch repeats some, harmlessly
+            kept.append(e)
+            continue
         try:
             key = _key(e)
             if key in seen:
