@@ -16,7 +16,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ddptop.analysis.intervals import merge
-from ddptop.analysis.trace_analysis import KERNEL_CATS, KERNEL_WAIT_US, MEMORY_CATS, Activity, _num
+from ddptop.analysis.trace_analysis import (
+    KERNEL_CATS,
+    KERNEL_WAIT_US,
+    MEMORY_CATS,
+    Activity,
+    _num,
+    idle_cause,
+)
 
 LAUNCHES = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync",
                       "cudaMemsetAsync", "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipMemcpyAsync",
@@ -74,12 +81,8 @@ def gpu_idle(acts: Sequence[Activity], kernel_wait_us: float = KERNEL_WAIT_US) -
             launched[a.start] = min(a.launch, launched.get(a.start, a.launch))
     for (_, gap_start), (gap_end, _) in zip(busy, busy[1:]):
         gap = gap_end - gap_start
-        if launched.get(gap_end, gap_start) > gap_start:  # nothing was queued when the GPU went idle
-            out["host_wait"] += gap
-        elif gap < kernel_wait_us:
-            out["kernel_wait"] += gap
-        else:
-            out["other"] += gap
+        # host wait: nothing was queued when the GPU went idle
+        out[idle_cause(gap, launched.get(gap_end, gap_start) > gap_start, kernel_wait_us)] += gap
     return out
 
 

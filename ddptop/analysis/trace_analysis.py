@@ -214,13 +214,17 @@ def stream_idle(acts: Sequence[Activity], kernel_wait_us: float = KERNEL_WAIT_US
         gap = cur.start - prev.end
         if gap <= 0:
             continue
-        if cur.launch is not None and cur.launch > prev.end:
-            out["host_wait"] += gap
-        elif gap < kernel_wait_us:
-            out["kernel_wait"] += gap
-        else:
-            out["other"] += gap
+        out[idle_cause(gap, cur.launch is not None and cur.launch > prev.end, kernel_wait_us)] += gap
     return out
+
+
+def idle_cause(gap: float, launched_late: bool, kernel_wait_us: float = KERNEL_WAIT_US) -> str:
+    """Why the GPU (or a stream) sat idle for `gap` us, as HTA tells it: the host launched
+    the next work only after the idle began (host wait), a short gap between kernels
+    (kernel wait), or else (e.g. waiting on another stream)."""
+    if launched_late:
+        return "host_wait"
+    return "kernel_wait" if gap < kernel_wait_us else "other"
 
 
 def kernel_stats(acts: Iterable[Activity], top: int) -> list[dict[str, Any]]:
