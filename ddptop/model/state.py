@@ -111,7 +111,8 @@ class RunState:
         if isinstance(msg, Hello):
             rs = self._rank(msg.rank)
             # its names (host, device, ...) as text: a token holder's bytes drive no terminal
-            rs.hello = dataclasses.replace(msg, **{k: printable(getattr(msg, k)) for k in HELLO_TEXT})
+            text: dict[str, Any] = {k: printable(getattr(msg, k)) for k in HELLO_TEXT}
+            rs.hello = dataclasses.replace(msg, **text)
             rs.last_seen = now
             if msg.world_size != self.world_size and msg.world_size > 0:
                 self.world_size = max(self.world_size, msg.world_size)

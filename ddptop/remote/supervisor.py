@@ -111,6 +111,7 @@ class Supervisor:
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._snapshot_s = 0.0  # how long the last snapshot took to build
+        self._restart_by = ""  # who the run's one restart was granted to ('' : none yet)
 
     # --- registry ---------------------------------------------------------------------
     def entry(self) -> LiveRun:
@@ -337,8 +338,26 @@ class Supervisor:
         elif kind == "capture":
             self._audit(viewer, f"capture of {str(msg.get('count'))[:12]} step(s)")
             await self._capture(viewer, msg)
+        elif kind == "restart":
+            self._restart(viewer, msg)
         else:
             self.session.state.drop(f"viewer-unknown-{kind}"[:40])
+
+    def _restart(self, viewer: _Viewer, msg: dict[str, Any]) -> None:
+        """One restart per run: the first viewer to ask stops it and starts the next run; any
+        other, while that is under way, is told so and starts nothing (two viewers applying
+        settings at once would start two runs fighting for the same GPUs)."""
+        reason = str(msg.get("reason") or "restarted from a viewer")[:300]
+        if self._restart_by:
+            error = f"a restart is already under way, from {self._restart_by}"
+            self._audit(viewer, "restart (refused: one is under way)", reason)
+        elif self.session.done:
+            error = "the run has ended"
+        else:
+            error = ""
+            self._restart_by = self._audit(viewer, "restart", reason)
+            self.session.request_stop(reason)
+        viewer.send(vp.encode("restarting", id=msg.get("id"), error=error))
 
     async def _capture(self, viewer: _Viewer, msg: dict[str, Any]) -> None:
         count = msg.get("count")

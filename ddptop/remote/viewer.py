@@ -67,6 +67,7 @@ class RemoteSession:
         self._stop_reason = ""  # asked before the connection was up: sent on connect
         self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
+        self._restarting = False  # granted the run's restart: it is stopping
         self._final = False
         self._done = False
 
@@ -208,8 +209,8 @@ class RemoteSession:
             except vp.ViewerProtocolError as exc:
                 raise ViewerError(f"cannot follow run {self.run_id}: {exc.reason}") from None
             kind = header["kind"]
-            if kind in ("captured", "detached"):
-                key = header.get("id") if kind == "captured" else -1  # one detach at a time
+            if kind in ("captured", "detached", "restarting"):
+                key = header.get("id") if kind != "detached" else -1  # one detach at a time
                 future = self._replies.pop(key, None) if isinstance(key, int) else None
                 if future is not None and not future.done():
                     future.set_result({**header, "payload": payload})
@@ -263,10 +264,21 @@ class RemoteSession:
     # --- intents ----------------------------------------------------------------------
     def request_stop(self, reason: str = "stopped by user") -> None:
         """Ask the supervisor to stop the run at an agreed step; returns at once."""
+        if self._restarting:
+            return  # granted a restart, which stops the run: the supervisor said so in its log
         self._stop_reason = self._stop_reason or reason
         if self._writer is not None:
             with contextlib.suppress(ViewerError, ConnectionError, OSError):
                 self._send("stop", reason=reason)
+
+    async def claim_restart(self, reason: str) -> str:
+        """Ask the supervisor for the run's one restart (see ddptop.run.handle.SharedRun):
+        '' when granted, and then the run is stopping; else why not."""
+        ident = next(self._ids)
+        reply = await self._ask(ident, "restart", reason=reason, id=ident)
+        error = str(reply.get("error") or "")
+        self._restarting = not error
+        return error
 
     async def request_capture(self, count: int = 3) -> Capture:
         """Profile the next `count` steps on every rank (the supervisor picks the step)."""

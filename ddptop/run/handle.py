@@ -14,7 +14,7 @@ from ddptop.analysis.capture import Capture
 from ddptop.model.config import RunConfig
 from ddptop.model.state import RunState
 
-__all__ = ["DetachableRun", "RunHandle", "owns"]
+__all__ = ["DetachableRun", "RestartRefused", "RunHandle", "SharedRun", "owns"]
 
 
 class RunHandle(Protocol):
@@ -65,6 +65,20 @@ class DetachableRun(RunHandle, Protocol):
     async def detach(self) -> None:
         """Let the run go on without this front end."""
         ...
+
+
+@runtime_checkable
+class SharedRun(Protocol):
+    """A run that several viewers may drive: its supervisor grants one restart at a time."""
+
+    async def claim_restart(self, reason: str) -> str:
+        """Ask for this run's restart: '' when granted (the run stops, and this front end
+        starts the next), else why not ("a restart is already under way, from ...")."""
+        ...
+
+
+class RestartRefused(RuntimeError):
+    """Another viewer's restart of the same run is under way: this one starts no run."""
 
 
 def owns(handle: RunHandle) -> bool:

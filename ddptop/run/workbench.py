@@ -18,7 +18,7 @@ from ddptop.analysis.capture import Capture
 from ddptop.model.config import RunConfig
 from ddptop.model.state import RunState
 from ddptop.run import runs
-from ddptop.run.handle import DetachableRun, RunHandle, owns
+from ddptop.run.handle import DetachableRun, RestartRefused, RunHandle, SharedRun, owns
 from ddptop.run.session import Session
 
 # (config, runs directory, the user's command or None) -> a run not started yet
@@ -139,7 +139,13 @@ class Workbench:
 
     async def restart(self, config: RunConfig | None = None, reason: str = "settings changed") -> RunHandle:
         """Stop the current run cleanly, then create the next one with `config`
-        (default: the same config again). The caller starts it with `run()`."""
+        (default: the same config again). The caller starts it with `run()`. A run other
+        viewers share is restarted by one of them only: RestartRefused for the others."""
+        session = self.current
+        if isinstance(session, SharedRun) and self.is_live(session):
+            refusal = await session.claim_restart(reason)
+            if refusal:
+                raise RestartRefused(refusal)
         await self.stop(reason)
         return self.new_session(config)
 

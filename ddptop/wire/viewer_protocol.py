@@ -7,6 +7,9 @@ Viewer -> supervisor, one JSON object per line:
     {"v": 2, "kind": "stop", "reason": R}
     {"v": 2, "kind": "capture", "count": N, "id": I}      answered by "captured" with the same id
     {"v": 2, "kind": "detach"}                            answered by "detached"
+    {"v": 2, "kind": "restart", "reason": R, "id": I}     answered by "restarting" with the same id:
+                                                          granted (error "": the run stops, this viewer
+                                                          starts the next) or not (one at a time)
 Supervisor -> viewer, a JSON header line, then `size` bytes of payload when size > 0:
     {"v": 2, "schema": S, "kind": "welcome", "run_id": R, "owner": bool, "detached": bool}
     {"kind": "refused", "reason": R}                      then the connection closes
@@ -14,6 +17,7 @@ Supervisor -> viewer, a JSON header line, then `size` bytes of payload when size
                                                           whole, or what changed since this viewer's last
     {"v": 2, "kind": "captured", "id": I, "size": N, "error": E}   + the Capture (size 0 on error)
     {"v": 2, "kind": "detached"}
+    {"v": 2, "kind": "restarting", "id": I, "error": E}
 
 Payloads are JSON of plain fields, in the explicit schema of ddptop.wire.state_codec: nothing
 in a frame names a class or a function, so no frame can run code on either side. The
@@ -46,7 +50,7 @@ __all__ = ["VERSION", "SCHEMA", "ViewerProtocolError", "encode", "decode", "fram
 VERSION = 2  # 1: pickled snapshots (ddptop before the JSON schema)
 MAX_LINE = 1 << 16  # a command or a header; payloads are counted separately
 MAX_PAYLOAD = 1 << 30
-COMMANDS = ("stop", "capture", "detach")
+COMMANDS = ("stop", "capture", "detach", "restart")
 HANDSHAKE = ("hello", "welcome")  # the lines that carry the version and the schema
 
 
