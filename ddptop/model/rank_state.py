@@ -18,7 +18,8 @@ __all__ = ["RECENT", "Histogram", "RankState"]
 RECENT = 256  # records kept per rank for live views
 _BINS_PER_E = 100.0  # histogram bins per factor e: ~1% wide
 _PHASE_KEYS = tuple((p, p + "_ms") for p in PHASES)
-_EXTRA_KEYS = ("comm_ms", "exposed_comm_ms", "comm_bytes", "buckets", "compressing")
+# eval_ms: forwards without grad (validation, generation), apart from the four phases
+_EXTRA_KEYS = ("comm_ms", "exposed_comm_ms", "comm_bytes", "buckets", "compressing", "eval_ms")
 
 
 class Histogram:

@@ -178,7 +178,7 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
         f"(after {summary['warmup']} warmup steps)"
     )
     lines = [head, *script_ddp_lines(summary), rates, ranks_table(summary)]
-    lines += comm_lines(summary)
+    lines += comm_lines(summary) + eval_lines(summary)
     verdict = summary.get("straggler_check") or summary.get("straggler")  # older summaries: the latter
     if verdict:
         lines.append(verdict["text"])
@@ -212,6 +212,18 @@ def closing_lines(state: RunState, run_dir: str | os.PathLike[str], summary: dic
     """What a finished run prints last, headless or after the TUI: status, the final
     table, where the records are."""
     return final_report(summary if summary is not None else state.summary(), str(run_dir))
+
+
+def eval_lines(summary: dict[str, Any]) -> list[str]:
+    """Forwards without grad (validation, generation): time a step spends in them, which the
+    four phases leave out; nothing when the script ran none."""
+    evals = [(r["rank"], r["eval_ms_mean"]) for r in summary.get("ranks") or [] if r.get("eval_ms_mean")]
+    if not evals:
+        return []
+    values = [v for _, v in evals]
+    per_rank = f"{min(values):.1f}-{max(values):.1f}" if len(values) > 1 else f"{values[0]:.1f}"
+    return [f"validation/no-grad forwards: {per_rank} ms a step (not in the phases; mean over the measured steps, "
+            f"rank{'s' if len(evals) > 1 else ''} {','.join(str(r) for r, _ in evals)})"]
 
 
 def comm_lines(summary: dict[str, Any]) -> list[str]:

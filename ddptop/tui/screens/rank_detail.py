@@ -47,7 +47,18 @@ def summary_lines(snap: Snapshot, rank: int, width: int) -> list[Text]:
     else:
         comm.append(f"in flight {fmt(None if f.comm_share is None else 100 * f.comm_share, '.0f')}% of the step"
                     f"  exposed {fmt(None if f.exposed_share is None else 100 * f.exposed_share, '.0f')}%")
-    return [hist, bar, comm]
+    return [hist, bar, *eval_line(snap, rank), comm]
+
+
+def eval_line(snap: Snapshot, rank: int) -> list[Text]:
+    """Forwards without grad (validation, generation) in the recent window: outside the
+    phases above; nothing when the script ran none."""
+    recent = snap.state.ranks[rank].recent
+    total = sum(r.get("eval_ms", 0.0) for r in recent)
+    if not total:
+        return []
+    return [Text.assemble(("no-grad  ", "dim"), f"validation/no-grad forwards {total / len(recent):.1f} ms a step",
+                          ("  (mean, not in the phases)", "dim"))]
 
 
 def memory_lines(snap: Snapshot, rank: int) -> list[Text]:

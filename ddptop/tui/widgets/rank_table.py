@@ -233,7 +233,7 @@ class RankTable(Vertical):
             header = join_cells([Text(label, style="bold reverse" if key == self.sort_key and self.sort_key != "rank"
                                       else "bold") for key, label, _, _ in COLUMNS], widths, rights)
             self.query_one("#rank-header", Static).update(header)
-        subtitle = legend(snap.phase_names, phase_shares(snap)) + Text("▲ slowest", style=SLOW_STYLE)
+        subtitle = legend(snap.phase_names, phase_shares(snap)) + eval_key(snap) + Text("▲ slowest", style=SLOW_STYLE)
         if subtitle != self._subtitle:  # the shares move by a percent now and then
             self.border_subtitle = self._subtitle = subtitle
         slow = snap.slowest if state.world_size > 1 else None
@@ -289,6 +289,16 @@ class RankTable(Vertical):
         row.append(right)
         row.append(f"{status:<9.9}", STATUS_STYLES.get(status, ""))
         return row
+
+
+def eval_key(snap: Snapshot) -> Text:
+    """Forwards without grad (validation, generation), outside the phases: their mean ms a
+    measured step over the ranks that ran some; nothing when none did."""
+    means = [rs.extra_ms["eval_ms"] / rs.measured for rs in snap.state.ranks.values()
+             if rs.measured and rs.extra_ms.get("eval_ms")]
+    if not means:
+        return Text()
+    return Text(f"no-grad fwd {sum(means) / len(means):.1f} ms/step (not in phases)  ", style="dim")
 
 
 def phase_shares(snap: Snapshot) -> dict[str, float]:

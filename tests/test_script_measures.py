@@ -1,0 +1,53 @@
+"""What a script is measured as (issue 32): forwards without grad shown apart from the step's
+phases, samples counted once per micro-batch (or said to be unknown), and composable
+replicate(). Each script of our own runs under `ddptop --nproc 2 --headless --json` on gloo."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddptop.model.report import final_report
+from ddptop.model.snapshot import snapshot
+from ddptop.tui.screens.rank_detail import detail_lines
+from ddptop.tui.synthetic import synthetic_state
+from ddptop.tui.widgets.rank_table import eval_key
+
+pytestmark = pytest.mark.e2e
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def ddptop_run(tmp_path: Path, script: str, *args: str) -> dict:
+    cmd = [sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(tmp_path / "runs"),
+           "--nproc", "2", "--", sys.executable, str(SCRIPTS / script), *args]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_validation_forwards_are_shown_apart_from_the_phases(tmp_path):
+    s = ddptop_run(tmp_path, "eval_loop.py", "--steps", "30", "--every", "10")
+    assert [r["steps"] for r in s["ranks"]] == [30, 30]
+    for r in s["ranks"]:
+        # two validations of 8 batches x 5 ms fall in the 25 measured steps: ~3.2 ms a step
+        assert 1.5 < r["eval_ms_mean"] < 30, r
+        assert r["phases_ms"]["forward"] < 5, r  # not charged to the training forward
+    report = final_report(s, str(tmp_path))
+    assert "validation/no-grad forwards:" in report and "ms a step (not in the phases" in report
+
+
+def test_no_eval_adds_nothing_to_the_report_or_the_views():
+    state = synthetic_state(2)
+    snap = snapshot(state, time.time())
+    assert eval_key(snap).plain == ""
+    assert "no-grad" not in "\n".join(t.plain for t in detail_lines(snap, 0, 120))
+    assert "no-grad" not in final_report(state.summary(), "/tmp/x")
+    for rec in state.ranks[1].recent:
+        rec["eval_ms"] = 4.0
+    state.ranks[1].extra_ms["eval_ms"] = 4.0 * state.ranks[1].measured
+    snap = snapshot(state, time.time())
+    assert "no-grad fwd 4.0 ms/step" in eval_key(snap).plain
+    assert "validation/no-grad forwards 4.0 ms a step" in "\n".join(t.plain for t in detail_lines(snap, 1, 120))
