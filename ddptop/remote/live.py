@@ -10,12 +10,14 @@ UI, no torch.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,7 @@ LIVE_ENV = "DDPTOP_LIVE_DIR"  # override (tests, or a node whose /tmp is odd)
 SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes with its NUL; keep a margin
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 SUPERVISOR_MODULE = "ddptop.remote.supervisor"
+TMP_ROOT = Path("/tmp")  # where the default live directory goes without $XDG_RUNTIME_DIR
 
 
 class LiveDirError(Exception):
@@ -37,14 +40,50 @@ class LiveDirError(Exception):
 
 
 def live_dir() -> Path:
+    """$DDPTOP_LIVE_DIR, else $XDG_RUNTIME_DIR/ddptop, else /tmp/ddptop-<uid>. A default that
+    someone else made (any user can `mkdir /tmp/ddptop-<your uid>` first) is passed over for a
+    private directory of ours beside it, said in one line; one given in $DDPTOP_LIVE_DIR is not."""
     env = os.environ.get(LIVE_ENV)
     if env:
         return Path(env)
     xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg:
-        return Path(xdg) / "ddptop"
     # Not tempfile.gettempdir(): a long $TMPDIR would overflow the socket path limit.
-    return Path("/tmp") / f"ddptop-{os.getuid()}"
+    default = Path(xdg) / "ddptop" if xdg else TMP_ROOT / f"ddptop-{os.getuid()}"
+    why = not_private(default)
+    return default if not why else _fallback(default, why)
+
+
+def not_private(path: Path) -> str:
+    """Why `path` cannot be our live directory ('' when it can, or does not exist yet)."""
+    try:
+        st = path.lstat()  # lstat: a planted symlink is refused, not followed
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid != os.getuid():
+        return f"belongs to uid {st.st_uid}"
+    if st.st_mode & 0o077:
+        return f"can be entered by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return ""
+
+
+def _fallback(default: Path, why: str) -> Path:
+    """Our private directory beside the default: the one made before (so ls and attach find
+    the runs of a --detach), else a fresh one (random name: none can be made for us first)."""
+    prefix = f"ddptop-{os.getuid()}."
+    ours = sorted(p for p in TMP_ROOT.glob(prefix + "*") if not not_private(p))
+    path = ours[0] if ours else Path(tempfile.mkdtemp(prefix=prefix, dir=TMP_ROOT))  # 0700
+    _say_once(f"ddptop: {default} {why}: live runs are kept in {path} instead "
+              f"(set {LIVE_ENV} to choose the directory)")
+    return path
+
+
+@functools.cache
+def _say_once(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def ensure_live_dir(path: Path | None = None) -> Path:
