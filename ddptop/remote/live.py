@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import secrets
 import stat
 import subprocess
@@ -166,12 +167,74 @@ def write_entry(live: Path, entry: LiveRun) -> None:
 
 
 def remove_entry(live: Path, run_id: str, socket_path: str = "") -> None:
-    for path in (entry_path(live, run_id), Path(socket_path) if socket_path else None):
-        if path is not None:
-            try:
+    """Remove what a supervisor made: its entry and its socket, both inside `live`, never
+    a path an entry merely names."""
+    paths = [entry_path(live, run_id)] if valid_run_id(run_id) else []
+    if socket_path and socket_inside(live, socket_path):
+        paths.append(Path(socket_path))
+    for path in paths:
+        try:
+            kind = path.lstat().st_mode
+            if stat.S_ISREG(kind) or stat.S_ISSOCK(kind):
                 path.unlink()
-            except OSError:
-                pass
+        except OSError:
+            pass
+
+
+# --- registry entries are data: read without trusting them ---------------------------
+
+ENTRY_MAX = 1 << 16  # bytes: an entry is a few hundred
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "run_id": (str,), "pid": (int,), "socket": (str,), "token": (str,), "run_dir": (str,),
+    "runs_dir": (str,), "preset": (str,), "world_size": (int,), "detached": (bool,),
+    "started_at": (int, float), "status": (str,), "step": (int,), "steps_per_s": (int, float, type(None)),
+    "updated_at": (int, float), "viewers": (int,), "config": (dict,), "user_cmd": (list, type(None)),
+}
+
+
+def valid_run_id(run_id: object) -> bool:
+    """A run id names files in the live directory: no separator, no `..`."""
+    return isinstance(run_id, str) and _RUN_ID.fullmatch(run_id) is not None and ".." not in run_id
+
+
+def socket_inside(live: Path, socket_path: str) -> bool:
+    """`socket_path` is a socket name directly in the live directory (as supervisors make)."""
+    path = Path(socket_path)
+    return path.parent == Path(live) and path.suffix == ".sock" and ".." not in path.parts
+
+
+def read_entry(path: Path) -> LiveRun | None:
+    """The entry at `path`, or None for anything that is not one of ours: not a regular file
+    (a FIFO would block a plain open, a link to /dev/zero never end), another uid's, too big,
+    not JSON, fields of the wrong type, a run id that does not name this file, a socket
+    outside the live directory."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size > ENTRY_MAX:
+            return None
+        data = os.read(fd, ENTRY_MAX + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        raw = json.loads(data) if len(data) <= ENTRY_MAX else None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(raw, dict) or any(k in raw and type(raw[k]) not in types for k, types in _FIELD_TYPES.items()):
+        return None
+    try:
+        entry = LiveRun.from_dict(raw)
+    except TypeError:  # a field missing
+        return None
+    ok = (valid_run_id(entry.run_id) and path.name == f"{entry.run_id}.json" and entry.pid > 1
+          and (not entry.socket or socket_inside(path.parent, entry.socket)))
+    return entry if ok else None
 
 
 def supervisor_alive(pid: int) -> bool:
@@ -191,10 +254,9 @@ def live_runs(live: Path | None = None, clean: bool = True) -> list[LiveRun]:
         return []
     runs = []
     for path in sorted(live.glob("*.json")):
-        try:
-            entry = LiveRun.from_dict(json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError):
-            continue  # unreadable: not ours to judge or delete
+        entry = read_entry(path)
+        if entry is None:
+            continue  # not an entry of ours: not ours to judge or delete
         if supervisor_alive(entry.pid):
             runs.append(entry)
         elif clean:
@@ -245,12 +307,9 @@ def start_supervisor(spec: dict[str, Any], live: Path) -> subprocess.Popen[bytes
 def poll_ready(proc: subprocess.Popen[bytes], live: Path, run_id: str) -> LiveRun | str | None:
     """One look: the registry entry once the supervisor listens, a one-line
     reason if it exited first, or None while it is still starting."""
-    try:
-        entry = LiveRun.from_dict(json.loads(entry_path(live, run_id).read_text()))
-        if entry.pid == proc.pid:
-            return entry
-    except (OSError, ValueError, TypeError):
-        pass
+    entry = read_entry(entry_path(live, run_id))
+    if entry is not None and entry.pid == proc.pid:
+        return entry
     if proc.poll() is not None:
         return f"the supervisor exited with code {proc.returncode} before the run started: " \
                + early_log_tail(live, run_id)

@@ -25,6 +25,7 @@ from ddptop.remote.live import (
     LiveRun,
     ensure_live_dir,
     poll_ready,
+    socket_inside,
     start_supervisor,
     supervisor_alive,
     supervisor_spec,
@@ -156,6 +157,9 @@ class RemoteSession:
     async def _connect(self) -> None:
         assert self.entry is not None
         ensure_live_dir(self.live)  # only our own private directory's socket is trusted
+        if not socket_inside(self.live, self.entry.socket):
+            raise ViewerError(f"run {self.run_id}'s socket {self.entry.socket!r} is not in the live directory "
+                              f"{self.live}: not trusted")
         try:
             reader, writer = await asyncio.open_unix_connection(self.entry.socket, limit=vp.MAX_LINE)
         except OSError as exc:
