@@ -51,3 +51,29 @@ def test_no_eval_adds_nothing_to_the_report_or_the_views():
     snap = snapshot(state, time.time())
     assert "no-grad fwd 4.0 ms/step" in eval_key(snap).plain
     assert "validation/no-grad forwards 4.0 ms a step" in "\n".join(t.plain for t in detail_lines(snap, 1, 120))
+
+
+def samples_per_step(s: dict) -> list[float]:
+    """Each rank's samples a step: samples/s over steps/s (both over the same measured steps)."""
+    return [round(r["samples_per_s"] / r["steps_per_s"], 1) for r in s["ranks"]]
+
+
+def test_a_gan_counts_its_batch_once_a_step_not_once_per_model(tmp_path):
+    s = ddptop_run(tmp_path, "gan_two_ddp.py", "--steps", "20", "--batch", "32")
+    assert [r["steps"] for r in s["ranks"]] == [20, 20]
+    assert samples_per_step(s) == [32.0, 32.0], s["ranks"]
+
+
+def test_an_lbfgs_closure_counts_its_batch_once_a_step(tmp_path):
+    s = ddptop_run(tmp_path, "lbfgs_closure.py", "--steps", "15", "--batch", "24")
+    assert [r["steps"] for r in s["ranks"]] == [15, 15]
+    assert samples_per_step(s) == [24.0, 24.0], s["ranks"]
+
+
+def test_a_time_major_batch_is_unknown_never_its_time_dimension(tmp_path):
+    s = ddptop_run(tmp_path, "time_major.py", "--steps", "20", "--batch", "16", "--time", "24")
+    assert [r["steps"] for r in s["ranks"]] == [20, 20]
+    assert s["samples_per_s"] is None and [r["samples_per_s"] for r in s["ranks"]] == [None, None], s["ranks"]
+    assert any("samples/s unknown: the model's first input dimension (24) is not the DataLoader's batch size (16)"
+               in n for n in s["notes"]), s["notes"]
+    assert "samples/s" in final_report(s, str(tmp_path))

@@ -144,7 +144,9 @@ class RankState:
 
     @property
     def samples_per_s(self) -> float | None:
-        return self.measured_samples / (self.measured_ms / 1000.0) if self.measured_ms > 0 else None
+        """None when no step carried samples (unknown, not zero)."""
+        ok = self.measured_ms > 0 and self.measured_samples > 0
+        return self.measured_samples / (self.measured_ms / 1000.0) if ok else None
 
     @property
     def tokens_per_s(self) -> float | None:

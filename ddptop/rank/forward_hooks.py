@@ -98,8 +98,10 @@ class ModuleHooks:
 class BackwardMarks:
     """Marks backward's phases on the step tracker, once per backward."""
 
-    def __init__(self, torch: Any, tracker: StepTracker, guard: Guard) -> None:
+    def __init__(self, torch: Any, tracker: StepTracker, guard: Guard,
+                 on_start: Callable[[], None] = lambda: None) -> None:
         self.torch = torch
+        self._on_start = on_start  # the sample count: a micro-batch ended
         self.tracker = tracker
         self._guard = guard
         self._in_backward = False
@@ -108,6 +110,7 @@ class BackwardMarks:
         if self._in_backward:
             return None
         self._in_backward = True
+        self._on_start()
         self.tracker.mark("bwd")
         engine = self.torch.autograd.Variable._execution_engine
 

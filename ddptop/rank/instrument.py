@@ -36,11 +36,11 @@ from ddptop.rank.forward_hooks import (
     BackwardMarks,
     ModuleHooks,
     OutermostHooks,
-    batch_size,
     loss_like,
 )
 from ddptop.rank.memory import MemorySampler, memory_sample
 from ddptop.rank.said import Said
+from ddptop.rank.samples import SampleCount
 from ddptop.rank.steps import StepTracker
 from ddptop.rank.values import HostCopy, read_values
 from ddptop.wire import protocol
@@ -63,7 +63,7 @@ class Instrument:
         self.api_used = False  # the script calls Probe.tick()/record() itself
         self.said = Said(probe, rank)
         self.send_facts, self.note = self.said.send_facts, self.said.note
-        self.batch_known = False
+        self.samples = SampleCount(torch, self.note, self.send_facts)
         self.crashed = False
         self.exit_status: Any = None  # what the script passed to sys.exit()
         self.script = ScriptSettings.of(settings)  # None: ddptop's trainer applies its own settings
@@ -78,7 +78,7 @@ class Instrument:
             cuda=self._cuda, capturing=self._capturing, guard=self._guard, send_facts=self.send_facts,
             note=self.note, script=self.script_ddp)
         self.outermost = OutermostHooks(torch, self._guard, self._fwd_pre, self._fwd_post)
-        self.backward = BackwardMarks(torch, self.tracker, self._guard)
+        self.backward = BackwardMarks(torch, self.tracker, self._guard, self.samples.backward)
         self.hooked = ModuleHooks(self._guard(self._fwd_pre), self._guard(self._fwd_post))
         self.cost = CostAB(torch, rank, settings, self._engage)  # --set cost_ab=S: engaged vs bypassed
         self.engaged = True
@@ -87,7 +87,7 @@ class Instrument:
     def forked(self) -> None:
         """In a child forked from this rank: the hooks stay installed (they are torch's) but
         do nothing; the parent's socket and steps are forgotten."""
-        self.off = True
+        self.off = self.samples.off = True
         self.engaged = False
         self.probe.forget()
 
@@ -108,6 +108,7 @@ class Instrument:
             self.comm.register = register
         patches.wrap_destroy(torch.distributed, self._guard(self.flush), lambda: self._left)
         self.outermost.install()
+        self._guard(self.samples.install)()
         facts: dict[str, Any] = {"torch": str(torch.__version__)}
         self.send_facts(facts)
         patches.chain_excepthook(self._on_crash)
@@ -190,12 +191,7 @@ class Instrument:
         if self.script_ddp is not None and self.ddps and module is self.ddps[-1]:
             self.script_ddp.first_forward(self._cuda())
         if self.torch.is_grad_enabled():
-            batch = batch_size(self.torch, args, kwargs)
-            if batch:
-                samples = float(batch)
-                if not self.batch_known:
-                    self.batch_known = True
-                    self.send_facts({"batch_size": batch})
+            samples = self.samples.forward(module, args, kwargs, self.tracker.step, self.tracker.in_optimizer)
             if not self.tracker.seen_opt and not self.api_used:
                 self.said.forward_before_any_step()
         self.tracker.mark("fwd" if self.torch.is_grad_enabled() else "eval", samples)

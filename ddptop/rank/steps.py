@@ -131,6 +131,11 @@ class StepTracker:
         self._opt_depth = 0
 
     @property
+    def in_optimizer(self) -> bool:
+        """Inside an optimizer step (an LBFGS closure's forwards run here)."""
+        return self._opt_depth > 0
+
+    @property
     def cycle(self) -> set[Hashable]:
         """The optimizers of one step, once seen (empty before)."""
         return self._cycle or set()

@@ -1,0 +1,91 @@
+"""Samples a step: what the script feeds its model, counted once per micro-batch, or unknown.
+
+The rule (README, "samples/s"): a micro-batch is one forward and then one backward. In each
+step only one module counts: the first timed module (a DDP module, or without DDP an
+outermost one) whose grad-enabled forward the step sees; its forward counts the first
+dimension of the first tensor it gets, and counts again only after a backward (gradient
+accumulation: one count per micro-batch). Forwards inside an optimizer step (an LBFGS
+closure) count only when nothing has been counted in the step yet. So a GAN's second model,
+a closure called many times and a model called twice before one backward count once.
+
+Cross-check: when the script iterates a torch DataLoader that batches with `batch_size` B,
+the first counted forwards after its batches must see B as their first dimension; if one does
+not (a time-major [T, B] input), samples are unknown for the rest of the run: none are sent,
+and a note says why, once.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from ddptop.rank.forward_hooks import batch_size
+
+CHECKS = 3  # counted forwards after a DataLoader batch that are compared with its batch size
+
+
+class SampleCount:
+    def __init__(self, torch: Any, note: Callable[[str], None],
+                 send_facts: Callable[[dict[str, Any]], None]) -> None:
+        self.torch = torch
+        self._note, self._send_facts = note, send_facts
+        self._step = -1
+        self._module: int | None = None  # id of the module that counts in this step
+        self._counted = False  # in this step
+        self._armed = True  # a backward ran since the last count
+        self.loader_batch: int | None = None  # the batch size of the DataLoader that yielded last
+        self._checks = CHECKS
+        self.unknown = False
+        self._batch_sent = False
+        self.off = False  # a forked child's copy
+
+    def install(self) -> None:
+        """Watch the DataLoader's batches (the iterator's __next__, in the rank's process)."""
+        from torch.utils.data import dataloader
+
+        cls = dataloader._BaseDataLoaderIter
+        original = cls.__next__
+        count = self
+
+        @functools.wraps(original)
+        def __next__(it: Any) -> Any:
+            data = original(it)
+            if not count.off:
+                try:
+                    auto = getattr(it, "_auto_collation", False)
+                    size = getattr(getattr(it, "_index_sampler", None), "batch_size", None) if auto else None
+                    count.loader_batch = size if isinstance(size, int) and size > 0 else None
+                except Exception:  # noqa: BLE001 - never into the script's loop
+                    count.loader_batch = None
+            return data
+
+        cls.__next__ = __next__  # type: ignore[method-assign,assignment]
+
+    def backward(self) -> None:
+        self._armed = True
+
+    def forward(self, module: Any, args: Any, kwargs: Any, step: int, in_optimizer: bool) -> float:
+        """Samples a grad-enabled forward of `module` counts (0.0: none) in step `step`."""
+        if step != self._step:
+            self._step, self._module, self._counted = step, None, False
+        if self._module is None:
+            self._module = id(module)
+        if id(module) != self._module or not self._armed or (in_optimizer and self._counted):
+            return 0.0
+        self._armed, self._counted = False, True
+        batch = batch_size(self.torch, args, kwargs)
+        if not batch or self.unknown:
+            return 0.0
+        loader = self.loader_batch
+        if loader is not None and self._checks > 0:
+            self._checks -= 1
+            if batch != loader:
+                self.unknown = True
+                self._note(f"samples/s unknown: the model's first input dimension ({batch}) is not the "
+                           f"DataLoader's batch size ({loader})")
+                return 0.0
+        if not self._batch_sent:
+            self._batch_sent = True
+            self._send_facts({"batch_size": batch})
+        return float(batch)
