@@ -166,7 +166,10 @@ class RunState:
         # as text from here on: no view can be handed a rank's escape sequences
         self.logs.setdefault(rank, collections.deque(maxlen=LOG_LINES)).append(printable(line))
 
-    def finish(self, status: str, now: float, error: str = "", failed_rank: int | None = None) -> None:
+    def finish(self, status: str, now: float, error: str = "", failed_rank: int | None = None,
+               ranks_ended: str = "") -> None:
+        """End the run; ranks still going read `ranks_ended` (default: as the run ended, but
+        `done` for a completed run), the failed rank `failed`."""
         if status not in TERMINAL:
             raise ValueError(status)
         self.status = status
@@ -175,7 +178,7 @@ class RunState:
         self.failed_rank = failed_rank
         for rs in self.ranks.values():
             if rs.status in ("starting", "running"):
-                rs.status = {"completed": "done"}.get(status, status)
+                rs.status = ranks_ended or {"completed": "done"}.get(status, status)
         if failed_rank is not None and failed_rank in self.ranks:
             self.ranks[failed_rank].status = "failed"
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 START_TIMEOUT_S = 30.0  # a supervisor takes viewers well within a second; allow a loaded box
 REPLY_TIMEOUT_S = 30.0
+NOT_ANSWERING_S = 2.0  # no welcome by then: the views say the supervisor is not answering
 EXIT_WAIT_S = 15.0  # after the final state: the supervisor removes its entry and exits
 
 
@@ -166,7 +167,7 @@ class RemoteSession:
             raise ViewerError(f"cannot reach run {self.run_id} ({exc.strerror or exc})") from None
         writer.write(vp.encode("hello", token=self.entry.token, owner=self.owner))
         try:
-            line = await asyncio.wait_for(reader.readline(), REPLY_TIMEOUT_S)
+            line = await self._welcome_line(reader)
             header = vp.decode(line) if line else {"kind": "refused", "reason": "it closed the connection"}
             if header["kind"] == "refused":
                 raise ViewerError(f"run {self.run_id} refused this viewer: {str(header.get('reason'))[:300]}")
@@ -187,6 +188,18 @@ class RemoteSession:
         self._reader, self._writer = reader, writer
         if self._stop_reason:
             self._send("stop", reason=self._stop_reason)
+
+    async def _welcome_line(self, reader: asyncio.StreamReader) -> bytes:
+        """The supervisor's answer to the hello. A stopped or stuck supervisor still accepts
+        connections (the kernel does): until it answers, the views say so, not 'waiting for ranks'."""
+        read = asyncio.ensure_future(reader.readline())
+        try:
+            return await asyncio.wait_for(asyncio.shield(read), NOT_ANSWERING_S)
+        except asyncio.TimeoutError:
+            self.state.error = f"the supervisor (pid {self.pid}) is not answering"
+        line = await asyncio.wait_for(read, REPLY_TIMEOUT_S - NOT_ANSWERING_S)
+        self.state.error = ""
+        return line
 
     async def _follow(self) -> None:
         reader = self._reader

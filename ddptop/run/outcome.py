@@ -39,7 +39,7 @@ def _settle_failure(state: RunState, rc: int, procs: RankProcesses, now: float) 
     errors = procs.error_files()
     gone = launcher_killed(rc, log, errors, (rs.rank for rs in ranks if rs.status == "crashed"))
     if gone:  # torchrun was killed; ddptop's sweep ended the ranks, which had not failed
-        state.finish("failed", now, error=gone)
+        state.finish("failed", now, error=gone, ranks_ended="stopped")
         return
     lost = sorted((rs.lost_at, rs.rank) for rs in ranks if rs.lost_at is not None)
     cause = blame(log, lost[0][1] if lost else None, errors)

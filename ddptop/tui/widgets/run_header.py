@@ -98,7 +98,9 @@ def _rates(snap: Snapshot) -> Text:
     """Throughput, the slowest rank, comm share, warm-up, and why the run ended."""
     state = snap.state
     line = Text()
-    if state.status == "starting":
+    if state.status == "starting" and state.error:
+        pass  # not started as far as this view knows, and the error says why (a supervisor not answering)
+    elif state.status == "starting":
         connected = sum(1 for rs in state.ranks.values() if rs.hello is not None)
         line.append(f"waiting for ranks: {connected}/{state.world_size} connected", style="italic")
     else:

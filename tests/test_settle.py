@@ -1,0 +1,24 @@
+"""How a run ends when torchrun itself is killed (issue 33.8): the run failed, but its ranks
+had not, and their rows must not say they had."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from ddptop.model.state import RunState
+from ddptop.run import outcome
+
+
+def test_after_kill_9_of_torchrun_the_rank_rows_do_not_say_failed(tmp_path: Path) -> None:
+    state = RunState("r", {}, world_size=2)
+    for rs in state.ranks.values():
+        rs.status = "running"
+    (tmp_path / "torchrun.log").write_text("W1125 06:31:55 torch/distributed/run.py:982] Setting OMP_NUM_THREADS\n")
+    procs = SimpleNamespace(run_dir=tmp_path, error_files=lambda: {}, stderr_tail=lambda rank: [])
+    outcome.settle(state, -9, procs, recorder_error="", stopped=False, stop_reason="",  # type: ignore[arg-type]
+                   user_script=True)
+    assert state.status == "failed" and state.failed_rank is None
+    assert state.error == "torchrun was killed (SIGKILL); ddptop ended its ranks, which had not failed"
+    assert [rs.status for rs in state.ranks.values()] == ["stopped", "stopped"]
+    assert [r["status"] for r in state.summary()["ranks"]] == ["stopped", "stopped"]
