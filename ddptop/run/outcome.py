@@ -23,10 +23,30 @@ def settle(state: RunState, rc: int, procs: RankProcesses, *, recorder_error: st
     if stopped or rc == -1:
         state.finish("stopped", now, error=stop_reason)
         return
-    if rc == 0 and (user_script or all(rs.status in ("done", "exited") for rs in state.ranks.values())):
-        state.finish("completed", now)
+    heard = [rs for rs in state.ranks.values() if rs.hello is not None]
+    if rc == 0 and (user_script or all(rs.status in ("done", "exited") for rs in heard)):
+        # torchrun says every rank exited 0: a rank ddptop never heard from did not fail
+        state.finish("completed", now, error=_not_monitored(state, user_script))
         return
     _settle_failure(state, rc, procs, now)
+
+
+def _not_monitored(state: RunState, user_script: bool) -> str:
+    """'' when every rank connected, else which did not and why (its own last word on it). A
+    script's rank that never imported torch never tried: it is named only if it said so."""
+    unheard = []
+    why = ""
+    for rank, rs in sorted(state.ranks.items()):
+        if rs.hello is not None:
+            continue
+        said = [line for line in state.logs.get(rank, ()) if "ddptop" in line and "connect" in line.lower()]
+        if said or not user_script:
+            unheard.append(rank)
+            why = why or (said[-1].split("] ", 1)[-1].strip()[:200] if said else "")
+    if not unheard:
+        return ""
+    who = f"rank {unheard[0]}" if len(unheard) == 1 else "ranks " + ",".join(map(str, unheard))
+    return f"{who} not monitored (could not connect" + (f": {why})" if why else ")")
 
 
 def _settle_failure(state: RunState, rc: int, procs: RankProcesses, now: float) -> None:
