@@ -12,9 +12,11 @@ crash leaves a readable record.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
+import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -96,16 +98,52 @@ def low_space(path: Path) -> str:
 _ENCODE = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
 
 
+def runs_dir_warning(runs_dir: Path) -> str:
+    """'' unless other users may rename or replace what is in `runs_dir` (writable by them,
+    without the sticky bit /tmp has): then one line saying so."""
+    try:
+        st = os.stat(runs_dir)
+    except OSError:
+        return ""
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        return (f"runs directory {runs_dir} is writable by others (mode {stat.S_IMODE(st.st_mode):o}, no "
+                "sticky bit): they can move a run's directory aside; ddptop stops a run if they do")
+    return ""
+
+
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 class Recorder:
+    """Writes through a descriptor of the run directory held from the start: a rename of
+    the directory, or a symlink put in its place, cannot redirect a write, and `check`
+    notices it (the run stops and says so)."""
+
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self._steps: IO[bytes] = open(run_dir / "steps.jsonl", "ab", buffering=0)
+        self._dir = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        st = os.fstat(self._dir)
+        self._identity = (st.st_dev, st.st_ino)
+        fd = os.open("steps.jsonl", _NEW | os.O_APPEND, 0o600, dir_fd=self._dir)
+        self._steps: IO[bytes] = open(fd, "ab", buffering=0)
         self._good = self._steps.tell()  # steps.jsonl ends on a whole line up to here
         self.records_written = 0
         self.error = ""  # set once a write failed (a full disk): the run must stop
 
     def write_config(self, config: dict[str, Any], **facts: Any) -> None:
-        write_json(self.run_dir / "config.json", {**config, "_launch": facts})
+        self._write_json("config.json", {**config, "_launch": facts})
+
+    def _write_json(self, name: str, data: Any) -> None:
+        """`write_json` inside the held directory (whatever path it has now)."""
+        tmp = name + ".tmp"
+        try:
+            with open(os.open(tmp, _NEW | os.O_TRUNC, 0o600, dir_fd=self._dir), "w") as f:
+                f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            os.replace(tmp, name, src_dir_fd=self._dir, dst_dir_fd=self._dir)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=self._dir)
+            raise
 
     def record_steps(self, rank: int, records: list[dict[str, float]],
                      spans: dict[int, tuple[tuple[float, float], ...]] | None = None) -> None:
@@ -149,23 +187,35 @@ class Recorder:
                 gone = True
             if gone:
                 self.error = f"the run's directory {self.run_dir} was removed: its records cannot be kept"
+            elif self._replaced():
+                self.error = (f"the run's directory {self.run_dir} was moved aside or replaced (a link or "
+                              "another directory in its place): stopping; nothing was written through it")
             else:
                 self.error = low_space(self.run_dir)
         return self.error
 
+    def _replaced(self) -> bool:
+        try:
+            st = os.stat(self.run_dir, follow_symlinks=False)
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) != self._identity
+
     def write_summary(self, summary: dict[str, Any]) -> str:
         """Write summary.json; returns why it could not be written ("" when it was)."""
         try:
-            write_json(self.run_dir / "summary.json", summary)
+            self._write_json("summary.json", summary)
         except OSError as exc:
             return disk_error(self.run_dir, exc)
         return ""
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self._steps.close()
-        except OSError:
-            pass
+        if self._dir >= 0:  # once: a second close would close whatever reused the number
+            with contextlib.suppress(OSError):
+                os.close(self._dir)
+            self._dir = -1
 
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:

@@ -34,7 +34,7 @@ from ddptop.run.hub import Hub
 from ddptop.run.launcher import SOCKET_DIR_PREFIX, Launcher, build_plan, remove_stale_socket_dirs
 from ddptop.run.multinode import hub_bind_host, join_instructions
 from ddptop.run.rank_procs import RankProcesses
-from ddptop.run.recorder import Recorder, disk_error, new_run_dir
+from ddptop.run.recorder import Recorder, disk_error, new_run_dir, runs_dir_warning
 from ddptop.run.watchdog import Watchdog
 from ddptop.wire import protocol
 
@@ -134,6 +134,10 @@ class Session:
     async def _launch(self) -> None:
         self.run_dir = new_run_dir(self.run_dir.parent, self.run_id)
         recorder = Recorder(self.run_dir)
+        shared = runs_dir_warning(self.run_dir.parent)
+        if shared:  # said once, where every view looks (the run stops if its directory is swapped)
+            self.state.notes.append(shared)
+            self.state.add_log(-1, f"[ddptop] {shared}")
         self.collector.recorder = self.watchdog.recorder = recorder
         self.state.started_at = time.time()
         addr = await self._start_hub()

@@ -1,0 +1,89 @@
+"""A run directory moved aside and replaced by a symlink (issue 33.3/33.6): the recorder
+writes through a descriptor of the directory it made, so nothing reaches the link's target;
+it notices the swap and the run stops, saying so; a runs directory others can write without
+the sticky bit is warned about. The swap here is made by this test's own uid: a rename in a
+directory one may write is the same call whoever makes it, and the descriptor is what is
+under test. (torchrun's own files are opened by path: the swap comes once it holds them.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddptop.run.recorder import Recorder, new_run_dir, runs_dir_warning
+
+SLEEPER = "import time\nwhile True:\n    time.sleep(0.1)\n"
+
+
+def swap(run_dir: Path, theirs: Path) -> Path:
+    aside = run_dir.with_name(run_dir.name + ".aside")
+    run_dir.rename(aside)
+    run_dir.symlink_to(theirs)
+    return aside
+
+
+def test_the_recorder_writes_nothing_through_a_link_put_in_its_place(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    run_dir = new_run_dir(tmp_path / "runs", "r1")
+    rec = Recorder(run_dir)
+    rec.write_config({"a": 1})
+    rec.record_steps(0, [{"step": 0, "step_ms": 1.0}])
+    assert rec.check() == ""
+    aside = swap(run_dir, theirs)
+    rec.record_steps(0, [{"step": 1, "step_ms": 1.0}])
+    assert "was moved aside or replaced" in rec.check() and "nothing was written through it" in rec.error
+    assert rec.write_summary({"secret": "--wandb-key=SECRET"}) == ""  # into the run's own directory
+    rec.close()
+    assert list(theirs.iterdir()) == []
+    assert json.loads((aside / "summary.json").read_text()) == {"secret": "--wandb-key=SECRET"}
+    assert len((aside / "steps.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_runs_dir_others_can_write_without_the_sticky_bit_is_warned_about(tmp_path: Path) -> None:
+    team = tmp_path / "team"
+    team.mkdir()
+    team.chmod(0o777)
+    assert "is writable by others (mode 777, no sticky bit)" in runs_dir_warning(team)
+    team.chmod(0o1777)
+    assert runs_dir_warning(team) == ""
+    team.chmod(0o755)
+    assert runs_dir_warning(team) == ""
+
+
+@pytest.mark.e2e
+def test_a_swapped_run_dir_stops_the_run_naming_the_swap(tmp_path: Path) -> None:
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    runs, theirs = tmp_path / "team", tmp_path / "theirs"
+    runs.mkdir()
+    runs.chmod(0o777)
+    theirs.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(runs),
+                             "--nproc", "1", "--", sys.executable, str(script)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        # once torchrun has opened the rank's logs (it writes them by path, and holds them open)
+        while not list(runs.glob("*/logs/*/attempt_0/0/stderr.log")):
+            assert time.monotonic() < deadline and proc.poll() is None, "the run did not start"
+            time.sleep(0.1)
+        run_dir = next(runs.glob("*/config.json")).parent
+        swap(run_dir, theirs)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, out + err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert "was moved aside or replaced" in summary["error"], summary["error"]
+    assert any("writable by others" in note for note in summary["notes"]), summary["notes"]
+    assert list(theirs.iterdir()) == []  # no byte through the link
+    assert (run_dir.with_name(run_dir.name + ".aside") / "summary.json").is_file()
+    assert os.path.islink(run_dir)
