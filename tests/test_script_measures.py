@@ -77,3 +77,18 @@ def test_a_time_major_batch_is_unknown_never_its_time_dimension(tmp_path):
     assert any("samples/s unknown: the model's first input dimension (24) is not the DataLoader's batch size (16)"
                in n for n in s["notes"]), s["notes"]
     assert "samples/s" in final_report(s, str(tmp_path))
+
+
+def test_composable_replicate_is_measured_like_ddp(tmp_path):
+    """replicate() builds a DDP around a ParameterList inside the module's forward pre-hook:
+    its module's forwards are timed, its all-reduces too, and the model is the script's."""
+    s = ddptop_run(tmp_path, "replicate_composable.py", "--steps", "20", "--batch", "32")
+    assert [r["steps"] for r in s["ranks"]] == [20, 20]
+    for r in s["ranks"]:
+        ph = r["phases_ms"]
+        assert ph["forward"] > 0 and ph["backward"] > 0, r
+        assert ph["data"] < ph["forward"] + ph["backward"], r  # not the whole step
+        assert r["comm_ms_mean"] > 0 and r["comm_bytes_mean"] > 0, r
+        assert r["info"]["model"] == "Net", r["info"]
+    assert samples_per_step(s) == [32.0, 32.0]
+    assert not any("replicate" in n or "DistributedDataParallel" in n for n in s["notes"]), s["notes"]

@@ -32,13 +32,9 @@ from ddptop.rank.cost_ab import CostAB
 from ddptop.rank.ddp_comm import DdpComm
 from ddptop.rank.ddp_settings import ScriptDdp, ScriptSettings, blame_settings
 from ddptop.rank.facts import ddp_facts, ddp_timing, facts_without_ddp, model_facts
-from ddptop.rank.forward_hooks import (
-    BackwardMarks,
-    ModuleHooks,
-    OutermostHooks,
-    loss_like,
-)
+from ddptop.rank.forward_hooks import BackwardMarks, ModuleHooks, OutermostHooks, loss_like
 from ddptop.rank.memory import MemorySampler, memory_sample
+from ddptop.rank.replicate import NOT_FOUND, model_name, replicated_module
 from ddptop.rank.said import Said
 from ddptop.rank.samples import SampleCount
 from ddptop.rank.steps import StepTracker
@@ -58,6 +54,7 @@ class Instrument:
         self.tracker = StepTracker(LazyClock(self._current_clock))
         self.captures: CaptureRunner | None = None
         self.ddps: list[Any] = []
+        self.replicas: dict[int, Any] = {}  # id of a module composable replicate() wraps -> its DDP
         self._stopping = False
         self._from_script: BaseException | None = None  # raised by the script's SIGINT handler at the stop
         self.api_used = False  # the script calls Probe.tick()/record() itself
@@ -165,11 +162,18 @@ class Instrument:
         return self._guard(self.script_ddp.ddp_kwargs)(init, ddp, args, kwargs)
 
     def _on_ddp(self, ddp: Any) -> None:
+        replicate, module = replicated_module(self.torch, ddp)  # composable replicate(): time its module
+        if replicate and module is None:
+            return self.note(NOT_FOUND)
         self.outermost.drop()
         self.ddps.append(ddp)
-        self._choose_clock(ddp.module)
-        self.hooked.add(ddp)
-        facts = model_facts(self.torch, ddp.module)
+        if module is not None:
+            self.replicas[id(module)] = ddp
+        self._choose_clock(module or ddp.module)
+        self.hooked.add(module or ddp)
+        facts = model_facts(self.torch, module or ddp.module)
+        if module is not None:
+            facts["model"] = model_name(module)
         facts.update(ddp_facts(self.torch.distributed, ddp))
         hook = self.script_ddp.comm_hook(ddp) if self.script_ddp is not None else None
         timing = self.comm.choose(ddp, hook)
@@ -185,10 +189,11 @@ class Instrument:
     def _fwd_pre(self, module: Any, args: Any, kwargs: Any = None) -> None:
         if self.clock is None:
             self._choose_clock(module)
+        ddp = self.replicas.get(id(module), module)
         if self.comm.timers:
-            self.comm.register_timer(module)
+            self.comm.register_timer(ddp)
         samples = 0.0
-        if self.script_ddp is not None and self.ddps and module is self.ddps[-1]:
+        if self.script_ddp is not None and self.ddps and ddp is self.ddps[-1]:
             self.script_ddp.first_forward(self._cuda())
         if self.torch.is_grad_enabled():
             samples = self.samples.forward(module, args, kwargs, self.tracker.step, self.tracker.in_optimizer)
