@@ -275,3 +275,10 @@ def test_a_named_straggler_comes_before_any_communication_remedy(phase, look):
     assert f"rank 1 straggler: {phase} +5.6 ms/step" in advice.evidence
     # no straggler: the communication rules speak as before
     assert advise(summary(share=0.62, straggler=None), transports={"shm"}, hw_links={"nvlink"}).preset is not None
+
+
+def test_with_a_straggler_an_unused_nvlink_is_still_said():
+    late = {"rank": 1, "phase": "backward", "excess_ms": 20.2}
+    advice = advise(summary(share=0.28, straggler=late), transports={"shm"}, hw_links={"nvlink"})
+    assert advice.preset is None and advice.reason.startswith("rank 1 is a straggler (backward +20.2 ms a step)")
+    assert "Also: The GPUs have NVLink but NCCL sends over SHM" in advice.reason

@@ -159,16 +159,15 @@ def advise(
     hw = {h for h in hw_links or () if h not in ("self", "unknown")} or None
     share, exposed = comm_shares(summary)
     evidence, share = _evidence(summary, world, share, exposed, transports, hw, env)
-    late = straggler_first(summary.get("straggler"), evidence)
-    if late is not None:
-        return late
-
     path = slowest_path(transports, hw)
-    if path is None:
-        return by_share_only(config, share, exposed, summary.get("backend"), evidence)
     # Across nodes the ring crosses the network whatever links the GPUs of one node have.
     spans_nodes = (summary.get("nnodes") or 1) > 1
-    mismatch = "" if spans_nodes and path in ("net", "collnet") else nvlink_unused(path, hw, env)
+    mismatch = "" if path is None or (spans_nodes and path in ("net", "collnet")) else nvlink_unused(path, hw, env)
+    late = straggler_first(summary.get("straggler"), evidence, mismatch)
+    if late is not None:
+        return late
+    if path is None:
+        return by_share_only(config, share, exposed, summary.get("backend"), evidence)
     if path in FAST or (path == "p2p" and (share is None or share < HIGH)):
         advice = fast_path(config, path, share, evidence)
     else:
@@ -194,9 +193,10 @@ STRAGGLER_LOOK = {
 }
 
 
-def straggler_first(straggler: Any, evidence: list[str]) -> Advice | None:
+def straggler_first(straggler: Any, evidence: list[str], mismatch: str = "") -> Advice | None:
     """A named straggler comes before any communication remedy: the other ranks' all-reduce
-    time is largely waiting for it, which no bucket size or compression shortens."""
+    time is largely waiting for it, which no bucket size or compression shortens. A link
+    NCCL leaves unused (`mismatch`) is still said: it is no remedy for waiting either."""
     if not isinstance(straggler, Mapping) or straggler.get("rank") is None:
         return None
     rank, phase = straggler["rank"], straggler.get("phase") or "own work"
@@ -205,7 +205,8 @@ def straggler_first(straggler: Any, evidence: list[str]) -> Advice | None:
     return Advice(
         None,
         reason=(f"rank {rank} is a straggler ({phase}{more}): the other ranks wait for it in the all-reduce, "
-                f"so no communication setting helps while it lasts; look at {STRAGGLER_LOOK.get(phase, 'that rank')}."),
+                f"so no communication setting helps while it lasts; look at {STRAGGLER_LOOK.get(phase, 'that rank')}."
+                + (f" Also: {mismatch}" if mismatch else "")),
         severity="warn",
         evidence=[*evidence, straggler.get("text") or f"straggler rank {rank}"],
     )
