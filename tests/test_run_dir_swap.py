@@ -1,16 +1,19 @@
 """A run directory moved aside and replaced by a symlink (issue 33.3/33.6): the recorder
 writes through a descriptor of the directory it made, so nothing reaches the link's target;
 it notices the swap and the run stops, saying so; a runs directory others can write without
-the sticky bit is warned about. The swap here is made by this test's own uid: a rename in a
-directory one may write is the same call whoever makes it, and the descriptor is what is
-under test. (torchrun's own files are opened by path: the swap comes once it holds them.)"""
+the sticky bit is warned about. In the end-to-end test the swap is made by another local user
+when the tests run as root (as in CI), else by this test's own uid (a rename in a directory one
+may write is the same call whoever makes it). (torchrun's own files are opened by path: the swap
+comes once it holds them.)"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -57,14 +60,32 @@ def test_a_runs_dir_others_can_write_without_the_sticky_bit_is_warned_about(tmp_
     assert runs_dir_warning(team) == ""
 
 
+def swap_as(uid: int | None, run_dir: Path, theirs: Path) -> Path:
+    """The swap, made by local user `uid` (None: this test's own)."""
+    if uid is None:
+        return swap(run_dir, theirs)
+    aside = run_dir.with_name(run_dir.name + ".aside")
+    res = subprocess.run(["/bin/sh", "-c", 'mv "$1" "$2" && ln -s "$3" "$1"', "swap", str(run_dir), str(aside),
+                          str(theirs)], user=uid, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    return aside
+
+
 @pytest.mark.e2e
 def test_a_swapped_run_dir_stops_the_run_naming_the_swap(tmp_path: Path) -> None:
+    from tests.test_trust import other_uid
+
+    uid = other_uid()  # None unless root: then the swap is this uid's own
+    base = Path(tempfile.mkdtemp(prefix="ddptop-swap-", dir="/tmp"))  # the other user can reach it
+    base.chmod(0o755)
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
-    runs, theirs = tmp_path / "team", tmp_path / "theirs"
+    runs, theirs = base / "team", base / "theirs"
     runs.mkdir()
-    runs.chmod(0o777)
+    runs.chmod(0o777)  # a team directory: everyone may write, no sticky bit
     theirs.mkdir()
+    if uid is not None:
+        os.chown(theirs, uid, -1)
     proc = subprocess.Popen([sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(runs),
                              "--nproc", "1", "--", sys.executable, str(script)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -75,7 +96,7 @@ def test_a_swapped_run_dir_stops_the_run_naming_the_swap(tmp_path: Path) -> None
             assert time.monotonic() < deadline and proc.poll() is None, "the run did not start"
             time.sleep(0.1)
         run_dir = next(runs.glob("*/config.json")).parent
-        swap(run_dir, theirs)
+        swap_as(uid, run_dir, theirs)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -87,3 +108,4 @@ def test_a_swapped_run_dir_stops_the_run_naming_the_swap(tmp_path: Path) -> None
     assert list(theirs.iterdir()) == []  # no byte through the link
     assert (run_dir.with_name(run_dir.name + ".aside") / "summary.json").is_file()
     assert os.path.islink(run_dir)
+    shutil.rmtree(base, ignore_errors=True)
