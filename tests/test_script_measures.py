@@ -1,6 +1,7 @@
 """What a script is measured as (issue 32): forwards without grad shown apart from the step's
 phases, samples counted once per micro-batch (or said to be unknown), and composable
-replicate(). Each script of our own runs under `ddptop --nproc 2 --headless --json` on gloo."""
+replicate(). Each script of our own runs under `ddptop --nproc 2 --headless --json` on gloo,
+and under plain torchrun with the same output on every rank."""
 
 import json
 import subprocess
@@ -20,7 +21,16 @@ pytestmark = pytest.mark.e2e
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 
-def ddptop_run(tmp_path: Path, script: str, *args: str) -> dict:
+def ddptop_run(tmp_path: Path, script: str, *args: str, compare: bool = True) -> dict:
+    """The script's summary under ddptop; with `compare`, the script also runs under plain
+    torchrun and every rank's stdout and stderr must be the same (apart from timing)."""
+    if compare:
+        from tests.test_script_truth import assert_same_output, run_both
+
+        ours, our_out, theirs, their_out = run_both(tmp_path, script, list(args))
+        assert ours.returncode == theirs.returncode == 0, ours.stdout[-3000:] + ours.stderr[-3000:] + theirs.stderr[-2000:]
+        assert_same_output(our_out, their_out)
+        return json.loads(ours.stdout.strip().splitlines()[-1])
     cmd = [sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(tmp_path / "runs"),
            "--nproc", "2", "--", sys.executable, str(SCRIPTS / script), *args]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -29,7 +39,7 @@ def ddptop_run(tmp_path: Path, script: str, *args: str) -> dict:
 
 
 def test_validation_forwards_are_shown_apart_from_the_phases(tmp_path):
-    s = ddptop_run(tmp_path, "eval_loop.py", "--steps", "30", "--every", "10")
+    s = ddptop_run(tmp_path, "eval_loop.py", "--steps", "30", "--every", "10", compare=False)  # test_script_truth does
     assert [r["steps"] for r in s["ranks"]] == [30, 30]
     for r in s["ranks"]:
         # two validations of 8 batches x 5 ms fall in the 25 measured steps: ~3.2 ms a step
