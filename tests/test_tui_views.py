@@ -91,7 +91,10 @@ def test_wiring_highlights_shm_where_the_gpus_have_nv18(tmp_path: Path) -> None:
             assert any(s.start <= shm_at < s.end and str(s.style) == SLOWER_STYLE for s in row0.spans)
             # The advisor's word, its reason and (compression being lossy) the caveat.
             advice = state.advice
-            assert f"advice: use preset {advice.preset}" in text
+            word = f"use preset {advice.preset}" if advice.preset else "keep the current settings"
+            assert f"advice: {word}" in text
+            # the scripted run has a straggler (advice for it first), and the unused NVLink is said
+            assert "NVLink but NCCL sends over SHM" in advice.reason
             assert flat(advice.reason) in flat(text)
             assert all(flat(e) in flat(text) for e in advice.evidence)
             assert (LOSSY_CAVEAT in flat(text)) == advice.lossy
