@@ -213,7 +213,7 @@ def assert_kept_whole_and_nothing_left(proc: subprocess.CompletedProcess, summar
     assert len(pids) == 2 and not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
 
 
-@pytest.mark.parametrize("fill", ["tmpfs", "ulimit-f"])
+@pytest.mark.parametrize("fill", [pytest.param("tmpfs", marks=pytest.mark.slow), "ulimit-f"])  # tmpfs: -m slow
 def test_a_full_disk_stops_the_run_says_so_and_keeps_whole_lines(tmp_path, fill):
     """The runs dir on a 700 KB tmpfs (root only), or ddptop under `ulimit -f` 700 KB (needs
     nothing, so one case always runs): steps.jsonl outgrows it; the run stops at one agreed

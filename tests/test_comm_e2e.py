@@ -44,6 +44,7 @@ async def start_running(session: Session) -> asyncio.Task:
     raise AssertionError("run never started")
 
 
+@pytest.mark.slow  # the suite stays under 10 min on 2 cores: `pytest -m slow` runs it (covered: test_failures' hung rank gets its stacks taken)
 def test_sigstopped_rank_is_flagged_as_stall_with_stacks(tmp_path):
     config = preset_config("baseline", RunConfig(nproc=2, steps=100000, warmup=2, workers=0))
     session = Session(config, tmp_path)

@@ -123,6 +123,7 @@ def wait_gone(pids: list[int], timeout: float) -> float:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # the suite stays under 10 min on 2 cores: `pytest -m slow` runs it (covered: the other detach tests and test_restart_race)
 def test_detached_run_survives_viewers_and_stops_from_one(tmp_path: Path, live: Path) -> None:
     runs = tmp_path / "runs"
     res = ddptop(*RUN_ARGS, "--runs-dir", str(runs), "--detach")

@@ -327,6 +327,7 @@ def assert_gone(procs: list[psutil.Process], timeout: float = 10) -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # the suite stays under 10 min on 2 cores: `pytest -m slow` runs it (covered: test_forged_hellos' two real nodes)
 def test_two_nodes_on_one_machine_report_four_ranks_to_node0(tmp_path):
     port = free_port_pair()
     t0 = time.monotonic()

@@ -159,7 +159,8 @@ def stepping(live: Path, steps: int = 3) -> object:  # noqa: F811
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("controlling", [True, False], ids=["sighup-then-eio", "eio-eof-no-signal"])
+@pytest.mark.parametrize("controlling", [True, pytest.param(False, marks=pytest.mark.slow)],
+                         ids=["sighup-then-eio", "eio-eof-no-signal"])  # the second: -m slow
 def test_owned_tui_whose_terminal_closes_stops_its_run_and_leaves_nothing(
         tmp_path: Path, live: Path, controlling: bool) -> None:  # noqa: F811
     runs = tmp_path / "runs"

@@ -38,6 +38,7 @@ def ddptop_run(tmp_path: Path, script: str, *args: str, compare: bool = True) ->
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # the suite stays under 10 min on 2 cores: `pytest -m slow` runs it (covered: test_script_truth's eval run and the views test below)
 def test_validation_forwards_are_shown_apart_from_the_phases(tmp_path):
     s = ddptop_run(tmp_path, "eval_loop.py", "--steps", "30", "--every", "10", compare=False)  # test_script_truth does
     assert [r["steps"] for r in s["ranks"]] == [30, 30]

@@ -133,7 +133,8 @@ def test_ctrl_c_of_plain_torchrun_saves_on_every_rank_too(tmp_path):
         assert plain(err) == [f"rank {rank}: a line of its own on stderr"], err
 
 
-@pytest.mark.parametrize("start", ["fork", "spawn"])
+# spawn is slow-marked (each worker imports torch; the suite stays under 10 min): `pytest -m slow`
+@pytest.mark.parametrize("start", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_a_scripts_pool_workers_stay_out_of_the_measurement(tmp_path, start):
     """mp.Pool workers, forked or spawned, train little models of their own: none of their
     forwards, optimizer steps or facts reach the run, and nothing of ddptop their output."""

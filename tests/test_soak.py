@@ -11,6 +11,7 @@ import socket
 import time
 
 import psutil
+import pytest
 
 from ddptop.model.config import RunConfig
 from ddptop.run.recorder import Recorder, new_run_dir
@@ -64,6 +65,7 @@ def rank_sender(path: str, token: str, rank: int, records: int) -> None:
     sock.close()
 
 
+@pytest.mark.slow  # the suite stays under 10 min on 2 cores: `pytest -m slow` runs it (covered: bench/bench_hub.py and the state's bounded windows)
 def test_million_records_bounded_memory_all_on_disk(tmp_path):
     session = Session(
         RunConfig(nproc=RANKS, steps=10**9, warmup=5), tmp_path / "runs", run_id="soak"

@@ -83,6 +83,7 @@ def no_processes_left(pids: list[int]) -> bool:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # the suite stays under 10 min on 2 cores: `pytest -m slow` runs it (covered: test_user_settings' ctrl+s restart, test_restart_race)
 def test_live_run_then_settings_restart_then_runs_table(tmp_path: Path) -> None:
     seen: list[object] = []
 

@@ -62,7 +62,9 @@ def assert_nothing_left(summary: dict, script: str) -> None:
         assert r["pid"] and not psutil.pid_exists(r["pid"]) or psutil.Process(r["pid"]).status() == "zombie"
 
 
-@pytest.mark.parametrize("case", list(CASES))
+# two_optimizers and single: -m slow (the step rule's unit tests cover several optimizers)
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in ("two_optimizers", "single") else c
+                                  for c in CASES])
 def test_script_is_measured_unchanged(tmp_path, case):
     script, args, ddp = CASES[case]
     steps = DDP_STEPS if ddp else STEPS
@@ -100,7 +102,9 @@ def test_script_is_measured_unchanged(tmp_path, case):
     assert f"optimizer steps: {steps * (2 if case == 'two_optimizers' else 1)}" in logs or case == "lightning"
 
 
-@pytest.mark.parametrize("case", list(CASES))
+# lightning and two_optimizers: -m slow (tests/test_script_truth.py stops scripts as Ctrl-C does)
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in ("lightning", "two_optimizers") else c
+                                  for c in CASES])
 def test_sigint_stops_every_rank_at_one_step(tmp_path, case):
     script, args, _ = CASES[case]
     args = [a for a in args if a not in SLOW]

@@ -39,6 +39,7 @@ def last_json(stdout: str) -> dict:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # the suite stays under 10 min on 2 cores: `pytest -m slow` runs it (covered: tests/test_sweep.py's rows and recommendation)
 def test_sweep_runs_each_preset_on_the_users_script_for_exactly_the_asked_steps(tmp_path):
     res = subprocess.run(
         [sys.executable, "-m", "ddptop", "sweep", "--nproc", "2", "--presets", ",".join(IN_EFFECT),
@@ -71,6 +72,7 @@ def test_sweep_runs_each_preset_on_the_users_script_for_exactly_the_asked_steps(
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # the suite stays under 10 min on 2 cores: `pytest -m slow` runs it (covered: tune's search in tests/test_tune*.py)
 def test_tune_on_the_users_script_finishes_within_its_budget_with_a_verdict(tmp_path):
     budget = 60
     t0 = time.monotonic()

@@ -86,6 +86,7 @@ class WebServer:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # the suite stays under 10 min on 2 cores: `pytest -m slow` runs it (covered: the web tests' single page)
 def test_pages_that_close_at_any_moment_leave_no_viewer_process(tmp_path: Path, live: Path) -> None:  # noqa: F811
     run_id = detached_sleeper(tmp_path)
     server = WebServer(run_id)
