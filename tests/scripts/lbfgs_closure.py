@@ -35,6 +35,7 @@ def main():
 
         optimizer.step(closure)
     print(f"rank {dist.get_rank()}: {args.steps} steps of {args.batch} samples, {calls} closure calls", flush=True)
+    dist.barrier()  # leave together: gloo can abort in teardown when a peer is already gone
     dist.destroy_process_group()
 
 

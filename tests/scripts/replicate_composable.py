@@ -36,6 +36,7 @@ def main():
         model(x).pow(2).mean().backward()
         optimizer.step()
     print(f"rank {dist.get_rank()}: {args.steps} steps of {args.batch} samples", flush=True)
+    dist.barrier()  # leave together: gloo can abort in teardown when a peer is already gone
     dist.destroy_process_group()
 
 

@@ -49,6 +49,7 @@ def main():
         steps += 1
     print(f"rank {dist.get_rank()}: {steps} steps of {args.batch} samples ([T={args.time}, B={args.batch}])",
           flush=True)
+    dist.barrier()  # leave together: gloo can abort in teardown when a peer is already gone
     dist.destroy_process_group()
 
 
