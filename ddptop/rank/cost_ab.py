@@ -17,7 +17,7 @@ events on the current stream, or the host clock), with the process's and the mai
 time. Adjacent blocks of one group share the machine's state, so drift cancels in their ratio
 (ddptop.analysis.cost_ab). The blocks go to <run dir>/cost_ab/rank<R>.json at exit.
 
-Imports only the standard library; torch is handed in.
+Imports the standard library and the rank's clocks (ddptop.rank.clock); torch is handed in.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from ddptop.rank.clock import HostClock
 
 ARMS = ("on", "off", "aa", "busy")
 CALIBRATION_STEPS = 10
@@ -49,6 +51,7 @@ class CostAB:
         self._engage = engage
         self._rng = random.Random(SEED)
         self._cuda = False
+        self.clock: Any = HostClock()
         self.steps_per_block = 0
         self.step_ms = 0.0
         self.busy_ms = 0.0
@@ -68,8 +71,9 @@ class CostAB:
     def enabled(self) -> bool:
         return self.block_s > 0
 
-    def use_cuda(self, cuda: bool) -> None:
-        self._cuda = cuda
+    def use_clock(self, clock: Any, cuda: bool) -> None:
+        """The instrument's clock (CUDA events on the script's stream, or the host's)."""
+        self.clock, self._cuda = clock, cuda
 
     def bypassed_opt(self, begin: bool, cycle: int = 1) -> bool:
         """An optimizer step began or ended while the layer is bypassed; True when that
@@ -83,26 +87,13 @@ class CostAB:
         self._ends += 1
         return self._ends % max(1, cycle) == 0
 
-    # --- the clock ---------------------------------------------------------------------------
-    def _stamp(self) -> Any:
-        if self._cuda:
-            event = self.torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
-
-    def _ms(self, a: Any, b: Any) -> float:
-        if self._cuda:
-            return float(a.elapsed_time(b))
-        return (b - a) * 1000.0
-
     # --- step boundaries -----------------------------------------------------------------------
     def step_ended(self, step: int) -> None:
         """Step `step` (0-based, counted on every arm) just ended."""
         if step + 1 < self.start:
             return
         if step + 1 == self.start:
-            self._cal = self._stamp()
+            self._cal = self.clock.stamp()
             return
         if self.steps_per_block == 0:
             if step + 1 - self.start >= CALIBRATION_STEPS:
@@ -116,10 +107,9 @@ class CostAB:
             self._open_block()
 
     def _calibrate(self, step: int) -> None:
-        end = self._stamp()
-        if self._cuda:
-            end.synchronize()
-        self.step_ms = self._ms(self._cal, end) / CALIBRATION_STEPS
+        end = self.clock.stamp()
+        self.clock.sync()
+        self.step_ms = self.clock.elapsed(self._cal, end) / CALIBRATION_STEPS
         mine = max(1, round(self.block_s * 1000.0 / max(self.step_ms, 1e-3)))
         self.steps_per_block = self._agree(mine)
         self.busy_ms = self.step_ms * self.busy_pct / 100.0
@@ -150,9 +140,9 @@ class CostAB:
             cycles = int(_spin_cycles_per_ms(torch) * ms)
 
             def sleep() -> None:  # timed, since clocks move: the block says what was injected
-                start = self._stamp()
+                start = self.clock.stamp()
                 torch.cuda._sleep(cycles)
-                self._spins.append((start, self._stamp()))
+                self._spins.append((start, self.clock.stamp()))
 
             return sleep
 
@@ -174,28 +164,27 @@ class CostAB:
         self._depth = self._ends = 0
         self._engage(self._arm == "on")
         self._in_block = 0
-        self._opened = (self._stamp(), time.process_time(), time.thread_time())
+        self._opened = (self.clock.stamp(), time.process_time(), time.thread_time())
 
     def _close_block(self) -> None:
         if self._opened is None:
             return
         stamp, cpu, thread = self._opened
         self.blocks.append({"group": self._group, "arm": self._arm, "steps": self._in_block,
-                            "a": stamp, "b": self._stamp(), "cpu_ms": (time.process_time() - cpu) * 1000.0,
+                            "a": stamp, "b": self.clock.stamp(), "cpu_ms": (time.process_time() - cpu) * 1000.0,
                             "thread_ms": (time.thread_time() - thread) * 1000.0, "spins": self._spins})
         self._spins = []
         self._opened = None
 
     # --- the end -----------------------------------------------------------------------------
     def result(self) -> dict[str, Any]:
-        if self._cuda:
-            self.torch.cuda.synchronize()
+        self.clock.sync()
         blocks = []
         for b in self.blocks:
             row = {k: v for k, v in b.items() if k not in ("a", "b", "spins")}
-            row["ms"] = self._ms(b["a"], b["b"])
+            row["ms"] = self.clock.elapsed(b["a"], b["b"])
             if b["spins"]:
-                row["busy_ms"] = sum(self._ms(x, y) for x, y in b["spins"])
+                row["busy_ms"] = sum(self.clock.elapsed(x, y) for x, y in b["spins"])
             blocks.append(row)
         return {"rank": self.rank, "arms": self.arms, "block_s": self.block_s, "steps_per_block": self.steps_per_block,
                 "calibration_step_ms": self.step_ms, "busy_pct": self.busy_pct, "busy_ms": self.busy_ms,
