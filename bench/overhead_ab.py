@@ -81,6 +81,13 @@ def show(row: dict) -> None:
         print(f"   {c['arm']:<4} vs off: {ms['median'] * 1000:+8.1f} us/step/rank [{ms['lo'] * 1000:+.1f}, "
               f"{ms['hi'] * 1000:+.1f}] of {c['step_ms']:.2f} ms | ratio {r['median']:.4f} "
               f"[{r['lo']:.4f}, {r['hi']:.4f}] n={r['n']} | CPU {cpu['median']:+.0f} us/step | {c['verdict']}")
+        t, h, gc = c.get("typical_ratio"), c.get("hook_us_per_step"), c.get("gc") or {}
+        if t:
+            print(f"        typical step (block medians): ratio {t['median']:.4f} [{t['lo']:.4f}, {t['hi']:.4f}]")
+        if h:
+            print(f"        host time in the layer's hooks: {h['median']:+.1f} us/step [{h['lo']:+.1f}, {h['hi']:+.1f}]"
+                  f" | gc collections per 1000 steps {gc.get('arm', 0):.1f} vs off {gc.get('off', 0):.1f}"
+                  f" ({gc.get('arm_ms_per_step', 0) * 1000:.1f} vs {gc.get('off_ms_per_step', 0) * 1000:.1f} us/step)")
     if row.get("tail"):
         print(row["tail"])
 

@@ -13,8 +13,10 @@ rank draws from the same seed:
           kernel on the script's stream, so the cost is real whether the step is host- or
           device-bound): the method must see it
 A block is timed from the step boundary before its first step to the one after its last (CUDA
-events on the current stream, or the host clock), with the process's and the main thread's CPU
-time. Adjacent blocks of one group share the machine's state, so drift cancels in their ratio
+events on the current stream, or the host clock), and each of its steps too (a stamp at every
+step boundary, on every arm alike); with the process's and the main thread's CPU time (on a GPU
+both include the script's own spin-waits on the device), the host time spent inside the layer's
+hooks (`timed`: what the layer itself costs the main thread) and the garbage collections. Adjacent blocks of one group share the machine's state, so drift cancels in their ratio
 (ddptop.analysis.cost_ab). The blocks go to <run dir>/cost_ab/rank<R>.json at exit.
 
 Imports the standard library and the rank's clocks (ddptop.rank.clock); torch is handed in.
@@ -22,6 +24,8 @@ Imports the standard library and the rank's clocks (ddptop.rank.clock); torch is
 
 from __future__ import annotations
 
+import functools
+import gc
 import json
 import os
 import random
@@ -64,12 +68,41 @@ class CostAB:
         self._opened: tuple[Any, float, float] | None = None  # stamp, process CPU, thread CPU
         self._depth = self._ends = 0  # optimizer steps seen while bypassed
         self._spins: list[tuple[Any, Any]] = []  # the busy arm's spins in the open block
+        self._stamps: list[Any] = []  # the open block's step boundaries
+        self.hook_s = 0.0  # host seconds inside the layer's hooks (timed), all arms
+        self._inside = False
+        self.gc_n, self.gc_s = 0, 0.0  # collections and their seconds, since calibration
+        self._gc_at = 0.0
         self.blocks: list[dict[str, Any]] = []
         self.last_step: int | None = None  # the run ends after this step (cost_ab_blocks)
 
     @property
     def enabled(self) -> bool:
         return self.block_s > 0
+
+    def timed(self, hook: Callable[..., Any]) -> Callable[..., Any]:
+        """`hook` with its host time added to hook_s (the outermost of nested hooks only)."""
+
+        @functools.wraps(hook)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if self._inside:
+                return hook(*args, **kwargs)
+            self._inside = True
+            start = time.perf_counter()
+            try:
+                return hook(*args, **kwargs)
+            finally:
+                self.hook_s += time.perf_counter() - start
+                self._inside = False
+
+        return run
+
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:  # noqa: ARG002
+        if phase == "start":
+            self._gc_at = time.perf_counter()
+        else:
+            self.gc_n += 1
+            self.gc_s += time.perf_counter() - self._gc_at
 
     def use_clock(self, clock: Any, cuda: bool) -> None:
         """The instrument's clock (CUDA events on the script's stream, or the host's)."""
@@ -101,6 +134,7 @@ class CostAB:
             return
         if self._busy is not None and self._arm == "busy":
             self._busy()
+        self._stamps.append(self.clock.stamp())
         self._in_block += 1
         if self._in_block >= self.steps_per_block:
             self._close_block()
@@ -115,6 +149,7 @@ class CostAB:
         self.busy_ms = self.step_ms * self.busy_pct / 100.0
         if "busy" in self.arms:
             self._busy = self._make_busy(self.busy_ms)
+        gc.callbacks.append(self._on_gc)
         if self.max_blocks > 0:
             groups = -(-self.max_blocks // len(self.arms))
             self.last_step = step + groups * len(self.arms) * self.steps_per_block
@@ -164,16 +199,19 @@ class CostAB:
         self._depth = self._ends = 0
         self._engage(self._arm == "on")
         self._in_block = 0
-        self._opened = (self.clock.stamp(), time.process_time(), time.thread_time())
+        self._opened = (self.clock.stamp(), time.process_time(), time.thread_time(), self.hook_s, self.gc_n, self.gc_s)
 
     def _close_block(self) -> None:
         if self._opened is None:
             return
-        stamp, cpu, thread = self._opened
+        stamp, cpu, thread, hook, gc_n, gc_s = self._opened
         self.blocks.append({"group": self._group, "arm": self._arm, "steps": self._in_block,
-                            "a": stamp, "b": self.clock.stamp(), "cpu_ms": (time.process_time() - cpu) * 1000.0,
-                            "thread_ms": (time.thread_time() - thread) * 1000.0, "spins": self._spins})
-        self._spins = []
+                            "a": stamp, "b": self._stamps[-1] if self._stamps else self.clock.stamp(),
+                            "stamps": self._stamps, "cpu_ms": (time.process_time() - cpu) * 1000.0,
+                            "thread_ms": (time.thread_time() - thread) * 1000.0, "spins": self._spins,
+                            "hook_ms": (self.hook_s - hook) * 1000.0, "gc": self.gc_n - gc_n,
+                            "gc_ms": (self.gc_s - gc_s) * 1000.0})
+        self._spins, self._stamps = [], []
         self._opened = None
 
     # --- the end -----------------------------------------------------------------------------
@@ -181,8 +219,10 @@ class CostAB:
         self.clock.sync()
         blocks = []
         for b in self.blocks:
-            row = {k: v for k, v in b.items() if k not in ("a", "b", "spins")}
+            row = {k: v for k, v in b.items() if k not in ("a", "b", "spins", "stamps")}
             row["ms"] = self.clock.elapsed(b["a"], b["b"])
+            marks = [b["a"], *b["stamps"]]
+            row["step_ms"] = [round(self.clock.elapsed(x, y), 4) for x, y in zip(marks, marks[1:])]
             if b["spins"]:
                 row["busy_ms"] = sum(self.clock.elapsed(x, y) for x, y in b["spins"])
             blocks.append(row)

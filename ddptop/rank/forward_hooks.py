@@ -103,8 +103,11 @@ class BackwardMarks:
         self.torch = torch
         self._on_start = on_start  # the sample count: a micro-batch ended
         self.tracker = tracker
-        self._guard = guard
         self._in_backward = False
+        self._engine = torch.autograd.Variable._execution_engine
+        # guarded once (a wrapper made per step costs more than the mark itself)
+        self._compute_end, self._returned = guard(self._bwd_end), guard(self._bwd_ret)
+        self.hook = guard(self.started)
 
     def started(self, grad: Any) -> None:  # noqa: ARG002 - a tensor hook on the forward's output
         if self._in_backward:
@@ -112,20 +115,18 @@ class BackwardMarks:
         self._in_backward = True
         self._on_start()
         self.tracker.mark("bwd")
-        engine = self.torch.autograd.Variable._execution_engine
-
-        def compute_end() -> None:
-            self.tracker.mark("bwd_end")
-            # queued now, so it runs after DDP's finalize (queued during backward): backward
-            # has returned, every all-reduce is done and its result copied back
-            engine.queue_callback(self._guard(returned))
-
-        def returned() -> None:
-            self._in_backward = False
-            self.tracker.mark("bwd_ret")
-
-        engine.queue_callback(self._guard(compute_end))
+        self._engine.queue_callback(self._compute_end)
         return None
+
+    def _bwd_end(self) -> None:
+        self.tracker.mark("bwd_end")
+        # queued now, so it runs after DDP's finalize (queued during backward): backward has
+        # returned, every all-reduce is done and its result copied back
+        self._engine.queue_callback(self._returned)
+
+    def _bwd_ret(self) -> None:
+        self._in_backward = False
+        self.tracker.mark("bwd_ret")
 
 
 def batch_size(torch: Any, args: Any, kwargs: Any) -> int | None:

@@ -69,6 +69,7 @@ class Instrument:
         self._limit_reached = False
         self._left = False  # the instrument destroyed the process group at the step limit
         self._spans_due = AtMostEvery(SPANS_EVERY_S)
+        self.cost = CostAB(torch, rank, settings, self._engage)  # --set cost_ab=S: engaged vs bypassed
         self.memory = MemorySampler()
         self.comm = DdpComm(
             torch, self.tracker, self.comm_timing, max(1, int(settings.get("comm_timing_every", 10))),
@@ -77,7 +78,6 @@ class Instrument:
         self.outermost = OutermostHooks(torch, self._guard, self._fwd_pre, self._fwd_post)
         self.backward = BackwardMarks(torch, self.tracker, self._guard, self.samples.backward)
         self.hooked = ModuleHooks(self._guard(self._fwd_pre), self._guard(self._fwd_post))
-        self.cost = CostAB(torch, rank, settings, self._engage)  # --set cost_ab=S: engaged vs bypassed
         self.engaged = True
         self.off = False  # a forked child's copy (forked()): every hook does nothing
 
@@ -130,7 +130,7 @@ class Instrument:
                 self.note(f"ddptop instrument error in {fn.__name__}: {type(exc).__name__}: {exc}")
                 return None
 
-        return guarded
+        return self.cost.timed(guarded) if self.cost.enabled else guarded
 
     # --- the clock ------------------------------------------------------------------------
     def _current_clock(self) -> Any:
@@ -210,7 +210,7 @@ class Instrument:
         self.tracker.mark("fwd_end")
         tensor = loss_like(self.torch, output)
         if tensor is not None:
-            tensor.register_hook(self._guard(self.backward.started))
+            tensor.register_hook(self.backward.hook)
 
     # --- optimizer steps = step boundaries -----------------------------------------------
     def _opt_pre_safe(self, optimizer: Any, *_: Any) -> None:  # torch.optim's hook, GradScaler.step
