@@ -258,7 +258,7 @@ def test_exposed_share_stands_in_for_an_untimed_total_and_says_so():
                "config": {"preset": "baseline", "bucket_cap_mb": 2000.0}}
     advice = advise(summary, transports={"shm"})
     assert any("lower bound" in e for e in advice.evidence), advice.evidence
-    assert advice.preset != "baseline" and "not measured" not in advice.reason, advice
+    assert advice.preset != "baseline" and "share not measured" not in advice.reason, advice
 
 
 @pytest.mark.parametrize("phase, look", [("data", "input pipeline"), ("backward", "its GPU")])
@@ -269,7 +269,7 @@ def test_a_named_straggler_comes_before_any_communication_remedy(phase, look):
     advice = advise(summary(share=0.62, straggler=late), transports={"shm"}, hw_links={"nvlink"})
     assert advice.preset is None and advice.changes == {} and not advice.lossy
     assert advice.severity == "warn"
-    assert advice.reason.startswith(f"rank 1 is a straggler ({phase} +5.6 ms a step)")
+    assert advice.reason.startswith(f"rank 1 straggler: {phase} +5.6 ms/step: look at its")
     assert look in advice.reason
     assert "compress" not in advice.reason and "bucket" not in advice.reason
     assert f"rank 1 straggler: {phase} +5.6 ms/step" in advice.evidence
@@ -280,5 +280,5 @@ def test_a_named_straggler_comes_before_any_communication_remedy(phase, look):
 def test_with_a_straggler_an_unused_nvlink_is_still_said():
     late = {"rank": 1, "phase": "backward", "excess_ms": 20.2}
     advice = advise(summary(share=0.28, straggler=late), transports={"shm"}, hw_links={"nvlink"})
-    assert advice.preset is None and advice.reason.startswith("rank 1 is a straggler (backward +20.2 ms a step)")
+    assert advice.preset is None and advice.reason.startswith("rank 1 straggler: backward +20.2 ms/step")
     assert "Also: The GPUs have NVLink but NCCL sends over SHM" in advice.reason

@@ -131,7 +131,7 @@ def test_render_markdown_has_recommendation_and_failures():
     md = render_markdown(rows, recommend_from_sweep(rows), "sweep x", notes=["a note"])
     assert md.startswith("## sweep x\n")
     assert "- overlap: failed: exit code 1" in md and "- a note" in md
-    assert "**Recommendation:** bf16 is fastest" in md and "lossy" in md
+    assert "**Recommendation (measured):** bf16 is the fastest configuration" in md and "lossy" in md
 
 
 @pytest.mark.parametrize(
@@ -182,7 +182,7 @@ def test_real_cpu_sweep_prints_table_and_writes_sweep_json(tmp_path, capsys):
     table = [ln for ln in out.splitlines() if ln.startswith("| ")]
     assert len(table) == 2 + 3, out
     assert [c.split("|")[1].strip() for c in table[2:]] == ["baseline", "bf16", "overlap"]
-    assert "**Recommendation:**" in out
+    assert "**Recommendation (measured):**" in out
     assert all(float(ln.split("|")[5]) > 0 for ln in table[2:])  # steps/s measured
     (sweep_dir,) = tmp_path.glob("sweep-*")
     data = json.loads((sweep_dir / "sweep.json").read_text())

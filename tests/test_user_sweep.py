@@ -48,7 +48,7 @@ def test_sweep_runs_each_preset_on_the_users_script_for_exactly_the_asked_steps(
         capture_output=True, text=True, timeout=240)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     data = last_json(res.stdout)
-    assert "**Recommendation:**" in res.stdout and "| preset" in res.stdout
+    assert "**Recommendation (measured):**" in res.stdout and "| preset" in res.stdout
     assert data["command"] == [sys.executable, str(SCRIPT)] and data["reference"] == "asis"
     assert [r["preset"] for r in data["rows"]] == list(IN_EFFECT)
     for row in data["rows"]:

@@ -5,9 +5,11 @@ comm share. Pure: plain values in, an Advice out."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ddptop.analysis.advice import (
+    CONFIDENCE,
     HIGH,
     LADDER,
     LOSSY_CAVEAT,
@@ -17,6 +19,7 @@ from ddptop.analysis.advice import (
     VERY_HIGH,
     Advice,
     is_lossy,
+    predicted_prefix,
 )
 from ddptop.analysis.nccl import CLASS_ORDER
 from ddptop.model.config import DDP_KNOBS, PRESETS, RunConfig
@@ -80,12 +83,8 @@ def fast_path(
     if share is not None:
         said += f" and all-reduce is {share:.0%} of the step"
     if not changes:
-        return Advice(
-            "overlap",
-            {},
-            f"{said}: already on the overlap settings; nothing to change.",
-            evidence=evidence,
-        )
+        return Advice("overlap", {}, f"{said}: already on the overlap settings; nothing to change.",
+                      evidence=evidence, confidence="medium", reading=said)
     why = (
         "at this share it is not worth its loss"
         if path == "p2p"
@@ -97,7 +96,7 @@ def fast_path(
     )
     if config.get("comm_hook", "none") != "none":
         reason += f" Drop the {config['comm_hook']} hook."
-    return Advice("overlap", changes, reason, evidence=evidence)
+    return Advice("overlap", changes, reason, evidence=evidence, confidence="low", reading=said)
 
 
 def slow_path(
@@ -110,18 +109,17 @@ def slow_path(
     said = f"ranks talk over {PATH_TEXT[path]}"
     if share is None:
         preset = _at_least(config, "bf16-overlap")
-        return _remedy(
-            config, preset, f"{said} (all-reduce share not measured yet)", evidence, "warn"
-        )
+        return _remedy(config, preset, f"{said} (all-reduce share not measured yet)", evidence,
+                       "warn", "low")
     said += f" and all-reduce is {share:.0%} of the step"
     if exposed is not None and share - exposed >= 0.05:
         said += f" ({exposed:.0%} exposed)"
     if share >= VERY_HIGH:
-        return _remedy(config, _at_least(config, "powersgd"), said, evidence, "warn")
+        return _remedy(config, _at_least(config, "powersgd"), said, evidence, "warn", "high")
     if share >= HIGH:
-        return _remedy(config, _at_least(config, "bf16-overlap"), said, evidence, "warn")
+        return _remedy(config, _at_least(config, "bf16-overlap"), said, evidence, "warn", "medium")
     if share >= MODERATE:
-        return _remedy(config, _at_least(config, "overlap"), said, evidence, "info")
+        return _remedy(config, _at_least(config, "overlap"), said, evidence, "info", "low")
     return _nothing(config, said, evidence)
 
 
@@ -144,14 +142,15 @@ def by_share_only(
             f"{unknown} and all-reduce time was not measured: nothing to go on; "
             "compare presets with `ddptop sweep`.",
             evidence=evidence,
+            reading=unknown,
         )
     said = f"{unknown}; all-reduce is {share:.0%} of the step"
     if exposed is not None and share - exposed >= 0.05:
         said += f" ({exposed:.0%} exposed)"
     if share >= HIGH:
-        return _remedy(config, _at_least(config, "bf16-overlap"), said, evidence, "warn")
+        return _remedy(config, _at_least(config, "bf16-overlap"), said, evidence, "warn", "medium")
     if share >= MODERATE:
-        return _remedy(config, _at_least(config, "overlap"), said, evidence, "info")
+        return _remedy(config, _at_least(config, "overlap"), said, evidence, "info", "low")
     return _nothing(config, said, evidence)
 
 
@@ -165,10 +164,27 @@ def _nothing(config: Mapping[str, Any], said: str, evidence: list[str]) -> Advic
             f"keep it ({LOSSY_CAVEAT}).",
             evidence=evidence,
             lossy=True,
+            confidence="medium",
+            reading=said,
         )
-    return Advice(
-        None, {}, f"{said}: DDP costs little here; nothing worth tuning.", evidence=evidence
-    )
+    return Advice(None, {}, f"{said}: DDP costs little here; nothing worth tuning.",
+                  evidence=evidence, confidence="high", reading=said)
+
+
+def as_prediction(advice: Advice, bound_share: float | None, sweep: str) -> Advice:
+    """A rule's advice as the prediction it is: its reason starts with the label, says the
+    most any DDP setting can gain (removing all of the exposed all-reduce) and how to measure
+    it (`sweep`: the presets to compare). Advice without a confidence is returned as it is."""
+    if not advice.confidence:
+        return advice
+    reason = f"{predicted_prefix(advice.confidence)}: {advice.reason}"
+    if advice.changes and bound_share is not None and 0 < bound_share < 1:
+        reason += (f" At most {1 / (1 - bound_share):.2f}x faster: removing all of the exposed "
+                   f"all-reduce ({bound_share:.0%} of the step) is the most any DDP setting can do.")
+    if advice.changes:
+        reason += f" {advice.confidence.capitalize()} confidence: {CONFIDENCE[advice.confidence]}"
+        reason += f"; `ddptop sweep --presets {sweep}` measures it."
+    return replace(advice, reason=reason)
 
 
 def _at_least(config: Mapping[str, Any], preset: str) -> str:
@@ -191,7 +207,8 @@ _WHAT = {
 
 
 def _remedy(
-    config: Mapping[str, Any], preset: str, said: str, evidence: list[str], severity: str
+    config: Mapping[str, Any], preset: str, said: str, evidence: list[str], severity: str,
+    confidence: str,
 ) -> Advice:
     changes = _changes(config, preset)
     lossy = is_lossy(preset)
@@ -200,7 +217,8 @@ def _remedy(
         reason = f"{said}: keep the {preset} settings you have{caveat}."
     else:  # _WHAT carries the lossy caveat inline
         reason = f"{said}: {_WHAT[preset]}."
-    return Advice(preset, changes, reason, severity, evidence, lossy)
+    return Advice(preset, changes, reason, severity, evidence, lossy,
+                  confidence=confidence if changes else "medium", reading=said)
 
 
 def _changes(config: Mapping[str, Any], preset: str) -> dict[str, Any]:

@@ -8,7 +8,8 @@ NCCL report and topology objects are only read through their attributes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ddptop.analysis.advice import (
@@ -18,10 +19,10 @@ from ddptop.analysis.advice import (
     LOSSY_CAVEAT,
     NOISE,
     Advice,
-    is_lossy,
 )
 from ddptop.analysis.advice_rules import (
     SUSPECTS,
+    as_prediction,
     by_share_only,
     fast_path,
     nvlink_unused,
@@ -30,11 +31,11 @@ from ddptop.analysis.advice_rules import (
     slowest_path,
 )
 from ddptop.analysis.nccl import transport_class
+from ddptop.analysis.sweep_advice import explain, recommend_from_sweep
 from ddptop.hw.topology import link_class
-from ddptop.model.config import PRESETS
 
-__all__ = ["LADDER", "LOSSY_CAVEAT", "NOISE", "Advice", "advise", "advise_run", "comm_shares",
-           "hw_link_classes", "mean_ms", "recommend_from_sweep", "transport_classes"]
+__all__ = ["LADDER", "LOSSY_CAVEAT", "NOISE", "Advice", "advise", "advise_run", "comm_shares", "explain",
+           "hw_link_classes", "mean_ms", "recommend_from_sweep", "straggler_first", "transport_classes"]
 
 
 # ---------------------------------------------------------------------------- measurements
@@ -149,6 +150,7 @@ def advise(
             None,
             reason="one rank: there is no gradient communication to tune.",
             evidence=[f"world size {world}"],
+            basis="measured",
         )
 
     nccl = summary.get("nccl") or {}
@@ -163,24 +165,20 @@ def advise(
     # Across nodes the ring crosses the network whatever links the GPUs of one node have.
     spans_nodes = (summary.get("nnodes") or 1) > 1
     mismatch = "" if path is None or (spans_nodes and path in ("net", "collnet")) else nvlink_unused(path, hw, env)
-    late = straggler_first(summary.get("straggler"), evidence, mismatch)
+    late = straggler_first(summary.get("straggler"), evidence, mismatch, summary.get("step_ms_p50"))
     if late is not None:
         return late
     if path is None:
-        return by_share_only(config, share, exposed, summary.get("backend"), evidence)
-    if path in FAST or (path == "p2p" and (share is None or share < HIGH)):
+        advice = by_share_only(config, share, exposed, summary.get("backend"), evidence)
+    elif path in FAST or (path == "p2p" and (share is None or share < HIGH)):
         advice = fast_path(config, path, share, evidence)
     else:
         advice = slow_path(config, path, share, exposed, evidence)
+    ref = "asis" if config.get("script") else "baseline"
+    advice = as_prediction(advice, exposed if exposed is not None else share, f"{ref},{advice.preset}")
     if mismatch:
-        return Advice(
-            advice.preset,
-            advice.changes,
-            f"{mismatch} Meanwhile: {advice.reason}",
-            "warn",
-            advice.evidence,
-            advice.lossy,
-        )
+        return replace(advice, reason=f"{mismatch} Meanwhile: {advice.reason}", severity="warn",
+                       warning=mismatch)
     return advice
 
 
@@ -193,22 +191,33 @@ STRAGGLER_LOOK = {
 }
 
 
-def straggler_first(straggler: Any, evidence: list[str], mismatch: str = "") -> Advice | None:
+def straggler_first(straggler: Any, evidence: list[str], mismatch: str = "",
+                    step_ms: float | None = None) -> Advice | None:
     """A named straggler comes before any communication remedy: the other ranks' all-reduce
-    time is largely waiting for it, which no bucket size or compression shortens. A link
-    NCCL leaves unused (`mismatch`) is still said: it is no remedy for waiting either."""
+    time is largely waiting for it, which no bucket size or compression shortens, so that wait
+    is put down to the straggler's phase. Measured, not predicted: the reason starts with what
+    to act on (`rank 1 straggler: data +5.6 ms/step: its input pipeline ...`). A link NCCL
+    leaves unused (`mismatch`) is still said: it is no remedy for waiting either."""
     if not isinstance(straggler, Mapping) or straggler.get("rank") is None:
         return None
     rank, phase = straggler["rank"], straggler.get("phase") or "own work"
     excess = straggler.get("excess_ms")
-    more = f" +{excess:.1f} ms a step" if isinstance(excess, (int, float)) else ""
+    more = f" +{excess:.1f} ms/step" if isinstance(excess, (int, float)) else ""
+    wait = (f"~{excess:.1f} ms/step" if isinstance(excess, (int, float)) else "much")
+    if isinstance(excess, (int, float)) and step_ms:
+        wait += f" ({excess / step_ms:.0%} of the step)"
+    said = f"rank {rank} straggler: {phase}{more}"
     return Advice(
         None,
-        reason=(f"rank {rank} is a straggler ({phase}{more}): the other ranks wait for it in the all-reduce, "
-                f"so no communication setting helps while it lasts; look at {STRAGGLER_LOOK.get(phase, 'that rank')}."
-                + (f" Also: {mismatch}" if mismatch else "")),
+        reason=(f"{said}: look at {STRAGGLER_LOOK.get(phase, 'that rank')}. The other ranks wait for it in "
+                f"the all-reduce, so that wait is rank {rank}'s {phase}, not communication: no DDP "
+                "communication setting shortens it." + (f" Also: {mismatch}" if mismatch else "")),
         severity="warn",
-        evidence=[*evidence, straggler.get("text") or f"straggler rank {rank}"],
+        evidence=[*evidence, straggler.get("text") or f"straggler rank {rank}",
+                  f"of the other ranks' all-reduce time, {wait} is waiting for rank {rank}'s {phase}"],
+        basis="measured",
+        reading=said,
+        warning=mismatch,
     )
 
 
@@ -239,59 +248,3 @@ def _evidence(
         evidence.append("hardware links: " + ", ".join(sorted(hw)))
     evidence += [f"env {k}={v}" for k, v in sorted(env.items()) if k in SUSPECTS]
     return evidence, share
-
-
-# ---------------------------------------------------------------------------- sweeps
-
-
-def recommend_from_sweep(rows: Sequence[Mapping[str, Any]]) -> Advice:
-    """The fastest preset of a sweep. `rows` are dicts with at least `preset`, `status` and
-    `steps_per_s` (ddptop.commands.sweep_table.build_rows makes them). `single` is the per-GPU ceiling, not
-    a DDP setting, so it is never the recommendation."""
-    done = [
-        r
-        for r in rows
-        if r.get("status") == "completed"
-        and r.get("steps_per_s")
-        and r.get("preset") in PRESETS
-        and r["preset"] != "single"
-    ]
-    if not done:
-        return Advice(
-            None,
-            reason="no DDP run of the sweep completed with measurements: nothing to recommend.",
-            evidence=[f"{len(rows)} run(s)"],
-        )
-    ref = next((r for r in done if r["preset"] == "baseline"), done[0])
-    best = max(done, key=lambda r: r["steps_per_s"])
-    gain = best["steps_per_s"] / ref["steps_per_s"]
-    evidence = [f"{r['preset']}: {r['steps_per_s']:.2f} steps/s" for r in done]
-    settings = dict(PRESETS[best["preset"]].settings)
-    lossy = is_lossy(best["preset"])
-    if best is ref or gain < 1 + NOISE:
-        close = "" if best is ref else f" (best: {best['preset']} at {gain:.2f}x, within noise)"
-        reason = (
-            f"no preset beats {ref['preset']} by more than {NOISE:.0%}{close}: "
-            f"keep {ref['preset']}."
-        )
-        if is_lossy(ref["preset"]):
-            reason += f" It compresses gradients: {LOSSY_CAVEAT}."
-        return Advice(
-            ref["preset"],
-            dict(PRESETS[ref["preset"]].settings),
-            reason,
-            evidence=evidence,
-            lossy=is_lossy(ref["preset"]),
-        )
-    rate = best["steps_per_s"]
-    reason = f"{best['preset']} is fastest: {rate:.2f} steps/s, {gain:.2f}x {ref['preset']}."
-    if lossy:
-        reason += f" It compresses gradients: {LOSSY_CAVEAT}."
-        safe = [r for r in done if not is_lossy(r["preset"])]
-        if safe:
-            alt = max(safe, key=lambda r: r["steps_per_s"])
-            reason += (
-                f" Fastest lossless: {alt['preset']} "
-                f"({alt['steps_per_s'] / ref['steps_per_s']:.2f}x {ref['preset']})."
-            )
-    return Advice(best["preset"], settings, reason, "info", evidence, lossy)

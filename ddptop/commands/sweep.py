@@ -11,14 +11,17 @@ torch or textual.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from ddptop.analysis.advisor import Advice, advise, hw_link_classes, recommend_from_sweep
+from ddptop.analysis.advisor import Advice, advise, explain, hw_link_classes, recommend_from_sweep
+from ddptop.analysis.sweep_advice import rate_interval
 from ddptop.commands.batch import (
     DEMO_PRESETS,
     add_batch_args,
@@ -84,6 +87,33 @@ def _hw_links(world: int) -> set[str] | None:
     return hw_link_classes(topo, gpus)
 
 
+def step_times(run_dir: str | os.PathLike[str], warmup: int) -> dict[int, list[float]]:
+    """Each rank's measured step times (ms) from the run's steps.jsonl, as the summary counts
+    them: after warmup, profiled steps left out; empty when the file cannot be read."""
+    out: dict[int, list[float]] = {}
+    try:
+        with open(Path(run_dir) / "steps.jsonl", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                    if rec["step"] >= warmup and not rec.get("profiled") and rec.get("step_ms") is not None:
+                        out.setdefault(int(rec["rank"]), []).append(float(rec["step_ms"]))
+                except (ValueError, KeyError, TypeError):
+                    continue  # a cut last line, or a record an older ddptop wrote differently
+    except OSError:
+        return {}
+    return out
+
+
+def with_interval(summary: dict[str, Any], run_dir: str) -> dict[str, Any]:
+    """`summary` with `steps_per_s_ci`, the 95% interval of its steps/s from its per-step
+    times (None when too few steps or no records)."""
+    if summary.get("status") != "completed" or not run_dir:
+        return summary
+    times = step_times(run_dir, int(summary.get("warmup") or 0))
+    return {**summary, "steps_per_s_ci": rate_interval(times)}
+
+
 def exit_code(result: SweepResult) -> int:
     if result.interrupted:
         return 130
@@ -143,13 +173,14 @@ def main_sweep(argv: list[str]) -> int:
     started = time.time()
     result = run_sweep(configs, sweep_dir, user_cmd=user_cmd)
 
-    rows = build_rows(result.summaries)
+    summaries = [with_interval(s, d) for s, d in zip(result.summaries, result.run_dirs)]
+    rows = build_rows(summaries)
     advice = recommend_from_sweep(rows)
     ref = reference_preset(rows)
     ref_index = next((i for i, r in enumerate(rows) if r["preset"] == ref), None)
     diagnosis = None
-    if ref_index is not None:
-        diagnosis = diagnose(result.summaries[ref_index], configs[ref_index])
+    if ref_index is not None:  # the rules' prediction, set against what the table measured
+        diagnosis = explain(diagnose(summaries[ref_index], configs[ref_index]), rows)
     notes = sweep_notes(result, rows, configs, user_cmd)
     md = render_markdown(rows, advice, _title(sweep_dir.name, result, configs), diagnosis, notes)
     data = {

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddptop.analysis.advisor import Advice, comm_shares, mean_ms
+from ddptop.analysis.sweep_advice import measured, reference
 from ddptop.model.config import ConfigError, RunConfig
 from ddptop.model.report import NA, fmt, markdown_grid
 
@@ -79,6 +80,7 @@ def _row(s: Mapping[str, Any]) -> dict[str, Any]:
         "status": s.get("status"),
         "error": s.get("error") or "",
         "steps_per_s": s.get("steps_per_s"),
+        "steps_per_s_ci": s.get("steps_per_s_ci"),  # 95%, from per-step times (the sweep reads them)
         "samples_per_s": s.get("samples_per_s"),
         "tokens_per_s": s.get("tokens_per_s"),
         "step_ms_p50": s.get("step_ms_p50"),
@@ -113,12 +115,13 @@ def build_rows(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def reference_preset(rows: Sequence[Mapping[str, Any]]) -> str | None:
     """What speedups are measured against: the script as it is (asis) or baseline if it ran,
-    else the first row that did."""
-    measured = [r for r in rows if r.get("steps_per_s")]
-    base = next((r for r in measured if r["preset"] == "asis"), None)
-    base = base or next((r for r in measured if r["preset"] == "baseline"), None)
-    ref = base or (measured[0] if measured else None)
-    return ref["preset"] if ref else None
+    else the first DDP run that did (the recommendation's reference, so the two agree)."""
+    ref = reference(measured(rows))
+    return ref.preset if ref is not None else None
+
+
+def ci_text(ci: Sequence[float] | None) -> str:
+    return NA if not ci else f"{ci[0]:.2f}-{ci[1]:.2f}"
 
 
 # ---------------------------------------------------------------------------- the table
@@ -129,12 +132,14 @@ def table_cells(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list
     ref = reference_preset(rows)
     has_single = any(r["preset"] == "single" for r in rows)
     has_tokens = any(r.get("tokens_per_s") for r in rows)
+    has_ci = any(r.get("steps_per_s_ci") for r in rows)
     headers = [
         "preset",
         "settings",
         "ranks",
         "status",
         "steps/s",
+        *(["steps/s 95% CI"] if has_ci else []),
         "samples/s",
         *(["tokens/s"] if has_tokens else []),
         "step p50 ms",
@@ -152,6 +157,7 @@ def table_cells(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list
             fmt(r["world_size"], "d"),
             str(r["status"]),
             fmt(r["steps_per_s"], ".2f"),
+            *([ci_text(r.get("steps_per_s_ci"))] if has_ci else []),
             fmt(r["samples_per_s"], ".1f"),
             *([fmt(r.get("tokens_per_s"), ".0f")] if has_tokens else []),
             fmt(r["step_ms_p50"], ".1f"),
@@ -178,15 +184,17 @@ def render_markdown(
     diagnosis: Advice | None = None,
     notes: Sequence[str] = (),
 ) -> str:
-    """The whole sweep.md: title, table, notes, recommendation (and the advisor's reading of
-    the reference run when it has one)."""
+    """The whole sweep.md: title, table, notes, the recommendation (measured) and, when there
+    is one, the advisor's reading of the reference run set against the table (ddptop.analysis
+    .sweep_advice.explain), each tagged with its basis."""
     parts = [f"## {title}", "", markdown_table(rows), ""]
     failed = [r for r in rows if r["status"] not in ("completed",) and r["error"]]
     parts += [f"- {r['preset']}: {r['status']}: {r['error']}" for r in failed]
     parts += [f"- {n}" for n in notes]
     if failed or notes:
         parts.append("")
-    parts.append(f"**Recommendation:** {advice.reason}")
+    parts.append(f"**Recommendation ({advice.label}):** {advice.reason}")
     if diagnosis is not None and diagnosis.reason:
-        parts += ["", f"**Why (advisor, on the {reference_preset(rows)} run):** {diagnosis.reason}"]
+        parts += ["", f"**Why ({diagnosis.label}; the advisor on the {reference_preset(rows)} run):** "
+                  f"{diagnosis.reason}"]
     return "\n".join(parts) + "\n"

@@ -1,0 +1,203 @@
+"""What a sweep or tune measured, as a recommendation the table in front of it bears out: the
+fastest lossless configuration, the fastest lossy one with its caveat, or keep the reference
+(asis, else baseline) when nothing beats it beyond noise; and the advisor's prediction for the
+reference run set against what was measured (`explain`). Noise is each run's 95% steps/s
+interval from its per-step times (`rate_interval`) where the rows carry one, and always a
+minimum effect of NOISE (whole runs of one script vary by more than their per-step spread).
+
+Pure: rows (dicts) in, an Advice out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ddptop.analysis.advice import LOSSY_CAVEAT, NOISE, Advice, is_lossy
+from ddptop.model.config import PRESETS
+
+# Student's t, 97.5% quantile, by degrees of freedom: the batch-means interval.
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+BATCHES = 10  # consecutive batches of steps whose means are treated as independent
+MIN_STEPS = 20  # fewer measured steps on a rank: no interval
+
+
+def rate_interval(step_ms: Mapping[int, Sequence[float]]) -> tuple[float, float] | None:
+    """The 95% interval of a run's steps/s from each rank's measured step times (ms): the
+    slowest rank's, as the summary's steps/s is 1000 / its mean step. Batch means (10
+    consecutive batches) so that neighbouring steps, which are correlated, do not make it
+    too narrow. None when any rank has fewer than MIN_STEPS steps."""
+    if not step_ms or any(len(v) < MIN_STEPS for v in step_ms.values()):
+        return None
+    times = max(step_ms.values(), key=lambda v: sum(v) / len(v))
+    size = len(times) // BATCHES
+    means = [sum(times[i * size:(i + 1) * size]) / size for i in range(BATCHES)]
+    mean = sum(means) / BATCHES
+    sd = math.sqrt(sum((m - mean) ** 2 for m in means) / (BATCHES - 1))
+    half = _T975[BATCHES - 1] * sd / math.sqrt(BATCHES)
+    if mean - half <= 0:
+        return None
+    return 1000.0 / (mean + half), 1000.0 / (mean - half)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One completed run of a sweep (or trial of a tune) as the recommendation sees it."""
+
+    name: str  # as the table names it: a preset, asis, or a tune trial's label
+    preset: str  # the preset it ran (a tune trial's nearest: "custom" when none)
+    rate: float
+    ci: tuple[float, float] | None
+    lossy: bool
+    changes: dict[str, Any]
+
+
+def _lossy(row: Mapping[str, Any]) -> bool:
+    if "lossy" in row:
+        return bool(row["lossy"])
+    hook = str((row.get("in_effect") or {}).get("comm_hook") or "")  # a script's own hook
+    if "compress" in hook or "powerSGD" in hook:
+        return True
+    return row.get("preset") in PRESETS and is_lossy(row["preset"])
+
+
+def measured(rows: Sequence[Mapping[str, Any]]) -> list[Measured]:
+    """The completed DDP runs among `rows` (`single`, the per-GPU ceiling, is no DDP setting)."""
+    out = []
+    for r in rows:
+        if r.get("status") != "completed" or not r.get("steps_per_s") or r.get("preset") == "single":
+            continue
+        ci = r.get("steps_per_s_ci")
+        preset = str(r.get("preset"))
+        changes = r.get("point") or (PRESETS[preset].settings if preset in PRESETS else {})
+        out.append(Measured(str(r.get("name") or preset), preset, float(r["steps_per_s"]),
+                            (float(ci[0]), float(ci[1])) if ci else None, _lossy(r), dict(changes)))
+    return out
+
+
+def reference(done: Sequence[Measured]) -> Measured | None:
+    """What speedups are measured against: the script as it is (asis), else baseline, else
+    the first run that completed."""
+    for name in ("asis", "baseline"):
+        ref = next((m for m in done if m.preset == name), None)
+        if ref is not None:
+            return ref
+    return done[0] if done else None
+
+
+def beats(a: Measured, b: Measured) -> bool:
+    """Whether `a` is faster than `b` beyond noise: at least NOISE faster and, where both
+    carry a 95% interval, the intervals apart."""
+    if a.rate < b.rate * (1 + NOISE):
+        return False
+    return a.ci is None or b.ci is None or a.ci[0] > b.ci[1]
+
+
+def noise_text(done: Sequence[Measured]) -> str:
+    """How `beats` judged noise for these runs, in words."""
+    have = sum(m.ci is not None for m in done)
+    floor = f"a minimum effect of {NOISE:.0%}"
+    if have == len(done):
+        return f"noise: each run's 95% steps/s interval from its per-step times must clear the other's, and {floor}"
+    if have:
+        return f"noise: 95% steps/s intervals from per-step times where read ({have} of {len(done)} runs), and {floor}"
+    return f"noise: no per-step intervals for these runs, so {floor}"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The verdict over measured runs: the reference, what to use (None: keep the
+    reference), and the fastest lossless and lossy runs that beat the reference."""
+
+    ref: Measured
+    pick: Measured | None
+    lossless: Measured | None
+    lossy: Measured | None
+
+
+def choose(done: Sequence[Measured], ref: Measured) -> Choice:
+    """The fastest lossless run that beats `ref` beyond noise, the fastest lossy one, and
+    which to use: the lossy one only when it also beats the lossless one beyond noise."""
+    wins = [m for m in done if m is not ref and beats(m, ref)]
+    lossless = max((m for m in wins if not m.lossy), key=lambda m: m.rate, default=None)
+    lossy = max((m for m in wins if m.lossy), key=lambda m: m.rate, default=None)
+    pick = lossless
+    if lossy is not None and (lossless is None or beats(lossy, lossless)):
+        pick = lossy
+    return Choice(ref, pick, lossless, lossy)
+
+
+def recommend_from_sweep(rows: Sequence[Mapping[str, Any]]) -> Advice:
+    """The sweep's recommendation, from its rows alone (ddptop.commands.sweep_table.build_rows
+    makes them: `preset`, `status`, `steps_per_s`, optionally `steps_per_s_ci`)."""
+    done = measured(rows)
+    ref = reference(done)
+    if ref is None:
+        return Advice(None, reason="no DDP run of the sweep completed with measurements: nothing to recommend.",
+                      evidence=[f"{len(rows)} run(s)"], basis="measured")
+    c = choose(done, ref)
+    others = sorted((m for m in done if m is not ref), key=lambda m: -m.rate)
+    table = "; ".join([f"{ref.name} {ref.rate:.2f} steps/s"] + [_vs(m, ref) for m in others])
+    evidence = [f"{m.name}: {m.rate:.2f} steps/s" + (f" (95% CI {m.ci[0]:.2f}-{m.ci[1]:.2f})" if m.ci else "")
+                for m in done] + [noise_text(done)]
+    tail = f" Measured: {table}. {noise_text(done).capitalize()}."
+    if c.pick is None:
+        reason = f"keep {ref.name}: nothing beat it beyond noise." + _lossy_note(ref)
+        return Advice(ref.preset, {}, reason + tail, evidence=evidence, lossy=ref.lossy, basis="measured",
+                      reading=table)
+    pick = c.pick
+    reason = (f"{pick.name} is the fastest {'lossless ' if not pick.lossy else ''}configuration: "
+              f"{pick.rate:.2f} steps/s, {pick.rate / ref.rate:.2f}x {ref.name}.") + _lossy_note(pick)
+    if pick.lossy and c.lossless is not None:
+        reason += f" Fastest lossless: {c.lossless.name} ({c.lossless.rate / ref.rate:.2f}x {ref.name})."
+    elif pick.lossy:
+        reason += f" No lossless configuration beat {ref.name} beyond noise: keep {ref.name} if accuracy must not change."
+    elif c.lossy is not None:
+        reason += (f" {c.lossy.name} ({c.lossy.rate / ref.rate:.2f}x {ref.name}) compresses gradients and is "
+                   f"not faster than {pick.name} beyond noise.")
+    return Advice(pick.preset, dict(pick.changes), reason + tail, "info", evidence, pick.lossy, basis="measured",
+                  reading=table)
+
+
+def _vs(m: Measured, ref: Measured) -> str:
+    return f"{m.name} {m.rate / ref.rate:.2f}x" + (" (lossy)" if m.lossy else "")
+
+
+def _lossy_note(m: Measured) -> str:
+    return f" It compresses gradients: {LOSSY_CAVEAT}." if m.lossy else ""
+
+
+def explain(diagnosis: Advice | None, rows: Sequence[Mapping[str, Any]], what: str = "sweep") -> Advice | None:
+    """The advisor's reading of the reference run (`diagnosis`) set against the measured
+    `rows`, so the "why" under a recommendation never contradicts the table: a prediction
+    this `what` (sweep, tune) tried is replaced by its measurement; one it did not try stays
+    a labelled prediction; a measured reading (a straggler) and a warning (an unused NVLink)
+    are kept."""
+    done = measured(rows)
+    ref = reference(done)
+    if diagnosis is None or ref is None or not diagnosis.predicted:
+        return diagnosis
+    head = f"{diagnosis.warning} " if diagnosis.warning else ""
+    read = f" ({diagnosis.reading})" if diagnosis.reading else ""
+    target = next((m for m in done if m.preset == diagnosis.preset and m is not ref), None)
+    best = choose(done, ref).pick
+    if diagnosis.preset is None or not diagnosis.changes:
+        outcome = (f"this {what} measured {best.name} at {best.rate / ref.rate:.2f}x {ref.name}: the measurement stands"
+                   if best is not None else f"this {what} agrees: nothing beat {ref.name} beyond noise")
+        expected = "expected little to gain" if diagnosis.confidence else "had nothing to go on"
+        reason = f"{head}On the {ref.name} run the advisor's rules {expected}{read}; {outcome}."
+    elif target is not None:
+        x = target.rate / ref.rate
+        verdict = ("borne out" if beats(target, ref) else
+                   "not borne out: it ran slower" if beats(ref, target) else "not borne out: within noise")
+        reason = (f"{head}On the {ref.name} run the advisor's rules expected {target.name} to help{read}; this "
+                  f"{what} measured it at {x:.2f}x {ref.name}: {verdict}.")
+    else:
+        return Advice(diagnosis.preset, diagnosis.changes,
+                      f"Not measured in this {what}: {diagnosis.reason}", diagnosis.severity,
+                      diagnosis.evidence, diagnosis.lossy, "predicted", diagnosis.confidence,
+                      diagnosis.reading, diagnosis.warning)
+    return Advice(None, {}, reason, "warn" if diagnosis.warning else "info", diagnosis.evidence,
+                  basis="measured", reading=diagnosis.reading, warning=diagnosis.warning)
