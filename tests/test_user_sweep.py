@@ -93,7 +93,7 @@ def test_tune_on_the_users_script_finishes_within_its_budget_with_a_verdict(tmp_
         assert len(trials) >= 2, trials
     else:
         assert len(trials) >= 2 or "give a larger --budget" in res.stdout, res.stdout[-2000:]
-    assert data["best"] is not None and "**Best configuration:**" in res.stdout
+    assert data["best"] is not None and "**Recommendation (measured):**" in res.stdout
     assert data["best"]["command"].startswith("ddptop --nproc 2 ")
     assert data["best"]["command"].endswith(f"-- {sys.executable} {SCRIPT}")
     # the search starts from what the script's DDP really had

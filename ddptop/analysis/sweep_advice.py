@@ -52,6 +52,7 @@ class Measured:
     ci: tuple[float, float] | None
     lossy: bool
     changes: dict[str, Any]
+    trial: int = 0  # a tune's trial number
 
 
 def _lossy(row: Mapping[str, Any]) -> bool:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from ddptop.analysis.advisor import Advice, advise_run
+from ddptop.analysis.advisor import Advice, advise_run, explain
 from ddptop.commands.batch import (
     add_batch_args,
     add_run_args,
@@ -37,6 +37,7 @@ from ddptop.commands.batch import (
     write_outputs,
 )
 from ddptop.commands.batch_run import progress_line, run_one
+from ddptop.commands.sweep import with_interval
 from ddptop.commands.tune_report import baseline_rate, render_markdown, tune_rows, verdict
 from ddptop.commands.tune_search import (
     TUNE_KNOBS,
@@ -199,14 +200,7 @@ def advice_for(summary: Mapping[str, Any]) -> Advice | None:
     NCCL report and NVML topology it had), else `advise_run` on the summary alone."""
     data = summary.get("advice")
     if isinstance(data, Mapping) and "preset" in data:
-        return Advice(
-            data["preset"],
-            dict(data.get("changes") or {}),
-            data.get("reason", ""),
-            data.get("severity", "info"),
-            list(data.get("evidence") or []),
-            bool(data.get("lossy")),
-        )
+        return Advice.from_dict(data)
     try:
         return advise_run(summary)
     except Exception:  # noqa: BLE001 - no advice only changes where the search starts
@@ -272,12 +266,15 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, RunConfig]:
     return args, base
 
 
-def _notes(result: TuneResult) -> list[str]:
+def _notes(result: TuneResult, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Under the table: how the search ended, and the advisor's prediction on the baseline
+    run set against what the trials measured (so it never contradicts the table)."""
     notes = list(result.notes)
     if result.interrupted:
         notes.append("interrupted: the search stopped early")
-    if result.advice is not None:
-        notes.append(f"advisor on the baseline run: {result.advice.reason}")
+    why = explain(result.advice, rows, "tune")
+    if why is not None:
+        notes.append(f"advisor on the baseline run ({why.label}): {why.reason}")
     notes.append("steps/s are single runs: differences of a few percent are run-to-run noise")
     return notes
 
@@ -310,16 +307,17 @@ def main_tune(argv: Sequence[str]) -> int:
     started = time.time()
 
     def runner(config: RunConfig, where: Path) -> tuple[dict[str, Any], str, bool]:
-        return run_one(config, where, user_cmd)
+        summary, run_dir, interrupted = run_one(config, where, user_cmd)
+        return with_interval(summary, run_dir), run_dir, interrupted
 
     try:
         result = run_tune(base, tune_dir, args.budget, fixed, runner=runner)
     except KeyboardInterrupt:  # between runs, outside the runs' own signal handling
         result = TuneResult(interrupted=True)
-    rows = tune_rows(result.trials)
     extra = [p for p in args.overrides if p.split("=", 1)[0].strip() not in TUNE_KNOBS]
     best = verdict(result.trials, base.nproc, extra, user_cmd)
-    notes = _notes(result)
+    rows = tune_rows(result.trials, (best.get("recommended") or {}).get("trial"))
+    notes = _notes(result, rows)
     md = render_markdown(_title(tune_dir.name, base, result, started), rows, best, notes)
     data = {
         "tune_id": tune_dir.name,
@@ -335,6 +333,8 @@ def main_tune(argv: Sequence[str]) -> int:
         "advice": result.advice.to_dict() if result.advice is not None else None,
         "trials": rows,
         "best": best["best"],
+        "recommended": best.get("recommended"),
+        "keep_baseline": best.get("keep", False),
         "best_lossless": best.get("best_lossless"),
         "notes": notes,
     }

@@ -10,7 +10,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ddptop.analysis.advisor import LOSSY_CAVEAT, NOISE
+from ddptop.analysis.advisor import LOSSY_CAVEAT
+from ddptop.analysis.sweep_advice import Choice, Measured, choose, noise_text
 from ddptop.commands.sweep_table import build_rows, ratio_text, share_text
 from ddptop.commands.tune_search import (
     TUNE_KNOBS,
@@ -58,16 +59,18 @@ def baseline_rate(trials: Sequence[Trial]) -> float | None:
 # ---------------------------------------------------------------------------- the table
 
 
-def tune_rows(trials: Sequence[Trial]) -> list[dict[str, Any]]:
+def tune_rows(trials: Sequence[Trial], recommended: int | None = None) -> list[dict[str, Any]]:
     """One row per trial (in the order tried): sweep's row (settings, steps/s, comm share,
-    speedup vs baseline) plus the trial's number, origin and config label."""
+    speedup vs baseline) plus the trial's number, origin and config label; `best` marks the
+    `recommended` trial (the verdict's; by default the fastest)."""
     summaries = []
     for t in trials:
         s = dict(t.summary)
         s["preset"] = "baseline" if t.source == "baseline" else f"#{t.index}"
         summaries.append(s)
     rows = build_rows(summaries)
-    best = best_trial(trials)
+    fastest = best_trial(trials)
+    mark = recommended if recommended is not None else (fastest.index if fastest else None)
     for t, row in zip(trials, rows):
         row.update(
             trial=t.index,
@@ -75,7 +78,7 @@ def tune_rows(trials: Sequence[Trial]) -> list[dict[str, Any]]:
             config=preset_name(t.point),
             point=dict(t.point),
             lossy=is_lossy(t.point),
-            best=best is not None and t is best,
+            best=t.index == mark,
             run_dir=t.run_dir,
             wall_s=round(t.wall_s, 1),
             preset=preset_name(t.point),
@@ -88,8 +91,8 @@ def tune_rows(trials: Sequence[Trial]) -> list[dict[str, Any]]:
 
 
 def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Tried configs as a GitHub Markdown table, padded to read as plain text; the best
-    row is marked with `*`."""
+    """Tried configs as a GitHub Markdown table, padded to read as plain text; the
+    recommended row is marked with `*`."""
     cells = [
         [
             f"{r['trial']}{' *' if r.get('best') else ''}",
@@ -117,7 +120,7 @@ def render_markdown(
     parts += [f"- {n}" for n in notes]
     if notes:
         parts.append("")
-    parts.append(f"**Best configuration:** {result['text']}")
+    parts.append(f"**Recommendation (measured):** {result['text']}")
     return "\n".join(parts).rstrip() + "\n"
 
 
@@ -130,42 +133,65 @@ def verdict(
     extra_sets: Sequence[str] = (),
     user_cmd: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """The best configuration, its speedup and command line, and the fastest lossless one
-    when the best compresses gradients."""
+    """What to use, from the trials alone: the fastest lossless configuration that beats the
+    baseline beyond noise, the fastest lossy one with its caveat, or keep the baseline when
+    nothing does (ddptop.analysis.sweep_advice.choose, as the sweep decides). `best` is the
+    fastest trial whatever the noise; `recommended` the one to use."""
     best = best_trial(trials)
-    base = baseline_rate(trials)
     if best is None:
-        return {
-            "best": None,
-            "text": "no configuration completed with measurements: nothing to recommend.",
-        }
+        return {"best": None, "recommended": None,
+                "text": "no configuration completed with measurements: nothing to recommend."}
+    base = baseline_rate(trials)
 
-    def entry(t: Trial) -> dict[str, Any]:
-        return _entry(t, base, nproc, extra_sets, user_cmd)
+    def entry(t: Trial | None) -> dict[str, Any] | None:
+        return None if t is None else _entry(t, base, nproc, extra_sets, user_cmd)
 
-    out: dict[str, Any] = {"best": entry(best), "best_lossless": None}
-    b = out["best"]
-    gain = f", {b['speedup']:.2f}x baseline" if b["speedup"] else ""
-    text = (
-        f"#{best.index} ({b['settings']}): {best.rate:.2f} steps/s{gain}.\n\n    {b['command']}\n"
-    )
-    if b["speedup"] is not None and b["speedup"] < 1 + NOISE:
-        text += (
-            f"\nThat is within run-to-run noise ({NOISE:.0%}) of baseline: on this machine the DDP "
-            "settings barely matter.\n"
-        )
-    if b["lossy"]:
-        text += f"\nIt compresses gradients ({best.point['comm_hook']} hook): {LOSSY_CAVEAT}."
-        safe = best_trial(trials, lossless=True)
-        if safe is not None:
-            out["best_lossless"] = s = entry(safe)
-            sgain = f", {s['speedup']:.2f}x baseline" if s["speedup"] else ""
-            text += (
-                f" Fastest lossless: #{safe.index} ({s['settings']}): {safe.rate:.2f} steps/s{sgain}:"
-                f"\n\n    {s['command']}\n"
-            )
-    out["text"] = text
+    ranked = rank_trials(trials)
+    done = [_measured(t) for t in ranked]
+    ref = next((m for m, t in zip(done, ranked) if t.source == "baseline"), None)
+    c = choose(done, ref) if ref is not None else Choice(done[0], done[0], None, None)
+    by_index = {t.index: t for t in trials}
+
+    def trial(m: Measured | None) -> Trial | None:
+        return None if m is None else by_index[m.trial]
+
+    out: dict[str, Any] = {"best": entry(best), "keep": c.pick is None,
+                           "best_lossless": entry(trial(c.lossless)),
+                           "recommended": entry(trial(c.pick or c.ref))}
+    r = out["recommended"]
+    if c.pick is None:
+        fastest = "it was the fastest" if best.index == c.ref.trial else (
+            f"the fastest, #{best.index} ({out['best']['settings']}), ran {(best.rate or 0) / c.ref.rate:.2f}x it")
+        text = (f"keep the baseline, #{c.ref.trial} ({r['settings']}): nothing beat it beyond noise; "
+                f"{fastest}.\n\n    {r['command']}\n")
+    else:
+        text = f"#{c.pick.trial} ({r['settings']}): {c.pick.rate:.2f} steps/s{_gain(r)}.\n\n    {r['command']}\n"
+        if c.pick.lossy:
+            text += f"\nIt compresses gradients ({c.pick.changes['comm_hook']} hook): {LOSSY_CAVEAT}."
+            text += _lossless_text(out["best_lossless"])
+        elif c.lossy is not None:
+            lossy = by_index[c.lossy.trial]
+            text += (f"\n#{lossy.index} ({RunConfig().with_changes(**lossy.point).describe()}) compresses "
+                     f"gradients and is not faster than #{c.pick.trial} beyond noise.\n")
+    out["text"] = text + f"\n{noise_text(done).capitalize()}.\n"
     return out
+
+
+def _gain(e: Mapping[str, Any]) -> str:
+    return f", {e['speedup']:.2f}x baseline" if e.get("speedup") else ""
+
+
+def _lossless_text(s: Mapping[str, Any] | None) -> str:
+    if s is None:
+        return " No lossless configuration beat the baseline beyond noise: keep it if accuracy must not change.\n"
+    return f" Fastest lossless: #{s['trial']} ({s['settings']}): {s['steps_per_s']:.2f} steps/s{_gain(s)}:\n\n    {s['command']}\n"
+
+
+def _measured(t: Trial) -> Measured:
+    ci = t.summary.get("steps_per_s_ci")
+    return Measured(f"#{t.index}", t.label or preset_name(t.point), t.rate or 0.0,
+                    (float(ci[0]), float(ci[1])) if ci else None, is_lossy(t.point), dict(t.point),
+                    trial=t.index)
 
 
 def _entry(t: Trial, base: float | None, nproc: int, extra_sets: Sequence[str],

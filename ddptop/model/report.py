@@ -188,7 +188,7 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
         cause = (summary.get("stall") or {}).get("cause")
         lines.append(f"stalls: {summary['stalls']} (stacks in stacks/)" + (f"; last one: {cause}" if cause else ""))
     if summary.get("advice"):
-        lines.append(f"advice: {summary['advice'].get('reason', '')}")
+        lines.append(advice_line(summary["advice"]))
     for cap in summary.get("captures") or []:
         comm = (cap.get("summary") or {}).get("comm_ms_mean")
         agree = (cap.get("summary") or {}).get("timer_vs_trace_mean")
@@ -206,6 +206,15 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
     lines.append(f"records: {run_dir}")
     # a summary.json read back may hold a rank's raw bytes (an older ddptop's, or edited)
     return printable("\n".join(lines), newlines=True)
+
+
+def advice_line(advice: dict[str, Any]) -> str:
+    """`advice (measured): ...`, or a prediction, whose reason starts with its own label (an
+    older summary's advice, which has none, was a rule's prediction too)."""
+    reason = str(advice.get("reason") or "")
+    label = str(advice.get("label") or "expected, not measured yet")
+    said = reason.lower().startswith(label.split(" (")[0])
+    return f"advice{'' if said else f' ({label})'}: {reason}"
 
 
 def closing_lines(state: RunState, run_dir: str | os.PathLike[str], summary: dict[str, Any] | None = None) -> str:
