@@ -35,41 +35,64 @@ def _key(e: dict[str, Any]) -> tuple[Any, ...]:
             args.get("correlation"), args.get("External id"), args.get("stream"), len(args))
 
 
-def clean(events: Sequence[Any]) -> tuple[list[Any], dict[str, int]]:
-    """The events worth summarising and how many of each kind were dropped."""
-    counts = dict.fromkeys(REASONS, 0)
-    seen: set[tuple[Any, ...]] = set()
-    kept: list[Any] = []
-    for e in events:
+class Cleaner:
+    """The checks one event at a time (a trace streamed from disk): `keep` says whether an event
+    is worth summarising; `limit` is then the longest a GPU activity may be (None without step
+    markers), `dropped` what was left out. Duplicates are remembered by their key's hash (8 bytes
+    an event, not the event)."""
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(REASONS, 0)
+        self._seen: set[int] = set()
+        self._steps: list[tuple[float, float]] = []
+
+    def keep(self, e: Any) -> bool:
         if not isinstance(e, dict):
-            counts["not_number"] += 1
-            continue
-        if e.get("ph") == "X":
+            self.counts["not_number"] += 1
+            return False
+        complete = e.get("ph") == "X"
+        if complete:
             _, why = _dur(e)
             if why:
-                counts[why] += 1
-                continue
-        if e.get("ph") == "M":  # metadata (thread names, sort indexes): torch repeats some, harmlessly
-            kept.append(e)
-            continue
+                self.counts[why] += 1
+                return False
+        elif e.get("ph") == "M":  # metadata (thread names, sort indexes): torch repeats some, harmlessly
+            return True
         try:
-            key = _key(e)
-            if key in seen:
-                counts["duplicate"] += 1
-                continue
-            seen.add(key)
+            key = hash(_key(e))
+            if key in self._seen:
+                self.counts["duplicate"] += 1
+                return False
+            self._seen.add(key)
         except TypeError:  # unhashable values: kept, not deduplicated
             pass
-        kept.append(e)
-    steps = merge((e["ts"], e["ts"] + e["dur"]) for e in kept
-                  if e.get("ph") == "X" and str(e.get("name", "")).startswith(STEP_NAMES))
-    if steps:
-        limit = SLACK * (steps[-1][1] - steps[0][0])
+        if complete and str(e.get("name", "")).startswith(STEP_NAMES):
+            self._steps.append((e["ts"], e["ts"] + e["dur"]))
+        return True
+
+    def limit(self) -> float | None:
+        steps = merge(self._steps)
+        return SLACK * (steps[-1][1] - steps[0][0]) if steps else None
+
+    def dropped(self) -> dict[str, int]:
+        return {k: v for k, v in self.counts.items() if v}
+
+
+def implausible(e: dict[str, Any], limit: float) -> bool:
+    """A GPU activity longer than the steps allow."""
+    return e.get("ph") == "X" and str(e.get("cat", "")).lower() in GPU_CATS and e["dur"] > limit
+
+
+def clean(events: Sequence[Any]) -> tuple[list[Any], dict[str, int]]:
+    """The events worth summarising and how many of each kind were dropped."""
+    cleaner = Cleaner()
+    kept = [e for e in events if cleaner.keep(e)]
+    limit = cleaner.limit()
+    if limit is not None:
         before = len(kept)
-        kept = [e for e in kept if not (e.get("ph") == "X" and str(e.get("cat", "")).lower() in GPU_CATS
-                                        and e["dur"] > limit)]
-        counts["implausible"] = before - len(kept)
-    return kept, {k: v for k, v in counts.items() if v}
+        kept = [e for e in kept if not implausible(e, limit)]
+        cleaner.counts["implausible"] = before - len(kept)
+    return kept, cleaner.dropped()
 
 
 def dropped_line(counts: dict[str, int]) -> str | None:

@@ -6,13 +6,15 @@ capture's traces are parsed one at a time and only the small part is kept. Pure.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ddptop.analysis.cross_rank import Collective, collectives, cross_rank
+from ddptop.analysis.event_store import EventStore
 from ddptop.analysis.hook_work import hook_work
 from ddptop.analysis.host_device import host_or_device
-from ddptop.analysis.plausibility import clean, dropped_line
+from ddptop.analysis.plausibility import Cleaner, dropped_line
 from ddptop.analysis.trace_analysis import activities, summarize, trace_events
 
 
@@ -26,15 +28,34 @@ class RankTrace:
 def rank_trace(trace: Any, top: int = 10) -> RankTrace:
     """ValueError when `trace` is not a Chrome trace."""
     events, meta = trace_events(trace)
-    events, dropped = clean(events)
-    acts, source = activities(events)
-    summary = summarize(events, meta, acts, source, top)
+    return rank_trace_of(events, meta, top)
+
+
+def kept_events(events: Iterable[Any]) -> tuple[EventStore, dict[str, int]]:
+    """The events worth summarising (ddptop.analysis.plausibility), those some analysis reads
+    kept small (ddptop.analysis.event_store), and what was dropped: one pass, so `events` may be
+    a stream."""
+    cleaner, store = Cleaner(), EventStore()
+    for e in events:
+        if cleaner.keep(e) and e.get("ph") == "X":
+            store.add(e)
+    limit = cleaner.limit()
+    if limit is not None:
+        cleaner.counts["implausible"] = store.drop_longer(limit)
+    return store, cleaner.dropped()
+
+
+def rank_trace_of(events: Iterable[Any], meta: dict[str, Any] | None, top: int = 10) -> RankTrace:
+    """One rank's trace from its events (a list, or a stream read from disk) and distributedInfo."""
+    store, dropped = kept_events(events)
+    acts, source = activities(store)
+    summary = summarize(store, meta, acts, source, top)
     if dropped:  # bad values are counted and said, never silently left out
         summary["dropped"] = dropped
         summary["dropped_note"] = dropped_line(dropped)
     if source == "gpu":
-        summary["bound"] = host_or_device(events, acts)
-    hook = hook_work(events, acts, source)
+        summary["bound"] = host_or_device(store, acts)
+    hook = hook_work(store, acts, source)
     if hook is not None:  # communication under a comm hook: its collectives plus this
         summary["hook"] = hook
     return RankTrace(summary, collectives(acts, source), len(acts))

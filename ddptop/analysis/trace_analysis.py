@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +55,7 @@ OPEN_WITH = "open a trace in https://ui.perfetto.dev (drop the .json.gz in) or r
 # ---------------------------------------------------------------------------- events
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a large trace has hundreds of thousands
 class Activity:
     """One GPU activity (kernel, memcpy, memset) or, on a CPU trace, one CPU op."""
 
@@ -83,17 +83,15 @@ def _num(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _timed(events: Iterable[Any]) -> list[tuple[dict[str, Any], float, float]]:
-    """Complete events ('X') with numeric ts/dur as (event, start, end)."""
-    out = []
+def _timed(events: Iterable[Any]) -> Iterator[tuple[dict[str, Any], float, float]]:
+    """Complete events ('X') with numeric ts/dur as (event, start, end), one at a time."""
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         ts, dur = _num(e.get("ts")), _num(e.get("dur"))
         if ts is None or dur is None or dur < 0:
             continue
-        out.append((e, ts, ts + dur))
-    return out
+        yield e, ts, ts + dur
 
 
 def _args(e: dict[str, Any]) -> dict[str, Any]:
@@ -263,7 +261,7 @@ def trace_events(trace: Any) -> tuple[list[Any], dict[str, Any] | None]:
     return events, meta if isinstance(meta, dict) else None
 
 
-def activities(events: list[Any]) -> tuple[list[Activity], str]:
+def activities(events: Sequence[Any]) -> tuple[list[Activity], str]:
     """The GPU activities, or on a trace without any, the CPU ops; and which (gpu | cpu)."""
     acts = gpu_activities(events)
     return (acts, "gpu") if acts else (cpu_activities(events), "cpu")
@@ -276,7 +274,7 @@ def analyze(trace: Any, top: int = 10) -> dict[str, Any]:
     return summarize(events, meta, acts, source, top)
 
 
-def summarize(events: list[Any], meta: dict[str, Any] | None, acts: list[Activity], source: str,
+def summarize(events: Sequence[Any], meta: dict[str, Any] | None, acts: list[Activity], source: str,
               top: int = 10) -> dict[str, Any]:
     """The summary of one rank's trace from its events and `activities`."""
     steps, marker = step_spans(events)

@@ -13,12 +13,13 @@ from typing import Any
 from ddptop.analysis.cross_rank import describe
 from ddptop.analysis.hook_work import describe_hook
 from ddptop.analysis.trace_analysis import OPEN_WITH
-from ddptop.analysis.trace_diff import describe_diff, diff
+from ddptop.analysis.trace_diff import describe_diff
 from ddptop.model.report import NA, fmt, table
 from ddptop.model.usage import USAGE_EXIT, OneLineParser, UsageError
 from ddptop.run.trace_files import (
     SUFFIXES,
     TraceError,
+    diff_captures,
     read_trace,
     summarize_files,
     summarize_traces,
@@ -128,8 +129,7 @@ def main_trace(argv: list[str]) -> int:
         if args.diff:
             if len(args.paths) != 2:
                 raise UsageError(f"--diff compares two captures A B, got {len(args.paths)} paths")
-            before, after = (summarize_traces([p], top=100_000)[0] for p in args.paths)  # every kernel
-            d = diff(before, after, kernels=args.top)
+            d = diff_captures(args.paths[0], args.paths[1], kernels=args.top)
             return _print(json.dumps(d, indent=1) if args.json else "\n".join(describe_diff(d)))
         summaries, cross = summarize_traces(args.paths, top=args.top)
     except (UsageError, TraceError) as exc:

@@ -1,5 +1,6 @@
 """CapturePipeline: profile the same steps on every rank, follow the ranks' reports, and
-summarize each window once every rank has written its trace (and, after an nsys run,
+summarize each window once every rank has written its trace, in a child process
+(ddptop.run.trace_job: the UI's loop never waits on it; and, after an nsys run,
 put nsys's stats into the captures). Also `agreed_step`, the step no rank has reached
 yet that captures and stops are scheduled at. No UI, no torch.
 """
@@ -18,7 +19,8 @@ from ddptop.model.state import RunState
 from ddptop.run.hub import Hub
 from ddptop.run.nsys import attach_nsys, nsys_report
 from ddptop.run.recorder import write_json
-from ddptop.run.trace_files import summarize_capture_traces
+from ddptop.run.trace_files import TraceError
+from ddptop.run.trace_job import summarize_capture
 from ddptop.wire import protocol
 
 DRAIN_TIMEOUT_S = 30.0  # summaries still being made when the run ends
@@ -86,13 +88,16 @@ class CapturePipeline:
 
     async def _process(self, cap: Capture) -> None:
         try:
-            summary = await asyncio.to_thread(summarize_capture_traces, cap.files)
+            # in a child process: parsing holds the GIL, and a large trace would stall the UI
+            summary = await summarize_capture(cap.files)
             window = range(cap.start, cap.start + cap.count)
             await self._records_arrived(window[-1])
             compare_with_timer(summary, {r: list(rs.recent) for r, rs in self.state.ranks.items()}, window)
             cap.summary = summary
             cap.status = "done"  # before writing: the file on disk says how the capture ended
             write_json(Path(cap.out_dir) / "summary.json", cap.to_dict())
+        except TraceError as exc:  # the child's one line: out of memory, killed, too slow
+            cap.status, cap.error = "failed", f"summary: {exc}"
         except Exception as exc:  # noqa: BLE001 - a bad trace must not take the run down
             cap.status, cap.error = "failed", f"summary: {type(exc).__name__}: {exc}"
 

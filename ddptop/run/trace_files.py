@@ -1,6 +1,13 @@
 """Reading torch.profiler traces from disk: `.json`, `.json.gz`, a directory of them, each
 summarised by ddptop.analysis.rank_trace (one at a time: only the summary and the collectives
-are kept), and the ranks' cross-rank view. Every bad input is one line (TraceError)."""
+are kept), and the ranks' cross-rank view. Every bad input is one line (TraceError).
+
+A trace is streamed (ijson: one event at a time, only what the analyses read is kept), so a
+200 MB trace is summarised in a few hundred MB, not five times its size. What the strict
+streamed parser refuses (NaN or 1e400 where Python's json reads nan and inf, integers past 64
+bits, a byte-order mark, anything malformed) is read whole with Python's json as before: the
+same summary, or the same one-line error. The one known difference: a lone UTF-16 surrogate
+escape in a name (`\\ud800`) streams as '?'."""
 
 from __future__ import annotations
 
@@ -8,11 +15,15 @@ import gzip
 import json
 import re
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+import ijson
 
 from ddptop.analysis.capture import capture_summary
-from ddptop.analysis.rank_trace import RankTrace, capture_cross_rank, rank_trace
+from ddptop.analysis.rank_trace import RankTrace, capture_cross_rank, rank_trace, rank_trace_of
+from ddptop.analysis.trace_diff import diff
 
 SUFFIXES = (".json", ".json.gz")
 
@@ -54,6 +65,57 @@ def read_trace(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def _open(path: Path) -> IO[bytes]:
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+
+
+def _events_prefix(path: Path) -> str | None:
+    """Where a trace's events are ('item' for a bare list, 'traceEvents.item'), read from the
+    tokens before them; None for anything else (read whole: its error says what it is)."""
+    with _open(path) as f:
+        for prefix, event, _ in ijson.parse(f, use_float=True):
+            if prefix == "":
+                if event == "start_array":
+                    return "item"
+                if event != "start_map" and event != "map_key":
+                    return None  # a scalar, or the object ended without traceEvents
+            elif prefix == "traceEvents":
+                return "traceEvents.item" if event == "start_array" else None
+    return None
+
+
+def _meta(path: Path) -> dict[str, Any] | None:
+    """distributedInfo (torch writes it before the events: found without reading them)."""
+    with _open(path) as f:
+        meta = next(ijson.items(f, "distributedInfo", use_float=True), None)
+    return meta if isinstance(meta, dict) else None
+
+
+def _stream(path: Path, prefix: str) -> Iterator[Any]:
+    with _open(path) as f:
+        yield from ijson.items(f, prefix, use_float=True)
+
+
+def streamed_rank_trace(path: Path, top: int = 10) -> RankTrace | None:
+    """One rank's trace read as a stream; None where the streamed parser cannot (see above)."""
+    try:
+        prefix = _events_prefix(path)
+        if prefix is None:
+            return None
+        return rank_trace_of(_stream(path, prefix), _meta(path) if prefix != "item" else None, top)
+    except MemoryError:
+        raise
+    except Exception:  # noqa: BLE001 - ijson's errors, a bad gzip...: the whole read says it exactly
+        return None
+
+
+def read_rank_trace(path: Path, top: int = 10) -> RankTrace:
+    """One rank's trace summarised, streamed where it can be; TraceError (one line) when it is
+    not a trace."""
+    view = streamed_rank_trace(path, top)
+    return view if view is not None else _rank_trace(path, read_trace(path), top)
+
+
 def _natural(path: Path) -> list[Any]:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path.name)]
 
@@ -89,13 +151,11 @@ def summarize_traces(targets: list[str], top: int = 10) -> tuple[list[dict[str, 
     out, views = [], []
     for path in trace_paths(targets):
         try:
-            trace = read_trace(path)
+            view = read_rank_trace(path, top)
         except TraceError as exc:
             if path not in named and "no traceEvents" in str(exc):
                 continue
             raise
-        view = _rank_trace(path, trace, top)
-        del trace
         views.append(view)
         out.append({"file": str(path), **view.summary})
     if not out:
@@ -129,7 +189,7 @@ def summarize_capture_traces(files: dict[int, list[str]], top: int = 10) -> dict
             ranks[str(rank)] = {"files": paths, "note": "no trace to summarise (nsys writes its own report)"}
             continue
         try:
-            view = _rank_trace(Path(traces[0]), read_trace(traces[0]), top)
+            view = read_rank_trace(Path(traces[0]), top)
         except TraceError as exc:
             ranks[str(rank)] = {"error": f"cannot read {exc}"}
             continue
@@ -140,3 +200,10 @@ def summarize_capture_traces(files: dict[int, list[str]], top: int = 10) -> dict
     if cross is not None:
         out["cross_rank"] = cross
     return out
+
+
+def diff_captures(before: str, after: str, kernels: int = 5) -> dict[str, Any]:
+    """`ddptop trace A B --diff`: each capture's traces (a DIR or FILE) summarised with every
+    kernel, compared (ddptop.analysis.trace_diff)."""
+    a, b = (summarize_traces([p], top=100_000)[0] for p in (before, after))
+    return diff(a, b, kernels=kernels)
