@@ -92,6 +92,9 @@ def test_a_lossless_preset_wins_and_a_lossy_one_within_noise_of_it_is_not_picked
     assert advice.reason.startswith("overlap is the fastest lossless configuration: 11.50 steps/s, 1.15x asis")
     assert "bf16 (1.17x asis) compresses gradients and is not faster than overlap beyond noise" in advice.reason
     assert "measured it at 1.15x asis: borne out" in why.reason
+    slower = recommend_from_sweep(build_rows([run("asis", 10.0), run("overlap", 12.0), run("bf16", 11.0)]))
+    assert slower.preset == "overlap" and "bf16 (1.10x asis) compresses gradients and ran slower than overlap" \
+        in slower.reason
 
 
 def test_only_a_lossy_preset_wins_and_says_its_caveat_and_that_no_lossless_one_did():

@@ -156,10 +156,15 @@ def recommend_from_sweep(rows: Sequence[Mapping[str, Any]]) -> Advice:
     elif pick.lossy:
         reason += f" No lossless configuration beat {ref.name} beyond noise: keep {ref.name} if accuracy must not change."
     elif c.lossy is not None:
-        reason += (f" {c.lossy.name} ({c.lossy.rate / ref.rate:.2f}x {ref.name}) compresses gradients and is "
-                   f"not faster than {pick.name} beyond noise.")
+        reason += (f" {c.lossy.name} ({c.lossy.rate / ref.rate:.2f}x {ref.name}) compresses gradients and "
+                   f"{not_faster(c.lossy, pick)}.")
     return Advice(pick.preset, dict(pick.changes), reason + tail, "info", evidence, pick.lossy, basis="measured",
                   reading=table)
+
+
+def not_faster(a: Measured, b: Measured) -> str:
+    """Why `a` is not picked over `b`, which it does not beat beyond noise."""
+    return f"ran slower than {b.name}" if a.rate < b.rate else f"is not faster than {b.name} beyond noise"
 
 
 def _vs(m: Measured, ref: Measured) -> str:

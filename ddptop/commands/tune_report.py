@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddptop.analysis.advisor import LOSSY_CAVEAT
-from ddptop.analysis.sweep_advice import Choice, Measured, choose, noise_text
+from ddptop.analysis.sweep_advice import Choice, Measured, choose, noise_text, not_faster
 from ddptop.commands.sweep_table import build_rows, ratio_text, share_text
 from ddptop.commands.tune_search import (
     TUNE_KNOBS,
@@ -172,7 +172,7 @@ def verdict(
         elif c.lossy is not None:
             lossy = by_index[c.lossy.trial]
             text += (f"\n#{lossy.index} ({RunConfig().with_changes(**lossy.point).describe()}) compresses "
-                     f"gradients and is not faster than #{c.pick.trial} beyond noise.\n")
+                     f"gradients and {not_faster(c.lossy, c.pick)}.\n")
     out["text"] = text + f"\n{noise_text(done).capitalize()}.\n"
     return out
 
