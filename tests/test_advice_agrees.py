@@ -194,3 +194,16 @@ def test_tune_keeps_the_baseline_when_nothing_beats_it_and_marks_that_row():
     assert [r["best"] for r in rows] == [True, False, False]
     won = verdict([trial(1, "baseline", 10.0), trial(2, "overlap", 12.0)], 2)
     assert not won["keep"] and won["recommended"]["trial"] == 2 and won["text"].startswith("#2 (")
+
+
+def test_the_wiring_tab_shows_the_data_straggler_and_the_prediction_label():
+    from ddptop.tui.widgets.wiring_panel import advice_lines
+
+    late = {"rank": 1, "phase": "data", "excess_ms": 5.6}
+    shown = " ".join(t.plain for t in advice_lines(advise(run("asis", 17.9, share=0.6, straggler=late),
+                                                          transports={"shm"}), width=80))
+    assert "rank 1 straggler: data +5.6 ms/step: look at its input pipeline" in " ".join(shown.split())
+    assert "compress" not in shown and "lossy" not in shown
+    predicted = advise(run("asis", 10.0, share=0.3), transports={"nvlink"}, hw_links={"nvlink"})
+    shown = " ".join(" ".join(t.plain for t in advice_lines(predicted, width=80)).split())
+    assert "Expected, not measured yet (low confidence)" in shown
