@@ -143,8 +143,11 @@ def test_real_logs_nvlink_run_gives_nvlink_with_topology_and_no_compression():
     assert transport_classes(report) == {"p2p"}
     assert transport_classes(report, topology("NV18")) == {"nvlink"}
     assert transport_classes(report, topology("PIX")) == {"pcie-p2p"}
-    a = advise(summary(share=0.08), transports=transport_classes(report, topology("NV18")))
+    a = advise(summary(share=0.3), transports=transport_classes(report, topology("NV18")))
     assert a.preset == "overlap" and not a.lossy and a.severity == "info"
+    # 8% of the step on NVLink: no setting can gain more than that, as on any path
+    low = advise(summary(share=0.08), transports=transport_classes(report, topology("NV18")))
+    assert low.preset is None and "nothing worth tuning" in low.reason and low.confidence == "high"
 
 
 def test_summary_nccl_labels_are_used_when_no_transports_are_given():

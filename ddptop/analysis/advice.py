@@ -37,7 +37,7 @@ PATH_TEXT = {
 # slow path, since the measured share already includes the compression's effect.
 LADDER = ("overlap", "bf16-overlap", "powersgd")
 LOSSY_CAVEAT = "compression hooks are lossy: check that accuracy holds"
-NOISE = 0.03  # sweep differences below this are run-to-run noise
+NOISE = 0.03  # the least gain a sweep or tune counts as real, whatever its runs' intervals say
 
 
 # How sure a prediction is (Advice.confidence), and what each level means.

@@ -82,6 +82,8 @@ def fast_path(
     said = f"ranks talk over {PATH_TEXT[path]}"
     if share is not None:
         said += f" and all-reduce is {share:.0%} of the step"
+        if share < MODERATE:  # as on a slow path: the most any setting could gain is this share
+            return _nothing(config, said, evidence)
     if not changes:
         return Advice("overlap", {}, f"{said}: already on the overlap settings; nothing to change.",
                       evidence=evidence, confidence="medium", reading=said)
