@@ -62,7 +62,9 @@ def test_enter_on_a_rank_opens_its_detail_with_timeline_memory_and_processes(tmp
             await pilot.pause()
             assert isinstance(app.screen, RankDetailScreen) and app.screen.rank == 2
             body = str(app.screen.query_one("#detail-body", Static).render())
-            assert "rank 2" in body and "memory" in body and "process" in body and "recent steps" in body
+            title = str(app.screen.query_one("#detail-title", Static).render())
+            assert title.startswith("Rank detail: ▲ rank 2") and "straggler" in title  # issue 31: titled
+            assert "memory" in body and "process" in body and "steps (last 50)" in body
             timeline = str(app.screen.query_one(StepTimelineView).render())
             assert "all-reduce" in timeline and "ms" in timeline
             await pilot.press("right_square_bracket")
@@ -178,12 +180,12 @@ def test_the_ranks_tab_draws_the_cursor_rows_last_step_when_the_terminal_is_tall
             app.refresh_views()
             await pilot.pause()
             view = app.query_one("#overview-timeline", StepTimelineView)
-            assert view.display and view.border_title.startswith("rank 0's last step")
+            assert view.display and view.border_title.startswith("rank 0: the cursor's row")
             assert "all-reduce" in str(view.render())
             await pilot.press("down")
             app.refresh_views()
             await pilot.pause()
-            assert view.border_title.startswith("rank 1's last step")
+            assert view.border_title.startswith("rank 1: the cursor's row")
             assert "in 2 buckets" in str(view.render()) and "buckets" in str(view.render()).splitlines()[2]
             table = app.query_one(RankTable)
             assert table.region.bottom <= app.query_one("#throughput").region.y  # nothing overlaps
@@ -192,7 +194,7 @@ def test_the_ranks_tab_draws_the_cursor_rows_last_step_when_the_terminal_is_tall
         async with small.run_test(size=(80, 24)) as pilot:  # no room: the charts keep theirs
             small.refresh_views()
             await pilot.pause()
-            assert not small.query_one("#overview-timeline", StepTimelineView).display
+            assert not small.query_one("#timelines").display and not small.query_one("#rank-lanes").display
 
     asyncio.run(main())
 

@@ -202,7 +202,7 @@ def test_a_read_only_viewer_refuses_stop_restart_settings_detach_and_capture(tmp
         app, session = live_app(tmp_path, read_only=True, viewer="web")
         async with app.run_test(size=(120, 40)) as pilot:
             assert app.workbench.is_live()
-            for key in ("x", "n", "s", "d", "c"):
+            for key in ("x", "R", "s", "d", "c"):
                 await pilot.press(key)
                 await pilot.pause()
                 assert app.screen is app.screen_stack[0], key  # no settings screen, no question

@@ -18,6 +18,9 @@ from typing import Any, Protocol
 from ddptop.wire.protocol import PHASES
 
 WINDOW = 50  # a rank's last records that the slowest-rank rule looks at
+# The windows figures are taken over, as every view names them (issue 31: a figure says which).
+RECENT_LABEL = f"last {WINDOW}"  # each rank's last WINDOW records
+RUN_LABEL = "run"  # the whole run after warmup
 MIN_RECORDS = 5  # ...at least this many, or the rank is not ranked
 STALL_MIN_S = 10.0
 STALL_STEPS = 20  # a stall is this many median steps with no progress (at least STALL_MIN_S)
@@ -41,9 +44,10 @@ class RankRecords(Protocol):
 class RankFigures:
     """One rank's recent window, read once."""
 
+    # Every figure but step_ms is over the rank's last WINDOW records (RECENT_LABEL).
     p50: float | None
     p95: float | None
-    own_ms: float | None  # median own work (step minus exposed comm) over the last WINDOW records
+    own_ms: float | None  # median own work (step minus exposed comm)
     ranked: bool  # enough records (MIN_RECORDS, all timed) to be compared with other ranks
     samples_per_step: float | None
     samples_per_s: float | None  # samples_per_step / p50: the same statistic as the rank's p50
@@ -52,7 +56,7 @@ class RankFigures:
     comm_share: float | None  # all-reduce in flight / step time
     exposed_share: float | None  # exposed all-reduce wait / step time
     compressing: float | None  # the last record's flag, if the probe sends it
-    step_ms: tuple[float, ...]  # the window's step times, oldest first
+    step_ms: tuple[float, ...]  # the step times of the rank's whole ring (RECENT), oldest first
 
 
 EMPTY = RankFigures(None, None, None, False, None, None, dict.fromkeys(PHASES, 0.0), False, None, None, None, ())
@@ -73,17 +77,17 @@ def pct(ordered: list[float], q: float) -> float | None:
 
 
 class RankWindow:
-    """Running sums over a mirror of one rank's recent-record ring buffer, updated
-    by the records that arrived since the last look (not by rescanning it)."""
+    """A mirror of one rank's recent-record ring buffer (its step times: the sparkline's
+    history) with running sums over its last WINDOW rows, the window every figure of the
+    rank is taken over; updated by the records that arrived since the last look (not by
+    rescanning them)."""
 
     def __init__(self) -> None:
         self.seen = -1
         self.rows: collections.deque[tuple[float | None, ...]] = collections.deque()
-        # Step times and own times (step minus exposed comm) of the rows that have a
-        # step time, in order: sorted() on these is C speed, a generator is not.
+        # Step times of the ring's rows that have one, in order (the sparkline's history).
         self.steps: collections.deque[float] = collections.deque()
-        self.own: collections.deque[float] = collections.deque()
-        self.sums = [0.0] * len(_FIELDS)
+        self.sums = [0.0] * len(_FIELDS)  # over the last WINDOW rows
         self.n_samples = self.n_comm = self.n_exposed = self.added = 0
         self.comm_step = 0.0  # step time of the rows that carry comm_ms (timed every Nth step on GPU)
         self.tail: list[dict[str, float]] = []  # the last WINDOW records
@@ -93,19 +97,12 @@ class RankWindow:
     def _row(rec: dict[str, float]) -> tuple[float | None, ...]:
         return tuple(rec.get(k) for k in _FIELDS)
 
-    def _add(self, row: tuple[float | None, ...], sign: int) -> None:
+    def _sum(self, row: tuple[float | None, ...], sign: int) -> None:
+        """`row` into (sign 1) or out of (-1) the window's sums."""
         sums = self.sums
         for i, v in enumerate(row):
             if v is not None:
                 sums[i] += sign * v
-        step = row[_STEP]
-        if step is not None:
-            if sign > 0:
-                self.steps.append(step)
-                self.own.append(step - (row[_EXPOSED] or 0.0))
-            else:
-                self.steps.popleft()
-                self.own.popleft()
         if row[_SAMPLES] is not None:
             self.n_samples += sign
         if row[_EXPOSED] is not None:
@@ -114,29 +111,35 @@ class RankWindow:
             self.n_comm += sign
             self.comm_step += sign * (row[_STEP] or 0.0)
 
+    def _push(self, row: tuple[float | None, ...], maxlen: int) -> None:
+        rows = self.rows
+        if len(rows) == maxlen and rows.popleft()[_STEP] is not None:
+            self.steps.popleft()
+        rows.append(row)
+        if row[_STEP] is not None:
+            self.steps.append(row[_STEP])  # type: ignore[arg-type]
+        self._sum(row, 1)
+        if len(rows) > WINDOW:  # the row that just left the window
+            self._sum(rows[-WINDOW - 1], -1)
+
     def update(self, rs: RankRecords) -> RankFigures:
         """Catch up with `rs` and return its figures (recomputed only if records arrived)."""
         new = rs.steps - self.seen
         if self.seen >= 0 and new == 0:
             return self.figures
         recent = rs.recent
-        maxlen = recent.maxlen or len(recent)
+        maxlen = max(recent.maxlen or len(recent), WINDOW + 1)
         if self.seen < 0 or new < 0 or new > len(recent) or self.added > _RESUM_EVERY:
-            self.rows = collections.deque((self._row(r) for r in recent), maxlen)
+            self.rows = collections.deque(maxlen=maxlen)
             self.steps.clear()
-            self.own.clear()
             self.sums = [0.0] * len(_FIELDS)
             self.n_samples = self.n_comm = self.n_exposed = self.added = 0
             self.comm_step = 0.0
-            for row in self.rows:
-                self._add(row, 1)
+            for rec in recent:
+                self._push(self._row(rec), maxlen)
         else:
             for i in range(new, 0, -1):
-                row = self._row(recent[-i])
-                if len(self.rows) == maxlen:
-                    self._add(self.rows.popleft(), -1)
-                self.rows.append(row)
-                self._add(row, 1)
+                self._push(self._row(recent[-i]), maxlen)
                 self.added += 1
         self.seen = rs.steps
         start = max(len(recent) - WINDOW, 0)
@@ -145,15 +148,17 @@ class RankWindow:
         return self.figures
 
     def _figures(self) -> RankFigures:
-        n = len(self.rows)
+        rows = self.rows
+        n = min(len(rows), WINDOW)
         if not n:
             return EMPTY
+        window = [rows[i] for i in range(len(rows) - n, len(rows))]
         sums = self.sums
-        steps = tuple(self.steps)
-        ordered = sorted(steps)
+        timed = [r for r in window if r[_STEP] is not None]
+        ordered = sorted(r[_STEP] for r in timed)  # type: ignore[type-var]
+        own = sorted(r[_STEP] - (r[_EXPOSED] or 0.0) for r in timed)  # type: ignore[operator]
         tail = self.tail
         ranked = len(tail) >= MIN_RECORDS and all("step_ms" in r for r in tail)
-        own = sorted(list(self.own)[-WINDOW:])
         means = {p: sums[1 + i] / n for i, p in enumerate(PHASES)}
         # exposed comm alone (a GPU run without nccl_timing) still splits out of backward
         has_comm = self.n_comm > 0 or self.n_exposed > 0
@@ -163,17 +168,17 @@ class RankWindow:
             means = {"data": means["data"], "forward": means["forward"],
                      "backward": max(means["backward"] - ex_mean, 0.0), "comm": ex_mean,
                      "optimizer": means["optimizer"]}
-        p50 = pct(ordered, 50)
+        p50 = pct(ordered, 50)  # type: ignore[arg-type]
         per_step = sums[_SAMPLES] / self.n_samples if self.n_samples and sums[_SAMPLES] > 0 else None
         return RankFigures(
-            p50=p50, p95=pct(ordered, 95), own_ms=_median(own), ranked=ranked,
+            p50=p50, p95=pct(ordered, 95), own_ms=_median(own), ranked=ranked,  # type: ignore[arg-type]
             samples_per_step=per_step,
             samples_per_s=per_step * 1000.0 / p50 if per_step and p50 else None,
             phases=means, has_comm=has_comm,
             comm_share=sums[_COMM] / self.comm_step if self.n_comm and self.comm_step > 0 else None,
             exposed_share=sums[_EXPOSED] / step_total if has_comm and step_total > 0 else None,
             compressing=tail[-1].get("compressing") if tail else None,
-            step_ms=steps,
+            step_ms=tuple(self.steps),
         )
 
 
@@ -206,6 +211,25 @@ def job_p50_ms(figures: Mapping[int, RankFigures]) -> float | None:
 def live_steps_per_s(figures: Mapping[int, RankFigures]) -> float | None:
     p50 = job_p50_ms(figures)
     return 1000.0 / p50 if p50 else None
+
+
+def fastest(figures: Mapping[int, RankFigures]) -> int | None:
+    """The rank doing the least own work per step over its last WINDOW records (ties: the
+    lowest rank); None with fewer than two ranked ranks. Not a verdict: what a view shows
+    beside the slowest (the step timelines side by side)."""
+    own = _own(figures)
+    if len(own) < 2:
+        return None
+    return min(sorted(own), key=lambda r: own[r])
+
+
+def job_samples_per_step(figures: Mapping[int, RankFigures]) -> float | None:
+    """Samples one step of the whole job takes in: the sum over ranks (None unless every
+    rank with figures knows its own)."""
+    counts = [f.samples_per_step for f in figures.values() if f.p50 is not None]
+    if not counts or any(c is None for c in counts):
+        return None
+    return sum(c for c in counts if c is not None)
 
 
 def stall_bound_s(figures: Mapping[int, RankFigures]) -> float:

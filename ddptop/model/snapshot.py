@@ -5,7 +5,7 @@ two views can disagree. Pure: no I/O, no UI.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ddptop.model import figures
 from ddptop.model.figures import PHASES_WITH_COMM, RankFigures
@@ -20,17 +20,26 @@ class Snapshot:
     now: float
     ranks: dict[int, RankFigures]
     status: dict[int, str]  # rank -> its status, "stalled?" past the run's stall bound
-    slowest: int | None  # the straggler while one is named, else figures.slowest
+    # The rank views mark: the straggler while one is named, else none. It changes only when
+    # the verdict does (ddptop.model.straggler's hysteresis), never with step-to-step noise.
+    slowest: int | None
     with_comm: bool
-    steps_per_s: float | None  # RunState.steps_per_s: after warmup, bounded by the slowest rank
-    samples_per_s: float | None  # steps_per_s x samples per step
-    p50_ms: float | None  # the slowest rank's recent median step
+    steps_per_s: float | None  # window "run": RunState.steps_per_s, after warmup, bounded by the slowest rank
+    samples_per_s: float | None  # window "run": steps_per_s x samples per step
+    p50_ms: float | None  # window "last 50": the slowest rank's recent median step
     comm: tuple[float | None, float] | None  # (in flight, exposed) share of step, mean over ranks; in flight
     # is None where only exposed comm is measured (GPU, DDP's own all-reduce, no nccl_timing)
     warming_up: bool  # a comm hook is configured but gradients still travel uncompressed
     straggler: Finding | None = None  # the straggler named (ddptop.model.straggler), with its evidence
     verdict: Verdict = Verdict()  # the straggler verdict, named or not ("no straggler: ranks within 3%...")
     stall: Stall | None = None  # state.stall while it is not cleared
+    # window "last 50" (figures.RECENT_LABEL): the job's pace now, 1000 / p50_ms, and what
+    # each rank contributes to it (the rows of the rank table add up to the job's figure)
+    recent_steps_per_s: float | None = None
+    recent_samples_per_s: float | None = None
+    rank_samples_per_s: dict[int, float | None] = field(default_factory=dict)
+    heaviest: int | None = None  # most own work now (figures.slowest; noisy: not a mark)
+    lightest: int | None = None  # least own work now (figures.fastest)
 
     @property
     def phase_names(self) -> tuple[str, ...]:
@@ -49,10 +58,12 @@ def snapshot(state: RunState, now: float) -> Snapshot:
     bound = figures.stall_bound_s(ranks)
     many = state.world_size > 1
     named = state.straggler() if many else None
+    recent = figures.live_steps_per_s(ranks)
+    per_step = figures.job_samples_per_step(ranks)
     return Snapshot(
         state=state, now=now, ranks=ranks,
         status={r: rank_status(state.ranks[r], now, bound) for r in ranks},
-        slowest=named.rank if named is not None else figures.slowest(ranks) if many else None,
+        slowest=named.rank if named is not None else None,
         with_comm=any(f.has_comm for f in ranks.values()),
         steps_per_s=state.steps_per_s(),
         samples_per_s=state.samples_per_s(),
@@ -61,4 +72,10 @@ def snapshot(state: RunState, now: float) -> Snapshot:
         warming_up=figures.warming_up(state.config, ranks, state.current_step),
         straggler=named, verdict=state.straggler_verdict if many else Verdict(),
         stall=state.stall if state.stall is not None and state.stall.cleared_at is None else None,
+        recent_steps_per_s=recent,
+        recent_samples_per_s=recent * per_step if recent is not None and per_step is not None else None,
+        rank_samples_per_s={r: f.samples_per_step * recent if f.samples_per_step and recent else None
+                            for r, f in ranks.items()},
+        heaviest=figures.slowest(ranks) if many else None,
+        lightest=figures.fastest(ranks) if many else None,
     )

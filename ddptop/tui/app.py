@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Iterable
 
 from textual import on, work
-from textual.app import App, ComposeResult, SystemCommand
-from textual.binding import Binding
+from textual.app import ComposeResult, SystemCommand
+from textual.containers import Horizontal
 from textual.driver import Driver
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
@@ -28,18 +28,28 @@ from ddptop.model.state import RunState
 from ddptop.run.handle import RunHandle
 from ddptop.run.workbench import Workbench
 from ddptop.tui.closing import exit_code, run_app
+from ddptop.tui.keys import (
+    BINDINGS,
+    CAPTURE_STEPS,
+    MAIN_ONLY,
+    READ_ONLY,
+    ViewerState,
+    refusal,
+    run_commands,
+)
 from ddptop.tui.messages import CaptureEnded, RunEnded, RunStarted, SettingsApplied, StopRequested
-from ddptop.tui.palette import run_commands
 from ddptop.tui.screens.choice_screen import ChoiceScreen
 from ddptop.tui.screens.confirm_screen import ConfirmScreen
 from ddptop.tui.screens.help_screen import HelpScreen
 from ddptop.tui.screens.rank_detail import RankDetailScreen
 from ddptop.tui.screens.settings_screen import SettingsScreen
 from ddptop.tui.terminal import EXIT_SIGNALS, ExitSignals, TerminalLost, driver_for, silence_output
+from ddptop.tui.view_actions import ViewActions
 from ddptop.tui.views import REFRESH_S, ViewRouter
 from ddptop.tui.widgets.captures_panel import CapturesPanel
 from ddptop.tui.widgets.gpu_panel import GpuPanel
 from ddptop.tui.widgets.log_view import LogView
+from ddptop.tui.widgets.rank_lanes import RankLanes
 from ddptop.tui.widgets.rank_table import RankTable
 from ddptop.tui.widgets.run_alerts import RunAlerts
 from ddptop.tui.widgets.run_header import RunHeader
@@ -50,38 +60,13 @@ from ddptop.tui.widgets.wiring_panel import WiringPanel
 
 __all__ = ["DdpTopApp", "exit_code", "run_app"]
 
-CAPTURE_STEPS = 3
-# Actions that only make sense on the main screen (not under settings/help/confirm).
-MAIN_ONLY = {"settings", "stop_run", "rerun", "show_tab", "help", "request_quit", "capture", "detach"}
-READ_ONLY = "read-only view"  # what a watcher's app says to any key that would change the run
 RUN_END_SEVERITY: dict[str, SeverityLevel] = {"completed": "information", "stopped": "warning"}
 
 
-class DdpTopApp(App[int]):
+class DdpTopApp(ViewActions):
     CSS_PATH = "app.tcss"
     TITLE = "ddptop"
-    BINDINGS = [
-        Binding("q", "request_quit", "Quit"),
-        # Textual's own ctrl+c only says "press ctrl+q to quit"; here it is `q`. Not a
-        # priority binding: a focused input or a text selection still copies first.
-        Binding("ctrl+c", "request_quit", "Quit", show=False),
-        Binding("s", "settings", "Settings"),
-        Binding("x", "stop_run", "Stop run"),
-        Binding("n", "rerun", "Run again", show=False),  # footer: priority keys only (80x24)
-        Binding("c", "capture", "Capture"),
-        Binding("d", "detach", "Detach", show=False),
-        Binding("1", "show_tab('ranks')", "Ranks", show=False),
-        Binding("2", "show_tab('gpu')", "GPU", show=False),
-        Binding("3", "show_tab('runs')", "Runs", show=False),
-        Binding("4", "show_tab('logs')", "Logs", show=False),
-        Binding("5", "show_tab('wiring')", "Wiring", show=False),
-        Binding("6", "show_tab('captures')", "Captures", show=False),
-        Binding("t", "toggle_dark", "Theme", show=False),
-        Binding("space", "pause", "Pause display", show=False),
-        Binding("plus", "refresh_every(0.5)", "Refresh faster", show=False),
-        Binding("minus", "refresh_every(2)", "Refresh slower", show=False),
-        Binding("question_mark", "help", "Help"),
-    ]
+    BINDINGS = BINDINGS  # ddptop.tui.keys: one table for keys, footer, palette and help
 
     def __init__(self, workbench: Workbench, autostart: bool = True,
                  refresh_s: float = REFRESH_S, read_only: bool = False, viewer: str = "",
@@ -96,6 +81,7 @@ class DdpTopApp(App[int]):
         self.autostart = autostart
         self.refresh_s = refresh_s
         self.views = ViewRouter(self, workbench, clock)  # clock: a fixed one for snapshots
+        self.views.read_only = read_only
         self.exit_note = ""  # printed by run_tui once the terminal is back (e.g. how to re-attach)
         self.terminal_lost = ""  # why the terminal (or the page's server) went away, once it has
         self._signals: ExitSignals | None = None
@@ -111,7 +97,10 @@ class DdpTopApp(App[int]):
             with TabPane("1 Ranks", id="ranks"):
                 yield RankTable(id="rank-table")
                 yield ThroughputPanel(id="throughput")
-                yield StepTimelineView(id="overview-timeline")
+                with Horizontal(id="timelines"):  # a tall terminal: the cursor's rank beside the fastest
+                    yield StepTimelineView(id="overview-timeline")
+                    yield StepTimelineView(id="fastest-timeline")
+                yield RankLanes(cursor=False, id="rank-lanes")
             with TabPane("2 GPU", id="gpu"):
                 yield GpuPanel(id="gpu-panel")
             with TabPane("3 Runs", id="runs"):
@@ -255,9 +244,6 @@ class DdpTopApp(App[int]):
         self.exit(0)
 
     # --- views ------------------------------------------------------------------------
-    def refresh_views(self, force_runs: bool = False) -> None:
-        self.views.refresh(force_runs)
-
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         self.refresh_views(force_runs=True)
 
@@ -281,21 +267,6 @@ class DdpTopApp(App[int]):
     def _open_rank(self, event: RankTable.RankChosen) -> None:
         self.push_screen(RankDetailScreen(event.rank, lambda: self.views.last))
 
-    def action_pause(self) -> None:
-        """Freeze what the views show (the run and its records go on), as top's space does."""
-        self.views.paused = not self.views.paused
-        self.clear_notifications()
-        self.notify("display paused: space resumes (the run goes on)" if self.views.paused
-                    else "display resumed", timeout=3600 if self.views.paused else 2)
-        self.refresh_views()
-
-    def action_refresh_every(self, factor: float) -> None:
-        """+ and - halve and double the refresh interval (0.25 s to 8 s)."""
-        self.refresh_s = min(8.0, max(0.25, self.refresh_s * factor))
-        self._ticks.stop()
-        self._ticks = self.set_interval(self.refresh_s, self.refresh_views)
-        self.notify(f"refreshing every {self.refresh_s:g} s", timeout=2)
-
     # --- actions ----------------------------------------------------------------------
     def _refused(self, what: str) -> bool:
         """True (and says so) when this app is a watcher's and `what` would change the run."""
@@ -306,13 +277,20 @@ class DdpTopApp(App[int]):
     def _by(self, reason: str) -> str:
         return f"{reason}, from a {self.viewer} viewer" if self.viewer else reason
 
+    def viewer_state(self) -> ViewerState:
+        return ViewerState(self.read_only, self.workbench.is_live(), self.workbench.can_detach())
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Under a dialog: none of the main screen's keys. Otherwise the keys the viewer's
+        state refuses are hidden (their `refuse` twin says why when pressed)."""
         if action in MAIN_ONLY and self.screen is not self.screen_stack[0]:
             return False
-        return True
+        if action == "refuse":
+            return bool(refusal(str(parameters[0]), self.viewer_state()))
+        return not refusal(action, self.viewer_state())
 
-    def action_show_tab(self, tab: str) -> None:
-        self.views.show_tab(tab)
+    def action_refuse(self, action: str) -> None:
+        self.notify(refusal(action, self.viewer_state()) or f"cannot {action} now", severity="warning")
 
     def action_settings(self) -> None:
         if self._refused("change settings"):
@@ -366,10 +344,7 @@ class DdpTopApp(App[int]):
             self.notify("nothing to detach: no live run, or it runs inside this process", severity="warning")
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen([
-            ("everywhere", self.BINDINGS), ("runs view", RunsPanel.BINDINGS),
-            ("logs view", LogView.BINDINGS), ("settings", SettingsScreen.BINDINGS),
-        ]))
+        self.push_screen(HelpScreen(self.query_one(TabbedContent).active, self.BINDINGS))
 
     def action_request_quit(self) -> None:
         if not self.workbench.is_live() or self.read_only:  # a watcher just leaves
@@ -393,5 +368,6 @@ class DdpTopApp(App[int]):
         self._signalled()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        yield from run_commands(self, CAPTURE_STEPS)
+        # ours only: Textual's Keys/Maximize/Screenshot/Quit would be a second help and a
+        # quit that does not ask
+        yield from run_commands(self)

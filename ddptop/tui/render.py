@@ -19,7 +19,8 @@ PHASE_COLORS = {
     "optimizer": "#a35fc0",
     "comm": "#d7503c",
 }
-PHASE_SHORT = {"data": "data", "forward": "fwd", "backward": "bwd", "optimizer": "opt", "comm": "comm"}
+# comm in a phase split is the all-reduce wait no compute hid: the header's "exposed"
+PHASE_SHORT = {"data": "data", "forward": "fwd", "backward": "bwd", "optimizer": "opt", "comm": "exposed"}
 STATUS_STYLES = {
     "starting": "italic",
     "running": "bold #3a9e5f",

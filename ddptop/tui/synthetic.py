@@ -78,8 +78,10 @@ def synthetic_state(n_ranks: int, steps: int = RECENT, slow_rank: int | None = 1
         state.add_log(r, f"node{r // 8}:{20000 + r}:{20000 + r} [{r % 8}] NCCL INFO Channel 00/0 : "
                          f"{r} -> {(r + 1) % n_ranks} via P2P/CUMEM")
     state.add_log(-1, "[ddptop] synthetic state")
-    for i in range(240):
-        state.history.append((i * 0.5, 10.5 + rng.uniform(-0.5, 0.5)))
+    rate = state.live_steps_per_s() or 10.0  # the chart ends where the header's figure is
+    for i in range(239):
+        state.history.append((i * 0.5, rate * (1 + rng.uniform(-0.04, 0.04))))
+    state.history.append((119.5, rate))
     state.status = "running"
     return state
 
@@ -246,8 +248,9 @@ def snapshot_app(n_ranks: int, runs_dir: Path, now: float = SYNTHETIC_NOW, **sta
     state_kw.setdefault("nodes", max(1, n_ranks // 8))
     state = fill_views(synthetic_state(n_ranks, now=now, **state_kw), now)
     write_earlier_runs(runs_dir, n_ranks)
-    return DdpTopApp(synthetic_workbench(state, runs_dir), autostart=False, refresh_s=3600,
-                     clock=lambda: now)
+    bench = synthetic_workbench(state, runs_dir)
+    bench.sessions[-1].done = False  # type: ignore[attr-defined]  # live, as the state says: stop and capture offered
+    return DdpTopApp(bench, autostart=False, refresh_s=3600, clock=lambda: now)
 
 
 async def show_tab(app: DdpTopApp, pilot: Any, tab: str) -> None:

@@ -14,12 +14,14 @@ from textual.widget import Widget
 from textual.widgets import TabbedContent
 
 from ddptop.model.state import RunState
+from ddptop.run.handle import DetachableRun
 from ddptop.run.workbench import Workbench
 from ddptop.tui.live import LiveFigures, Snapshot
 from ddptop.tui.messages import CaptureEnded
 from ddptop.tui.widgets.captures_panel import CapturesPanel
 from ddptop.tui.widgets.gpu_panel import GpuPanel
 from ddptop.tui.widgets.log_view import LogView
+from ddptop.tui.widgets.rank_lanes import RankLanes
 from ddptop.tui.widgets.rank_table import RankTable
 from ddptop.tui.widgets.run_alerts import RunAlerts
 from ddptop.tui.widgets.run_header import RunHeader
@@ -53,6 +55,24 @@ class ViewRouter:
         self._runs_seen: set[str] = set()  # runs this viewer has refreshed at least once
         self.last: Snapshot | None = None  # what the views show now (the rank detail reads it)
         self.paused = False  # space: the views keep what they show; the run goes on
+        self.read_only = False  # a watcher's app: the header says so
+        self._badges: tuple[str, ...] | None = None  # what the header said last (the footer follows)
+
+    def badges(self) -> tuple[str, ...]:
+        """The viewer's state as the header's badges (a finished run adds its own)."""
+        session = self.workbench.current
+        detached = isinstance(session, DetachableRun) and session.detached and self.workbench.is_live()
+        return tuple(name for name, on in (("read-only", self.read_only), ("detached", detached),
+                                           ("paused", self.paused)) if on)
+
+    def _state_changed(self, state: RunState) -> tuple[str, ...]:
+        """The badges; when they (or the run's end) change, the footer's keys are asked again."""
+        badges = self.badges()
+        key = (*badges, str(state.finished), str(self.workbench.is_live()))
+        if key != self._badges:
+            self._badges = key
+            self.app.refresh_bindings()
+        return badges
 
     def refresh(self, force_runs: bool = False) -> None:
         session = self.workbench.current
@@ -64,19 +84,27 @@ class ViewRouter:
         except NoMatches:  # exit() has begun taking the views down; a tick can fall in that gap
             return
         now = self.clock()
+        badges = self._state_changed(session.state)
         if self.paused and self.last is not None:
+            header.show(self.last, badges)  # the same figures, and the badge that says why
             return
         snap = self.last = self.live.snapshot(session.state, now)
-        header.show(snap)
+        header.show(snap, badges)
         query(RunAlerts).show(snap)
         self._notice_captures(session.state)
         tab = query(TabbedContent).active
         if tab == "ranks":
             table = query(RankTable)
-            show_cursor_rank(query("#overview-timeline", StepTimelineView), snap, table.cursor_rank,
-                             self.app.size.height >= TIMELINE_MIN_HEIGHT)
+            tall = self.app.size.height >= TIMELINE_MIN_HEIGHT
+            for widget in (query("#timelines", Widget), query(RankLanes)):
+                if widget.display != tall:
+                    widget.display = tall
+            show_cursor_rank(query("#overview-timeline", StepTimelineView), snap, table.cursor_rank, tall)
+            show_cursor_rank(query("#fastest-timeline", StepTimelineView), snap, snap.lightest, tall, "fastest")
             table.show(snap)
             query(ThroughputPanel).show(snap)
+            if tall:
+                query(RankLanes).show(snap)
         elif tab == "gpu":
             query(GpuPanel).show(snap)
         elif tab == "runs" and (force_runs or now - self._runs_shown_at >= RUNS_REFRESH_S):

@@ -1,4 +1,6 @@
-"""HelpScreen: what each view shows and every key, for a first-time user."""
+"""HelpScreen: one screen, even at 80x24: what the marks and windows mean on top, then in
+two columns every key of the current tab and the keys that work everywhere (read from the
+bindings themselves, so help and keys cannot drift apart)."""
 
 from __future__ import annotations
 
@@ -8,39 +10,64 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import VerticalScroll
+from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ddptop.model import straggler
+from ddptop.model.figures import RECENT_LABEL, RUN_LABEL
+from ddptop.tui.render import PHASE_COLORS, PHASE_SHORT
+from ddptop.tui.screens.rank_detail import RankDetailScreen
+from ddptop.tui.widgets.log_view import LogView
+from ddptop.tui.widgets.rank_table import RankTable
+from ddptop.tui.widgets.runs_panel import RunsPanel
 
-VIEWS = (
-    ("Ranks", "one row per rank: where it runs, step, recent p50/p95 step time, how the step "
-              "splits into data/forward/backward/optimizer (and communication once measured), "
-              "samples/s, status. ▲ marks the slowest rank (most own work per step); the status says "
-              "'straggler' when its own work exceeds the others' on the same steps beyond the run's "
-              f"step-to-step noise (sign test over the last {straggler.WINDOW} steps), by "
-              f"{straggler.MIN_MS:g} ms and {100 * straggler.MIN_SHARE:g}% of the step or more, in "
-              f"{straggler.PERSIST} checks {straggler.EVERY} steps apart; 'suspect' during a stall. Below: "
-              "steps/s over the run and each rank's recent step times on one scale."),
-    ("GPU", "per GPU utilisation, memory, power, temperature, SM clock, PCIe, NVLink and the "
-            "ranks on it (NVML). Without NVML: why, and each rank's CPU% and memory."),
-    ("Runs", "every run of this session and earlier ones in the runs directory; speedup is "
-             "steps/s relative to the reference run (first 'baseline' run unless you pick one)."),
-    ("Logs", "each rank's output and torchrun's, filterable by rank; NCCL lines highlighted."),
-    ("Wiring", "the transport NCCL chose for each rank pair (P2P, SHM, NET...) next to the "
-               "hardware link between their GPUs (NVML); red: slower than the hardware allows, "
-               "amber: PCIe or host memory. NCCL's version, channels, env and algorithms, and "
-               "the advisor's recommendation with its reason."),
-    ("Captures", "profiler windows (c: the next 3 steps on every rank): status, the trace "
-                 "files per rank, and per rank communication, overlap, steps covered, top op."),
-    ("Detach", "d leaves the run going without this terminal (it runs in a supervisor process); "
-               "`ddptop ls` lists live runs, `ddptop attach RUN_ID` opens this view again with the "
-               "history so far. A run started plainly belongs to its terminal: closing it stops the "
-               "run cleanly; a detached run survives any viewer's hang-up."),
-    ("Settings", "every knob of the next run; presets fill in the DDP knobs. Applying stops the "
-                 "current run cleanly and starts a new one."),
-)
+# Each tab's own keys: its widget's bindings (and, on the ranks tab, the rank detail's).
+TAB_KEYS: dict[str, Sequence[tuple[str, Sequence[BindingType]]]] = {
+    "ranks": (("ranks tab", RankTable.BINDINGS), ("a rank's detail (⏎)", RankDetailScreen.BINDINGS)),
+    "runs": (("runs tab", RunsPanel.BINDINGS),),
+    "logs": (("logs tab", LogView.BINDINGS),),
+}
+# Keys that are not bindings of a widget: the mouse and the tab digits, said once.
+EXTRA: dict[str, Sequence[tuple[str, str]]] = {
+    "ranks": (("↑ ↓", "move the cursor row"), ("click title", "sort by it (again: invert)"),
+              ("dbl-click", "open the rank")),
+}
+EVERYWHERE_EXTRA = (("1-6", "switch tab"), ("ctrl+p", "actions by name"),
+                    ("ctrl+q", "quit now (no question)"))
+
+
+def legend() -> Text:
+    """The windows, marks and words the views use, in four lines of at most 76 cells."""
+    text = Text()
+    text.append("windows ", style="bold")
+    text.append(f"{RECENT_LABEL} = each rank's last {straggler.WINDOW} steps · {RUN_LABEL} = whole run after warmup\n")
+    text.append("own work ", style="bold")
+    text.append("= step minus exposed comm (the all-reduce wait no compute hid)\n")
+    text.append("▲ straggler ", style="bold #d7503c")
+    text.append(f"more own work than the others beyond noise, {straggler.PERSIST} checks in a row\n")
+    for p in ("data", "forward", "backward", "comm", "optimizer"):
+        text.append("█ ", style=PHASE_COLORS[p])
+        text.append(PHASE_SHORT[p] + ("  comm" if p == "comm" else "") + "  ")
+    text.append("↓ ↑ sorted column")
+    return text
+
+
+def key_rows(bindings: Sequence[BindingType], key_display: object) -> list[tuple[str, str]]:
+    """(keys, what) per action, keys of one action together ("q f10"); hidden refusals and
+    the tab digits left out."""
+    rows: dict[str, list[str]] = {}
+    what: dict[str, str] = {}
+    for b in bindings:
+        if not isinstance(b, Binding) or not b.description or b.action.startswith(("refuse", "show_tab")):
+            continue
+        key = key_display(b) if callable(key_display) else b.key
+        if b.action in rows:
+            if key not in rows[b.action]:
+                rows[b.action].append(key)
+        else:
+            rows[b.action], what[b.action] = [key], b.description
+    return [(" ".join(keys), what[action]) for action, keys in rows.items()]
 
 
 class HelpScreen(ModalScreen[None]):
@@ -48,36 +75,45 @@ class HelpScreen(ModalScreen[None]):
         Binding("escape", "close", "Close"),
         Binding("q", "close", "Close"),
         Binding("question_mark", "close", "Close"),
+        Binding("h", "close", "Close", show=False),
+        Binding("f1", "close", "Close", show=False),
     ]
 
-    def __init__(self, keys: Sequence[tuple[str, Sequence[BindingType]]] = ()) -> None:
+    def __init__(self, tab: str = "ranks", app_keys: Sequence[BindingType] = ()) -> None:
         super().__init__()
-        self.keys = keys  # (where, bindings) sections
+        self.tab = tab
+        self.app_keys = app_keys
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="help-box"):
-            yield Static(self._content(), id="help-text")
+        with Vertical(id="help-box"):
+            yield Static(legend(), id="help-legend")
+            yield Static(self._keys(), id="help-text")
 
     def on_mount(self) -> None:
-        self.query_one("#help-box").border_title = "ddptop help  (esc closes)"
+        self.query_one("#help-box").border_title = f"ddptop help: {self.tab} tab  (esc closes)"
 
-    def _content(self) -> Table:
-        grid = Table.grid(padding=(0, 2))
-        grid.add_column(style="bold", no_wrap=True)
-        grid.add_column()
-        for name, text in VIEWS:
-            grid.add_row(name, text)
-        for where, bindings in self.keys:
-            grid.add_row("", "")
-            grid.add_row(Text(f"Keys: {where}", style="bold underline"), "")
-            for b in bindings:
-                if isinstance(b, Binding) and b.description:
-                    grid.add_row(self.app.get_key_display(b), b.tooltip or b.description)
-        grid.add_row("", "")
-        grid.add_row("ctrl+p", "command palette: every action by name")
-        grid.add_row("ctrl+q", "quit without asking (a run this terminal owns is still stopped "
-                               "cleanly; a detached run goes on)")
-        grid.add_row("tab / shift+tab", "move between controls; arrows scroll tables")
+    def entries(self) -> list[tuple[str, str]]:
+        """Every row of the two columns, section titles as ('', title)."""
+        show = self.app.get_key_display
+        out: list[tuple[str, str]] = []
+        for where, bindings in TAB_KEYS.get(self.tab, ()):
+            out += [("", where), *key_rows(bindings, show)]
+        out += list(EXTRA.get(self.tab, ()))
+        out += [("", "everywhere"), *key_rows(self.app_keys, show), *EVERYWHERE_EXTRA]
+        return out
+
+    def _keys(self) -> Table:
+        rows = self.entries()
+        half = (len(rows) + 1) // 2
+        grid = Table.grid(padding=(0, 1), expand=True)
+        for _ in range(2):
+            grid.add_column(style="bold", no_wrap=True)
+            grid.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
+        cells: list[tuple[Text | str, Text | str]] = [
+            ("", Text(what, style="bold underline")) if not key else (key, what) for key, what in rows]
+        for i in range(half):
+            right = cells[half + i] if half + i < len(cells) else ("", "")
+            grid.add_row(*cells[i], *right)
         return grid
 
     def action_close(self) -> None:

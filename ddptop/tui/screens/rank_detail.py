@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from ddptop.model import memory
+from ddptop.model.figures import RECENT_LABEL
 from ddptop.model.report import NA, fmt
 from ddptop.model.snapshot import Snapshot
 from ddptop.model.state import RunState
@@ -36,8 +37,8 @@ def summary_lines(snap: Snapshot, rank: int, width: int) -> list[Text]:
     f = snap.ranks.get(rank)
     if f is None:
         return [Text("no steps from this rank yet", style="dim italic")]
-    hist = Text.assemble(("step ms  ", "dim"), (spark(list(f.step_ms), max(10, width - 40)), "#5f87d7"),
-                         f"  p50 {fmt(f.p50)}  p95 {fmt(f.p95)}")
+    hist = Text.assemble(("step ms  ", "dim"), (spark(list(f.step_ms), max(10, width - 60)), "#5f87d7"),
+                         f"  p50 {fmt(f.p50)}  p95 {fmt(f.p95)}  own work {fmt(f.own_ms)}", (f"  ({RECENT_LABEL})", "dim"))
     key = legend(snap.phase_names)
     bar = Text.assemble(("phases   ", "dim")).append_text(phase_bar(f.phases, max(10, width - 13 - key.cell_len)))
     bar.append("  ").append_text(key)
@@ -47,6 +48,7 @@ def summary_lines(snap: Snapshot, rank: int, width: int) -> list[Text]:
     else:
         comm.append(f"in flight {fmt(None if f.comm_share is None else 100 * f.comm_share, '.0f')}% of the step"
                     f"  exposed {fmt(None if f.exposed_share is None else 100 * f.exposed_share, '.0f')}%")
+        comm.append(f"  ({RECENT_LABEL})", style="dim")
     return [hist, bar, *eval_line(snap, rank), comm]
 
 
@@ -117,14 +119,20 @@ def nccl_lines(snap: Snapshot, rank: int) -> list[Text]:
             for p in mine[:12]]
 
 
+def title_line(snap: Snapshot, rank: int) -> Text:
+    """What the screen is: the rank, where it runs, its status (the table's), its step."""
+    rs = snap.state.ranks[rank]
+    status = "straggler" if snap.straggler is not None and snap.straggler.rank == rank else snap.status.get(rank, rs.status)
+    return Text.assemble(("Rank detail: ", "bold"), ("▲ " if rank == snap.slowest else "", "bold #d7503c"),
+                         (f"rank {rank}", "bold"), "  ", rank_location(rs), "  ",
+                         (status, STATUS_STYLES.get(status, "")), "  ",
+                         ("step ", "dim"), str(rs.last_step + 1 if rs.last_step >= 0 else NA),
+                         ("   esc back · [ ] previous/next rank", "dim"))
+
+
 def detail_lines(snap: Snapshot, rank: int, width: int) -> list[Text]:
     """Everything below the timeline, section by section."""
-    rs = snap.state.ranks[rank]
-    status = snap.status.get(rank, rs.status)
-    lines = [Text.assemble(("rank ", "dim"), (str(rank), "bold"), "  ", rank_location(rs), "  ",
-                           (status, STATUS_STYLES.get(status, "")), "  ",
-                           ("step ", "dim"), str(rs.last_step + 1 if rs.last_step >= 0 else NA)), Text()]
-    lines += [_section("recent steps"), *summary_lines(snap, rank, width), Text()]
+    lines = [_section(f"steps ({RECENT_LABEL})"), *summary_lines(snap, rank, width), Text()]
     lines += [_section("memory"), *memory_lines(snap, rank), Text()]
     lines += [_section("NCCL peers"), *nccl_lines(snap, rank), Text()]
     lines.append(_section("last log lines"))
@@ -149,6 +157,7 @@ class RankDetailScreen(Screen[None]):
         self._latest = latest
 
     def compose(self) -> ComposeResult:
+        yield Static(id="detail-title")
         yield StepTimelineView(id="detail-timeline")
         with VerticalScroll():
             yield Static(id="detail-body")
@@ -170,6 +179,7 @@ class RankDetailScreen(Screen[None]):
         if snap is None or self.rank not in snap.state.ranks:
             return
         rs = snap.state.ranks[self.rank]
+        self.query_one("#detail-title", Static).update(title_line(snap, self.rank))
         self.query_one(StepTimelineView).show(*rs.timeline_record())
         width = self.size.width or 100
         self.query_one("#detail-body", Static).update(Text("\n").join(detail_lines(snap, self.rank, width)))

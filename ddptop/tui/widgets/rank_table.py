@@ -1,5 +1,7 @@
-"""RankTable: one row per rank: where it runs, step, recent p50/p95, phase bar,
-samples/s and status; the slowest rank is marked. Scrolls for many ranks. A
+"""RankTable: one row per rank over its last 50 steps: where it runs, step, p50/p95, own
+work (what the straggler verdict rests on), phase bar, its share of the job's samples/s and
+status; the straggler is marked (only while the verdict names it). A narrow terminal drops
+samples/s, then p95, then host/device, never cuts one. Scrolls for many ranks. A
 multi-node run groups the rows by node, each group under a header line.
 
 Rows are drawn through LinesView (line API), not DataTable: DataTable re-renders
@@ -19,34 +21,42 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Static
 
+from ddptop.model.figures import RECENT_LABEL
 from ddptop.model.report import fmt
 from ddptop.model.state import RunState
 from ddptop.tui.live import Snapshot, rank_location
-from ddptop.tui.render import SLOW_STYLE, STATUS_STYLES, legend, phase_bar, truncate
+from ddptop.tui.render import SLOW_STYLE, STATUS_STYLES, fit_columns, legend, phase_bar, truncate
 from ddptop.tui.widgets.lines_view import LinesView
-from ddptop.tui.widgets.step_timeline import TIMELINE_ROWS, StepTimelineView
+from ddptop.tui.widgets.step_timeline import TIMELINE_ROWS
 
-# key, label, width (None: the phase bar takes what is left), right-aligned
+# key, label, width (None: the phase bar takes what is left), right-aligned; each width
+# leaves a cell for the sort arrow after the label
 COLUMNS = (
-    ("rank", "rank", 4, False),
+    ("rank", "rank", 5, False),
     ("where", "host/device", 12, False),
     ("step", "step", 6, True),
-    ("p50", "p50 ms", 6, True),
-    ("p95", "p95 ms", 6, True),
+    ("p50", "p50 ms", 7, True),
+    ("p95", "p95 ms", 7, True),
+    ("own", "own ms", 7, True),
     ("phases", "phases", None, False),
-    ("samples", "samples/s", 9, True),
+    ("samples", "samples/s", 10, True),
     ("status", "status", 9, False),
 )
+DROP = ("samples", "p95", "where")  # what a narrow terminal leaves out, first first
+ARROWS = {True: "↓", False: "↑"}  # the sorted column's direction (▲ marks the straggler)
+LABELS = {k: lbl for k, lbl, _, _ in COLUMNS}
 GAP = "  "
 # What each column sorts by, and whether its first press puts the largest first (htop's `<`/`>`
 # pick the column, `i` inverts): timings, steps and rates largest first, the rest ascending.
 # The phase bar sorts by the share of the step spent waiting on communication.
-DESCENDING_FIRST = {"step", "p50", "p95", "phases", "samples"}
+DESCENDING_FIRST = {"step", "p50", "p95", "own", "phases", "samples"}
 MIN_BAR, MAX_BAR = 8, 160  # the bar takes the width the other columns leave (issue 21: it stayed 40 at 200 columns)
 CHROME = 3  # border top and bottom + the header line
 MAX_SHARE = 0.75  # of the tab's height; past that the rows scroll
+LANES_MIN = 4  # the rank lanes' rows under the timelines (app.tcss RankLanes)
 CHARTS_MIN = 5  # rows the charts under the table keep (ThroughputPanel's min-height)
 NODE_STYLE = "bold #5fafd7"
+TITLE = f"ranks · figures over each rank's {RECENT_LABEL} steps"
 
 
 def node_groups(state: RunState) -> list[tuple[Text, list[int]]] | None:
@@ -95,8 +105,9 @@ SORT_VALUES: dict[str, Callable[[int, Snapshot], float | str | None]] = {
     "step": lambda r, snap: snap.state.ranks[r].last_step,
     "p50": lambda r, snap: snap.ranks[r].p50,
     "p95": lambda r, snap: snap.ranks[r].p95,
+    "own": lambda r, snap: snap.ranks[r].own_ms,
     "phases": lambda r, snap: snap.ranks[r].exposed_share,
-    "samples": lambda r, snap: snap.ranks[r].samples_per_s,
+    "samples": lambda r, snap: snap.rank_samples_per_s.get(r),
     "status": lambda r, snap: snap.status.get(r, ""),
 }
 
@@ -120,6 +131,7 @@ class RankTable(Vertical):
         Binding("less_than_sign", "sort_column(-1)", "Sort by previous column", show=False),
         Binding("greater_than_sign", "sort_column(1)", "Sort by next column", show=False),
         Binding("i", "invert_sort", "Invert sort", show=False),
+        Binding("I", "invert_sort", "Invert sort", show=False),  # htop's
         Binding("enter", "choose", "Detail", tooltip="Open the rank: timeline, memory, processes"),
     ]
 
@@ -139,16 +151,17 @@ class RankTable(Vertical):
         self.sort_key = "rank"
         self._items: list[int | Text] = []
         self.sort_descending = False
-        self.border_title = "ranks"
+        self.border_title = TITLE
+        self._shown_cols: list[str] = [k for k, *_ in COLUMNS]
+
+    def sort_label(self) -> str:
+        return f"{LABELS[self.sort_key]} {ARROWS[self.sort_descending]}"
 
     def sort_by(self, key: str, descending: bool | None = None) -> None:
         """Sort the rows by column `key` (one of COLUMNS' keys); largest first for timings
         and rates unless `descending` says otherwise."""
         self.sort_key = key
         self.sort_descending = key in DESCENDING_FIRST if descending is None else descending
-        self.border_title = "ranks" if key == "rank" and not self.sort_descending else (
-            f"ranks · by {dict((k, lbl) for k, lbl, _, _ in COLUMNS)[key]} "
-            f"{'▼' if self.sort_descending else '▲'}")
         if self._last is not None:
             self.show(self._last)
 
@@ -173,8 +186,9 @@ class RankTable(Vertical):
         if event.widget is not header:
             return
         x, edge = event.x, 0
-        for key, _, width, _ in COLUMNS:
-            edge += (width or self.bar_width()) + len(GAP)
+        widths = {k: w for k, _, w, _ in COLUMNS}
+        for key in self._shown_cols:
+            edge += (widths[key] or self.bar_width()) + len(GAP)
             if x < edge:
                 if key == self.sort_key:
                     self.action_invert_sort()
@@ -207,9 +221,16 @@ class RankTable(Vertical):
         self.body.focus(scroll_visible)
         return self
 
+    def columns(self) -> list[str]:
+        """The columns that fit the table's width (the bar at least MIN_BAR wide)."""
+        room = (self.body.content_region.width or 100) - 1 + len(GAP)  # 1: the scrollbar, if any
+        widths = {k: w or MIN_BAR for k, _, w, _ in COLUMNS}
+        return fit_columns([k for k, *_ in COLUMNS], widths, room, DROP, len(GAP))
+
     def bar_width(self) -> int:
         width = self.body.content_region.width or 100
-        fixed = sum(w for _, _, w, _ in COLUMNS if w) + len(GAP) * (len(COLUMNS) - 1)
+        widths = {k: w for k, _, w, _ in COLUMNS}
+        fixed = sum(widths[k] or 0 for k in self._shown_cols) + len(GAP) * (len(self._shown_cols) - 1)
         return max(MIN_BAR, min(MAX_BAR, width - fixed - 1))  # 1: the scrollbar, if any
 
     def on_resize(self, event: events.Resize) -> None:
@@ -224,16 +245,12 @@ class RankTable(Vertical):
         if height != self._rows_for:
             self._rows_for = height
             self.styles.height = height
+        cols = self._shown_cols = self.columns()
         bar_w = self.bar_width()
-        widths = [w or bar_w for _, _, w, _ in COLUMNS]
-        rights = [r for *_, r in COLUMNS]
-        if (bar_w, snap.with_comm, self.sort_key, self.sort_descending) != self._header_for:
-            self._header_for = (bar_w, snap.with_comm, self.sort_key, self.sort_descending)
-            # the sorted column's title stands out as htop's does; the border title says which way
-            header = join_cells([Text(label, style="bold reverse" if key == self.sort_key and self.sort_key != "rank"
-                                      else "bold") for key, label, _, _ in COLUMNS], widths, rights)
-            self.query_one("#rank-header", Static).update(header)
-        subtitle = legend(snap.phase_names, phase_shares(snap)) + eval_key(snap) + Text("▲ slowest", style=SLOW_STYLE)
+        if (bar_w, tuple(cols), self.sort_key, self.sort_descending) != self._header_for:
+            self._header_for = (bar_w, tuple(cols), self.sort_key, self.sort_descending)
+            self.query_one("#rank-header", Static).update(self._header(cols, bar_w))
+        subtitle = legend(snap.phase_names, phase_shares(snap)) + eval_key(snap) + Text("▲ straggler", style=SLOW_STYLE)
         if subtitle != self._subtitle:  # the shares move by a percent now and then
             self.border_subtitle = self._subtitle = subtitle
         slow = snap.slowest if state.world_size > 1 else None
@@ -243,9 +260,19 @@ class RankTable(Vertical):
 
         def line(i: int) -> Text:
             item = items[i]
-            return item if isinstance(item, Text) else self._row(item, snap, item == slow, bar_w, flags.get(item))
+            return item if isinstance(item, Text) else rank_row(item, snap, item == slow, cols, bar_w, flags.get(item))
 
         self.body.set_lines(self.body.lines_in_view(len(items), line))
+
+    def _header(self, cols: list[str], bar_w: int) -> Text:
+        """The column titles; the sorted one in reverse with its arrow, as htop's."""
+        spec = {k: (w or bar_w, right) for k, _, w, right in COLUMNS}
+        cells = []
+        for key in cols:
+            sorted_here = key == self.sort_key and (key != "rank" or self.sort_descending)
+            label = LABELS[key] + (ARROWS[self.sort_descending] if sorted_here else "")
+            cells.append(Text(label, style="bold reverse" if sorted_here else "bold"))
+        return join_cells(cells, [spec[k][0] for k in cols], [spec[k][1] for k in cols])
 
     def _fit_height(self, rows: int) -> int:
         """The rows plus the border, at most MAX_SHARE of the tab and never so much that
@@ -254,9 +281,9 @@ class RankTable(Vertical):
         parent = self.parent
         pane = parent.size.height if isinstance(parent, Widget) else 0
         if pane and isinstance(parent, Widget):
-            # and the step timeline's rows, when a tall terminal shows it
-            timeline = any(w.display for w in parent.query_children(StepTimelineView))
-            height = min(height, int(pane * MAX_SHARE), pane - CHARTS_MIN - (TIMELINE_ROWS if timeline else 0))
+            # and the step timelines' rows and the lanes' least, when a tall terminal shows them
+            tall = any(w.display for w in parent.query_children("#timelines"))
+            height = min(height, int(pane * MAX_SHARE), pane - CHARTS_MIN - (TIMELINE_ROWS + LANES_MIN if tall else 0))
         return max(height, 5)
 
     def _ordered(self, snap: Snapshot, groups: list[tuple[Text, list[int]]] | None) -> list[int | Text]:
@@ -269,26 +296,33 @@ class RankTable(Vertical):
             items += [head, *sorted_ranks(ranks, snap, self.sort_key, self.sort_descending)]
         return items
 
-    @staticmethod
-    def _row(r: int, snap: Snapshot, is_slow: bool, bar_w: int, flag: str | None = None) -> Text:
-        # Plain string formatting plus a few spans: building each cell as its own
-        # Text (truncate, align, append) cost ~4x more at 64 ranks.
-        rs, f = snap.state.ranks[r], snap.ranks[r]
-        status = flag or snap.status[r]
-        left = (
-            f"{('▲' if is_slow else ' ') + str(r):<4.4}{GAP}{truncate(rank_location(rs), 12):<12}{GAP}"
-            f"{rs.last_step + 1 if rs.last_step >= 0 else '-':>6}{GAP}"
-            f"{fmt(f.p50, '.1f', '-'):>6}{GAP}{fmt(f.p95, '.1f', '-'):>6}{GAP}"
-        )
-        right = f"{GAP}{fmt(f.samples_per_s, '.0f', '-'):>9}{GAP}"
-        row = Text(left, no_wrap=True, overflow="crop")
-        if is_slow:
-            row.stylize(SLOW_STYLE, 0, 4)
-            row.stylize(SLOW_STYLE, 28, 34)  # p50
-        row.append_text(phase_bar(f.phases, bar_w))
-        row.append(right)
-        row.append(f"{status:<9.9}", STATUS_STYLES.get(status, ""))
-        return row
+
+
+def rank_row(r: int, snap: Snapshot, is_slow: bool, cols: list[str], bar_w: int, flag: str | None = None) -> Text:
+    """One rank's row: plain string formatting plus a few spans (a Text per cell, truncated
+    and aligned, cost ~4x more at 64 ranks)."""
+    rs, f = snap.state.ranks[r], snap.ranks[r]
+    status = flag or snap.status[r]
+    values = {
+        "rank": f"{('▲' if is_slow else ' ') + str(r):<5.5}",
+        "where": f"{truncate(rank_location(rs), 12):<12}",
+        "step": f"{rs.last_step + 1 if rs.last_step >= 0 else '-':>6}",
+        "p50": f"{fmt(f.p50, '.1f', '-'):>7}", "p95": f"{fmt(f.p95, '.1f', '-'):>7}",
+        "own": f"{fmt(f.own_ms, '.1f', '-'):>7}",
+        "samples": f"{fmt(snap.rank_samples_per_s.get(r), '.0f', '-'):>10}",
+        "status": f"{status:<9.9}",
+    }
+    row = Text(no_wrap=True, overflow="crop")
+    for i, key in enumerate(cols):
+        if i:
+            row.append(GAP)
+        if key == "phases":
+            row.append_text(phase_bar(f.phases, bar_w))
+        elif key == "status":
+            row.append(values[key], STATUS_STYLES.get(status, ""))
+        else:
+            row.append(values[key], SLOW_STYLE if is_slow and key in ("rank", "own") else None)
+    return row
 
 
 def eval_key(snap: Snapshot) -> Text:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from ddptop.model.figures import RECENT_LABEL, RUN_LABEL
 from ddptop.model.report import fmt
 from ddptop.model.state import RunState
 from ddptop.tui.live import Snapshot
@@ -48,92 +49,125 @@ def script_ddp_text(state: RunState) -> tuple[tuple[str, str], ...]:
     return ("  ddptop changed ", "dim"), (changed, "bold")
 
 
+BADGE_STYLE = "bold reverse"
+SEP = "  "
+
+
 class RunHeader(Static):
-    """Run id, preset, world size, backend, model, status, elapsed, rates."""
+    """Run id, preset, world size, backend, model, status, elapsed, rates. Each line is
+    packed from whole pieces: a piece that does not fit the width is left out, never cut
+    mid-word (the run's error alone may end in `…`)."""
 
     _shown: Text | None = None
 
-    def show(self, snap: Snapshot) -> None:
-        line1, line2, line3 = _identity(snap), _setup(snap), _rates(snap)
-        text = Text("\n").join([line1, line2, line3])
+    def show(self, snap: Snapshot, badges: tuple[str, ...] = ()) -> None:
+        """`badges`: the viewer's state ("read-only", "detached", "paused"); a finished run
+        adds its own."""
+        width = max(self.content_region.width, 20) if self.size.width else 10_000
+        lines = [pack(_identity(snap, badges), width), pack(_setup(snap), width), pack(rate_pieces(snap), width)]
+        text = Text("\n").join(lines)
         if text != self._shown:  # most refreshes change nothing but a second or two
             self._shown = text
             self.update(text, layout=False)  # fixed height (CSS): no layout pass
 
 
-def _identity(snap: Snapshot) -> Text:
+def pack(pieces: list[Text], width: int) -> Text:
+    """The pieces that fit `width` in order, two spaces apart; the first always (the
+    widget's ellipsis ends it if it alone is too wide)."""
+    line = Text()
+    for piece in pieces:
+        if not piece.plain:
+            continue
+        if line.plain and line.cell_len + len(SEP) + piece.cell_len > width:
+            continue
+        if line.plain:
+            line.append(SEP)
+        line.append_text(piece)
+    return line
+
+
+def badge_texts(snap: Snapshot, badges: tuple[str, ...]) -> list[Text]:
+    shown = [*badges, *(["finished"] if snap.state.finished else [])]
+    return [Text(f"[{b}]", style=BADGE_STYLE) for b in shown]
+
+
+def _identity(snap: Snapshot, badges: tuple[str, ...] = ()) -> list[Text]:
     """Status, elapsed, run id, and what ran (the user's command or the preset)."""
     state, cfg = snap.state, snap.state.config
+    paused = "paused" in badges
+    status = Text.assemble(("● ", status_text(state.status).style), status_text(state.status),
+                           f" {fmt_duration(state.elapsed(snap.now))}" + (" (frozen)" if paused else ""))
     if state.command:  # the user's own script: what ran is the command, not a preset
         command = " ".join(state.command)
-        what = ("  script ", "dim"), (command if len(command) <= 70 else command[:67] + "…", "bold")
+        what = Text.assemble(("script ", "dim"), (command if len(command) <= 70 else command[:67] + "…", "bold"))
     else:
-        what = ("  preset ", "dim"), (str(cfg.get("preset", "?")), "bold")
-    return Text.assemble(
-        ("● ", status_text(state.status).style), status_text(state.status),
-        f" {fmt_duration(state.elapsed(snap.now))}  ",
-        ("run ", "dim"), (state.run_id, "bold"),
-        *what,
-    )
+        what = Text.assemble(("preset ", "dim"), (str(cfg.get("preset", "?")), "bold"))
+    return [status, *badge_texts(snap, badges), Text.assemble(("run ", "dim"), (state.run_id, "bold")), what]
 
 
-def _setup(snap: Snapshot) -> Text:
+def _setup(snap: Snapshot) -> list[Text]:
     """World, backend, model, step and the DDP settings in effect."""
     state, cfg = snap.state, snap.state.config
     backend = _hello_field(state, "backend") or str(cfg.get("backend", "?"))
     model = _hello_field(state, "model") or str(cfg.get("model", "?"))
     steps = cfg.get("steps", 0)
-    return Text.assemble(
-        ("world ", "dim"), str(state.world_size),
-        (f" on {state.nnodes} nodes" if state.nnodes > 1 else "", "dim"),
-        ("  backend ", "dim"), backend,
-        ("  model ", "dim"), model,
-        ("  step ", "dim"), f"{max(state.current_step + 1, 0)}" + (f"/{steps}" if steps else ""),
-        ("  hook ", "dim"), (_hello_field(state, "comm_hook") or "?") if state.command else hook_text(cfg),
-        *(script_ddp_text(state) if state.command else ()),
-    )
+    hook = (_hello_field(state, "comm_hook") or "?") if state.command else hook_text(cfg)
+    ddp = script_ddp_text(state) if state.command else ()
+    return [
+        Text.assemble(("world ", "dim"), str(state.world_size),
+                      (f" on {state.nnodes} nodes" if state.nnodes > 1 else "", "dim")),
+        Text.assemble(("step ", "dim"), f"{max(state.current_step + 1, 0)}" + (f"/{steps}" if steps else "")),
+        Text.assemble(("backend ", "dim"), backend),
+        Text.assemble(("model ", "dim"), model),
+        Text.assemble(("hook ", "dim"), hook),
+        Text.assemble(*((t.strip() + " " if i == 0 else t, st) for i, (t, st) in enumerate(ddp))) if ddp else Text(),
+    ]
 
 
 def _rates(snap: Snapshot) -> Text:
-    """Throughput, the slowest rank, comm share, warm-up, and why the run ended."""
+    """The third line whole (no width to fit)."""
+    return pack(rate_pieces(snap), 10_000)
+
+
+def rate_pieces(snap: Snapshot) -> list[Text]:
+    """Throughput of the whole run and of the last steps, the straggler, comm share,
+    warm-up, and why the run ended: each piece names its window."""
     state = snap.state
-    line = Text()
+    pieces: list[Text] = []
+    if state.error:
+        # Why it ended goes first: the end of a long line is what a narrow terminal cuts.
+        failed = f"rank {state.failed_rank}: " if state.failed_rank is not None else ""
+        pieces.append(Text(failed + state.error, style="bold #d7503c"))
     if state.status == "starting" and state.error:
         pass  # not started as far as this view knows, and the error says why (a supervisor not answering)
     elif state.status == "starting":
         connected = sum(1 for rs in state.ranks.values() if rs.hello is not None)
-        line.append(f"waiting for ranks: {connected}/{state.world_size} connected", style="italic")
+        pieces.append(Text(f"waiting for ranks: {connected}/{state.world_size} connected", style="italic"))
     else:
-        line.append_text(Text.assemble(
-            ("steps/s ", "dim"), (fmt(snap.steps_per_s, ".2f"), "bold"),
-            ("  samples/s ", "dim"), (fmt(snap.samples_per_s, ".1f"), "bold"),
-        ))
-        slow = snap.slowest
-        if slow is not None and state.world_size > 1:
-            line.append("  slowest ", style="dim")
-            line.append(f"rank {slow}", style=SLOW_STYLE)
-    _append_comm(line, snap.comm)
-    if snap.warming_up:
-        line.append("  " + warm_up_text(state.config), style="bold #c79100")
-    if state.error:
-        # Why it ended goes first: the end of a long line is what a narrow terminal cuts.
-        failed = f"rank {state.failed_rank}: " if state.failed_rank is not None else ""
-        line = Text(failed + state.error + "  ", style="bold #d7503c").append_text(line)
+        pieces.append(Text.assemble((RUN_LABEL + " ", "dim"), ("steps/s ", "dim"), (fmt(snap.steps_per_s, ".2f"), "bold"),
+                                    ("  samples/s ", "dim"), (fmt(snap.samples_per_s, ".1f"), "bold")))
+        if snap.warming_up:  # what the run is doing matters more than its second pace figure
+            pieces.append(Text(warm_up_text(state.config), style="bold #c79100"))
+        pieces.append(Text.assemble((RECENT_LABEL + " ", "dim"), ("steps/s ", "dim"),
+                                    (fmt(snap.recent_steps_per_s, ".2f"), "bold"),
+                                    ("  samples/s ", "dim"), (fmt(snap.recent_samples_per_s, ".1f"), "bold")))
+        if snap.slowest is not None and state.world_size > 1:
+            pieces.append(Text.assemble(("▲ slowest ", SLOW_STYLE), (f"rank {snap.slowest}", SLOW_STYLE)))
+    pieces.append(comm_text(snap.comm))
     if state.total_dropped:
-        line.append(f"  dropped frames {state.total_dropped}", style="#c79100")
-    return line
+        pieces.append(Text(f"dropped frames {state.total_dropped}", style="#c79100"))
+    return pieces
 
 
-def _append_comm(line: Text, comm: tuple[float | None, float | None] | None) -> None:
+def comm_text(comm: tuple[float | None, float | None] | None) -> Text:
+    """All-reduce in flight and the part of it no compute hid, as shares of the step, over
+    each rank's last 50 steps (the legend's `exposed` is the same figure)."""
     if comm is None:
-        return
+        return Text()
     total, exposed = comm
+    window = (f" ({RECENT_LABEL})", "dim")
     if total is None:
-        line.append("  exposed comm ", style="dim")
-        line.append(f"{exposed or 0.0:.0%}", style="bold")
-        line.append(" of step (total: nccl_timing)", style="dim")
-    else:
-        line.append("  comm ", style="dim")
-        line.append(f"{total:.0%}", style="bold")
-        line.append(" of step, exposed ", style="dim")
-        line.append(f"{exposed or 0.0:.0%}", style="bold")
+        return Text.assemble(("exposed comm ", "dim"), (f"{exposed or 0.0:.0%}", "bold"),
+                             (" of step (total: nccl_timing)", "dim"), window)
+    return Text.assemble(("comm ", "dim"), (f"{total:.0%}", "bold"), (" of step, exposed ", "dim"),
+                         (f"{exposed or 0.0:.0%}", "bold"), window)

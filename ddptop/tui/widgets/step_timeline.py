@@ -69,7 +69,8 @@ def _runs(cells: list[tuple[str, str]]) -> Text:
 
 
 def _header(timeline: StepTimeline) -> Text:
-    head = Text.assemble(("step ", "dim"), (str(timeline.step), "bold"), "  ",
+    # steps counted from 1, as the rank table and header count them
+    head = Text.assemble(("step ", "dim"), (str(timeline.step + 1), "bold"), "  ",
                          (f"{timeline.step_ms:.1f} ms", "bold"))
     exposed = next((s.ms for s in timeline.lane if s.what == "exposed"), 0.0)
     in_flight = timeline.in_flight_ms
@@ -92,17 +93,21 @@ class StepTimelineView(Static):
         self.update(Text("\n").join(timeline_lines(step_timeline(record, spans) if record else None, width)))
 
 
-def show_cursor_rank(view: StepTimelineView, snap: Snapshot, rank: int | None, tall: bool) -> None:
-    """The ranks tab's timeline: the cursor row's rank (the slowest before the cursor is on
-    one), shown only in a terminal of TIMELINE_MIN_HEIGHT rows or more."""
-    if view.display != tall:
-        view.display = tall
+def show_cursor_rank(view: StepTimelineView, snap: Snapshot, rank: int | None, tall: bool,
+                     role: str = "cursor") -> None:
+    """A ranks tab's timeline: `rank` (the cursor row's; the straggler, else the rank with the
+    most own work, before the cursor is on one), shown only in a terminal of
+    TIMELINE_MIN_HEIGHT rows or more. `role` "fastest": the rank with the least own work."""
     if not tall:
         return
     ranks = snap.state.ranks
-    rank = rank if rank in ranks else snap.slowest if snap.slowest in ranks else min(ranks, default=None)
+    fallback = snap.slowest if snap.slowest in ranks else snap.heaviest
+    rank = rank if rank in ranks else fallback if fallback in ranks else min(ranks, default=None)
     rs = ranks.get(rank) if rank is not None else None
-    title = f"rank {rank}'s last step in time (the row under the cursor; ⏎ opens it)" if rs else "step timeline"
+    if role == "fastest":
+        title = f"rank {rank}: least own work (last 50), its last step" if rs else "fastest rank"
+    else:
+        title = f"rank {rank}: the cursor's row, its last step (⏎ opens it)" if rs else "step timeline"
     if view.border_title != title:
         view.border_title = title
     view.show(*rs.timeline_record()) if rs is not None else view.show(None)

@@ -8,6 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
+from ddptop.model.figures import RECENT_LABEL, RUN_LABEL
 from ddptop.model.report import fmt
 from ddptop.tui.live import Snapshot
 from ddptop.tui.render import SLOW_STYLE, spark
@@ -25,7 +26,7 @@ class ThroughputPanel(Horizontal):
 
     def on_mount(self) -> None:
         self.query_one("#rate-box").border_title = "steps/s: waiting for steps"
-        self.query_one("#step-times").border_title = "step time per rank (recent)"
+        self.query_one("#step-times").border_title = f"step ms per rank · p50 {RECENT_LABEL}"
 
     def show(self, snap: Snapshot) -> None:
         state = snap.state
@@ -35,10 +36,13 @@ class ThroughputPanel(Horizontal):
         if rates:
             # The rates ride in the box's title: at 80x24 the box has three rows inside,
             # which the sparkline and the whole-run line need (issue 21: they were clipped).
-            now, lo, hi = fmt(rates[-1], ".2f"), fmt(min(rates), ".2f"), fmt(max(rates), ".2f")
-            title = f"steps/s over the run: now {now}  min {lo}  max {hi}"
+            # "now" is the header's figure (the last 50 steps' pace), the range the chart's.
+            current = snap.recent_steps_per_s if snap.recent_steps_per_s is not None else rates[-1]
+            now, lo = fmt(current, ".2f"), fmt(min(*rates, current), ".2f")
+            hi = fmt(max(*rates, current), ".2f")
+            title = f"steps/s {RECENT_LABEL} {now}, over the {RUN_LABEL} min {lo}  max {hi}"
             if len(title) > box.outer_size.width - 6:
-                title = f"steps/s now {now} ({lo}-{hi})"
+                title = f"steps/s {RECENT_LABEL} {now} ({lo}-{hi})"
             if box.border_title != title:  # no markup in it: kept as given
                 box.border_title = title
             width = max(spark_widget.content_region.width, 10)
@@ -57,13 +61,14 @@ class ThroughputPanel(Horizontal):
         p50, p95 = state.step_ms_pcts(50, 95)
         if p50 is None:
             return Text("")
-        return Text.assemble(("whole run ", "dim"), f"p50 {fmt(p50)} ms  p95 {fmt(p95)} ms",
-                             (f" (after {state.warmup} warmup steps)", "dim"))
+        return Text.assemble((f"{RUN_LABEL} ", "dim"), f"p50 {fmt(p50)} ms  p95 {fmt(p95)} ms",
+                             (f" (whole run after {state.warmup} warmup steps)", "dim"))
 
     def _step_lines(self, snap: Snapshot) -> list[Text]:
         box = self.query_one("#step-times", LinesView)
         width = max(box.content_region.width - 16, 8)
         series = {r: f.step_ms[-width:] for r, f in sorted(snap.ranks.items())}
+        p50 = {r: f.p50 for r, f in snap.ranks.items()}  # the rank table's figure, not the last step
         values = [v for vs in series.values() for v in vs]
         if not values:
             return [Text("no steps yet", style="dim")]
@@ -77,7 +82,7 @@ class ThroughputPanel(Horizontal):
             text = Text(no_wrap=True)
             text.append(f"r{r:<3}", style=SLOW_STYLE if r == slow else "dim")
             text.append(spark(vs, width, lo, hi).ljust(width), style=SLOW_STYLE if r == slow else "")
-            text.append(f" {fmt(vs[-1] if vs else None, '.1f', '-'):>6} ms")
+            text.append(f" {fmt(p50[r], '.1f', '-'):>6} ms")
             return text
 
         return box.lines_in_view(len(ranks), line)
