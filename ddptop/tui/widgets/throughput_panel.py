@@ -33,13 +33,12 @@ class ThroughputPanel(Horizontal):
         rates = [rate for _, rate in state.history]
         box = self.query_one("#rate-box")
         spark_widget = self.query_one("#rate-spark", Sparkline)
-        if rates:
+        if rates or snap.recent_steps_per_s is not None:
             # The rates ride in the box's title: at 80x24 the box has three rows inside,
             # which the sparkline and the whole-run line need (issue 21: they were clipped).
             # "now" is the header's figure (the last 50 steps' pace), the range the chart's.
             current = snap.recent_steps_per_s if snap.recent_steps_per_s is not None else rates[-1]
-            now, lo = fmt(current, ".2f"), fmt(min(*rates, current), ".2f")
-            hi = fmt(max(*rates, current), ".2f")
+            now, lo, hi = fmt(current, ".2f"), fmt(min([*rates, current]), ".2f"), fmt(max([*rates, current]), ".2f")
             title = f"steps/s {RECENT_LABEL} {now}, over the {RUN_LABEL} min {lo}  max {hi}"
             if len(title) > box.outer_size.width - 6:
                 title = f"steps/s {RECENT_LABEL} {now} ({lo}-{hi})"
