@@ -12,12 +12,13 @@ escape in a name (`\\ud800`) streams as '?'."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import ijson
 
@@ -65,7 +66,7 @@ def read_trace(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _open(path: Path) -> IO[bytes]:
+def _open(path: Path) -> gzip.GzipFile | io.BufferedReader:
     return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
 
 

@@ -9,6 +9,7 @@ out of memory, killed, too slow) comes back to the caller as one line (TraceErro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -47,14 +48,19 @@ def _peak_mb() -> float:
 def main() -> int:
     request = json.loads(sys.stdin.read())
     limit_mb = int(request.get("memory_mb", MEMORY_MB))
-    resource.setrlimit(resource.RLIMIT_AS, (limit_mb << 20, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    resource.setrlimit(resource.RLIMIT_AS, (limit_mb << 20, hard))
+    with contextlib.suppress(OSError):
+        os.nice(5)  # behind the UI and the run's own monitoring
+    answer: dict[str, Any] = {"error": f"ran out of memory (limit {limit_mb} MB, DDPTOP_TRACE_MEMORY_MB)"}
+    code = OUT_OF_MEMORY
     try:
-        answer: dict[str, Any] = {"result": _do(request)}
-        code = 0
+        answer, code = {"result": _do(request)}, 0
     except MemoryError:
-        answer, code = {"error": f"ran out of memory (limit {limit_mb} MB, DDPTOP_TRACE_MEMORY_MB)"}, OUT_OF_MEMORY
+        pass  # answered below, once the frames that held the trace are gone
     except (TraceError, ValueError, OSError) as exc:
         answer, code = {"error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}, 2
+    resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
     answer["peak_mb"] = _peak_mb()
     sys.stdout.write(json.dumps(answer) + "\n")
     sys.stdout.flush()

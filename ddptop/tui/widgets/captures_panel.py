@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical
 
 from ddptop.analysis.cross_rank import describe
@@ -19,6 +20,7 @@ from ddptop.model.report import NA, fmt
 from ddptop.model.state import RunState
 from ddptop.tui.live import Snapshot
 from ddptop.tui.render import truncate, wrap_text
+from ddptop.tui.screens.capture_diff import CaptureDiffScreen, session_captures
 from ddptop.tui.widgets.lines_view import LinesView
 
 CAPTURE_STYLES = {
@@ -189,6 +191,9 @@ class CapturesPanel(Vertical):
     """Call `show(snapshot)` to refresh. Lines wider than the view wrap (paths after a
     `/`), so a trace file's name is never cut off at the edge."""
 
+    # not in the footer yet (the tab's snapshots): D picks two captures and shows their diff
+    BINDINGS = [Binding("D", "diff_captures", "Diff two captures", show=False)]
+
     def __init__(self, **kwargs) -> None:  # noqa: ANN003 - Widget's options
         super().__init__(**kwargs)
         self._logical: list[Text] = []
@@ -196,6 +201,9 @@ class CapturesPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         yield LinesView(cursor=False, id="captures-lines")
+
+    def action_diff_captures(self) -> None:
+        self.app.push_screen(CaptureDiffScreen(session_captures(self.app)))
 
     @property
     def body(self) -> LinesView:
