@@ -28,7 +28,7 @@ from ddptop.tui.app import DdpTopApp
 from ddptop.tui.synthetic import show_tab, snapshot_app
 from ddptop.tui.views import TABS
 from ddptop.tui.widgets.rank_table import RankTable
-from ddptop.tui.widgets.run_alerts import ALERT_ROWS, RunAlerts
+from ddptop.tui.widgets.run_alerts import ALERT_ROWS, RunAlerts, alert_lines, fit_rows
 
 SIZES = {"80x24": (80, 24), "120x40": (120, 40), "200x60": (200, 60)}
 RANKS = (2, 8, 64)
@@ -130,6 +130,29 @@ def test_the_alert_slot_keeps_its_rows_with_and_without_an_alert(tmp_path: Path,
     with_alert, without = asyncio.run(regions(1)), asyncio.run(regions(None))
     assert with_alert[0] == without[0] == ALERT_ROWS
     assert with_alert == without
+
+
+@pytest.mark.parametrize("ranks", RANKS, ids=[f"{n}r" for n in RANKS])
+def test_no_alert_is_cut_in_its_first_60_characters_at_80_columns(tmp_path: Path, ranks: int) -> None:
+    """Issue 31: the actionable part of an alert comes first and survives 80 columns (the
+    phase of a straggler had been cut off). Each alert line's first 60 characters, or all
+    of a shorter one, are on the screen whole; a line cut later ends in `…`."""
+    app = snapshot_app(ranks, tmp_path)
+    state = app.workbench.current.state  # type: ignore[union-attr]
+    state.notes.append("rank 0: comm hook not timed: the script registered its own before ddptop could wrap it")
+
+    async def main() -> tuple[list[str], list[str]]:
+        async with app.run_test(size=SIZES["80x24"]) as pilot:
+            await show_tab(app, pilot, "ranks")
+            assert app.views.last is not None
+            return [t.plain for t in fit_rows(alert_lines(app.views.last))], screen_lines(app)
+
+    alerts, lines = asyncio.run(main())
+    assert alerts and "straggler: backward +" in alerts[0]
+    for alert in alerts:
+        shown = next(line for line in lines if alert[:20] in line).strip()
+        assert alert[:60].strip() in shown, (alert, shown)
+        assert shown == alert.strip() or shown.endswith("…"), shown
 
 
 @pytest.mark.parametrize("size", SIZES, ids=list(SIZES))
