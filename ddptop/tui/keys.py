@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from textual.app import SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 from ddptop.tui.views import TABS
 
@@ -23,7 +23,7 @@ CHANGES_RUN = {"stop_run": "stop the run", "rerun": "start a run", "settings": "
                "detach": "detach the run", "capture": "capture"}
 CAPTURE_STEPS = 3
 
-BINDINGS = [
+BINDINGS: list[BindingType] = [
     Binding("q", "request_quit", "Quit"),
     Binding("f10", "request_quit", "Quit", show=False),
     # Textual's own ctrl+c only says "press ctrl+q to quit"; here it is `q`. Not a

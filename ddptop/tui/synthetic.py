@@ -122,11 +122,12 @@ class StaticSession:
         raise RuntimeError("a scripted run has no ranks to capture")
 
 
-def synthetic_workbench(state: RunState, runs_dir: Path) -> Workbench:
-    """A Workbench whose current run is `state` (start the app with autostart=False)."""
+def synthetic_workbench(state: RunState, runs_dir: Path, live: bool = False) -> Workbench:
+    """A Workbench whose current run is `state` (start the app with autostart=False); `live`:
+    the run reads as still going (nothing runs either way)."""
     config = RunConfig.from_dict(state.config)
     bench = Workbench(config, runs_dir)
-    session: RunHandle = StaticSession(state, config, Path(runs_dir) / state.run_id)
+    session: RunHandle = StaticSession(state, config, Path(runs_dir) / state.run_id, done=not live)
     bench.sessions.append(session)
     return bench
 
@@ -248,8 +249,7 @@ def snapshot_app(n_ranks: int, runs_dir: Path, now: float = SYNTHETIC_NOW, **sta
     state_kw.setdefault("nodes", max(1, n_ranks // 8))
     state = fill_views(synthetic_state(n_ranks, now=now, **state_kw), now)
     write_earlier_runs(runs_dir, n_ranks)
-    bench = synthetic_workbench(state, runs_dir)
-    bench.sessions[-1].done = False  # type: ignore[attr-defined]  # live, as the state says: stop and capture offered
+    bench = synthetic_workbench(state, runs_dir, live=True)  # as the state says: stop and capture offered
     return DdpTopApp(bench, autostart=False, refresh_s=3600, clock=lambda: now)
 
 

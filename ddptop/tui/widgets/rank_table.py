@@ -146,7 +146,7 @@ class RankTable(Vertical):
         super().__init__(**kwargs)
         self._last: Snapshot | None = None
         self._rows_for = -1
-        self._header_for: tuple[int, bool, str, bool] | None = None
+        self._header_for: tuple[int, tuple[str, ...], str, bool] | None = None
         self._subtitle: Text | None = None
         self.sort_key = "rank"
         self._items: list[int | Text] = []
