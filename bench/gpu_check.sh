@@ -297,6 +297,7 @@ commcheck() {  # issue 27: comm_ms by default vs the NCCL kernels of a torch.pro
   local specs
   IFS='|' read -ra specs <<< "${COMM_SPECS:---preset baseline|--preset bf16|--preset powersgd|-- $PY bench/gpt_train.py --steps 60}"
   for spec in "${specs[@]}"; do
+    touch /tmp/comm.mark
     timeout ${COMM_TIMEOUT:-200} $PY -m ddptop --headless --json --interval 60 --nproc "$N" --warmup 10 --steps 40 \
       --capture 25:3 --profiler torch --runs-dir "$RUNS/comm" $spec > /tmp/comm.out 2>&1
     rc=$?; tail -1 /tmp/comm.out > /tmp/comm.json
