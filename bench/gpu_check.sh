@@ -300,6 +300,7 @@ commcheck() {  # issue 27: comm_ms by default vs the NCCL kernels of a torch.pro
     touch /tmp/comm.mark
     timeout ${COMM_TIMEOUT:-200} $PY -m ddptop --headless --json --interval 60 --nproc "$N" --warmup 10 --steps 40 \
       --capture 25:3 --profiler torch --runs-dir "$RUNS/comm" $spec > /tmp/comm.out 2>&1
+    find "$RUNS/comm" -name '*.trace.json' -newer /tmp/comm.mark -print0 | tar czf "$OUT/comm_traces_$(date +%s).tgz" --null -T - 2>/dev/null
     rc=$?; tail -1 /tmp/comm.out > /tmp/comm.json
     $PY - "$rc" "$spec" /tmp/comm.json "$OUT/commcheck.jsonl" <<'PYEOF' || { echo "== $spec rc=$rc"; tail -30 /tmp/comm.out; }
 import json, sys
@@ -317,6 +318,10 @@ for r in d["ranks"]:
           f" hook {t.get('timer_hook_ms')} extra {t.get('hook_extra_ms')} | {(r.get('info') or {}).get('comm_timing')}")
 PYEOF
   done
+}
+
+clockcost() {  # issue 27: a GPU stamp's host cost and its parts, inside an NCCL job with NCCL's timing on
+  TORCH_NCCL_ENABLE_TIMING=1 timeout 120 torchrun --standalone --nproc_per_node="$N" bench/clock_cost.py 2>&1 | grep -E "^rank|Error" | tee -a "$OUT/clock_cost.txt"
 }
 
 straggler() {  # issue 27: symmetric GPT script, rank 1's loader +5 ms a step, rank 1's GPU shared with a side process's matmuls
