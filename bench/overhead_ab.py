@@ -73,6 +73,17 @@ def run_one(name: str, args: argparse.Namespace, arms: str, runs_dir: str) -> di
     return out
 
 
+def hook_breakdown(results: list[dict]) -> list[tuple[str, float]]:
+    """Each hook's host time per engaged step, mean over ranks, largest first."""
+    acc: dict[str, list[float]] = {}
+    for r in results:
+        steps = sum(b["steps"] for b in r.get("blocks", []) if b["arm"] == "on")
+        for name, h in ((r.get("hooks") or {}).get("on") or {}).items():
+            if steps:
+                acc.setdefault(name, []).append(h["ms"] * 1000.0 / steps)
+    return sorted(((k, sum(v) / len(v)) for k, v in acc.items()), key=lambda kv: -kv[1])
+
+
 def show(row: dict) -> None:
     print(f"== {row['workload']} ({row['model']}): {row['status']}, rc {row['rc']}, {row['ranks']} ranks x "
           f"{row['blocks']} blocks of {row['steps_per_block']} steps, {row['wall_s']} s")
@@ -88,6 +99,10 @@ def show(row: dict) -> None:
             print(f"        host time in the layer's hooks: {h['median']:+.1f} us/step [{h['lo']:+.1f}, {h['hi']:+.1f}]"
                   f" | gc collections per 1000 steps {gc.get('arm', 0):.1f} vs off {gc.get('off', 0):.1f}"
                   f" ({gc.get('arm_ms_per_step', 0) * 1000:.1f} vs {gc.get('off_ms_per_step', 0) * 1000:.1f} us/step)")
+    hooks = hook_breakdown(row.get("raw") or [])
+    if hooks:
+        print("        where the engaged layer's host time goes (us/step, mean of ranks): "
+              + ", ".join(f"{name} {us:.1f}" for name, us in hooks[:8]))
     if row.get("tail"):
         print(row["tail"])
 

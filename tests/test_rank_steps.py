@@ -23,6 +23,9 @@ class FakeClock:
     def sync(self):
         pass
 
+    def release(self, stamps):
+        pass
+
 
 def run(tracker, clock, events):
     """events: (ms to advance, event[, key or samples]). Returns steps closed."""

@@ -70,6 +70,7 @@ class CostAB:
         self._spins: list[tuple[Any, Any]] = []  # the busy arm's spins in the open block
         self._stamps: list[Any] = []  # the open block's step boundaries
         self.hook_s = 0.0  # host seconds inside the layer's hooks (timed), all arms
+        self.per_hook: dict[str, dict[str, list[float]]] = {}  # arm -> hook -> [calls, seconds]
         self._inside = False
         self.gc_n, self.gc_s = 0, 0.0  # collections and their seconds, since calibration
         self._gc_at = 0.0
@@ -92,9 +93,15 @@ class CostAB:
             try:
                 return hook(*args, **kwargs)
             finally:
-                self.hook_s += time.perf_counter() - start
+                took = time.perf_counter() - start
+                self.hook_s += took
                 self._inside = False
+                if self.steps_per_block:
+                    row = self.per_hook.setdefault(self._arm, {}).setdefault(name, [0, 0.0])
+                    row[0] += 1
+                    row[1] += took
 
+        name = getattr(hook, "__name__", "hook")
         return run
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:  # noqa: ARG002
@@ -228,7 +235,9 @@ class CostAB:
             blocks.append(row)
         return {"rank": self.rank, "arms": self.arms, "block_s": self.block_s, "steps_per_block": self.steps_per_block,
                 "calibration_step_ms": self.step_ms, "busy_pct": self.busy_pct, "busy_ms": self.busy_ms,
-                "device": "cuda" if self._cuda else "cpu", "blocks": blocks}
+                "device": "cuda" if self._cuda else "cpu", "blocks": blocks,
+                "hooks": {arm: {name: {"calls": n, "ms": s * 1000.0} for name, (n, s) in hooks.items()}
+                          for arm, hooks in self.per_hook.items()}}
 
     def write(self, config_path: str | None) -> None:
         if not self.enabled or not self.blocks or not config_path:

@@ -109,7 +109,18 @@ class BackwardMarks:
         self._compute_end, self._returned = guard(self._bwd_end), guard(self._bwd_ret)
         self.hook = guard(self.started)
 
-    def started(self, grad: Any) -> None:  # noqa: ARG002 - a tensor hook on the forward's output
+    def watch(self, tensor: Any) -> None:
+        """Backward starts when `tensor`'s gradient arrives: a pre-hook on its grad_fn (one C++
+        call), or a tensor hook where it has none (a leaf)."""
+        if tensor is None:
+            return
+        node = tensor.grad_fn
+        if node is not None and hasattr(node, "register_prehook"):
+            node.register_prehook(self.hook)
+        else:
+            tensor.register_hook(self.hook)
+
+    def started(self, grad: Any) -> None:  # noqa: ARG002 - a hook on the forward's output
         if self._in_backward:
             return None
         self._in_backward = True

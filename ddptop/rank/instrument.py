@@ -208,9 +208,7 @@ class Instrument:
             self.tracker.mark("eval_end")
             return
         self.tracker.mark("fwd_end")
-        tensor = loss_like(self.torch, output)
-        if tensor is not None:
-            tensor.register_hook(self.backward.hook)
+        self.backward.watch(loss_like(self.torch, output))
 
     # --- optimizer steps = step boundaries -----------------------------------------------
     def _opt_pre_safe(self, optimizer: Any, *_: Any) -> None:  # torch.optim's hook, GradScaler.step

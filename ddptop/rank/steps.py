@@ -35,6 +35,7 @@ class Clock(Protocol):
     def elapsed(self, a: Any, b: Any) -> float: ...  # ms from a to b
     def done(self, stamp: Any) -> bool: ...  # the stamp's time is known (a CUDA event has run)
     def sync(self) -> None: ...
+    def release(self, stamps: list[Any]) -> None: ...  # stamps read, free for reuse
 
 
 def phase_of(kind: str, following: str) -> str:
@@ -168,12 +169,23 @@ class StepTracker:
                 break
             self.pending.popleft()
             out.append(record(step, marks, comm, extra, self.clock.elapsed, self.comm_elsewhere))
+            self.clock.release(read_stamps(marks))
         return out
 
     @property
     def last_closed(self) -> dict[str, Any] | None:
         """The extra values of the newest step still pending (for a script's own values)."""
         return self.pending[-1][3] if self.pending else None
+
+
+def read_stamps(marks: list[tuple[str, Any, float]]) -> list[Any]:
+    """A closed step's stamps, once each, but its last (the next step's start)."""
+    last = marks[-1][1]
+    seen: dict[int, Any] = {}
+    for _, stamp, _ in marks:
+        if stamp is not last:
+            seen.setdefault(id(stamp), stamp)
+    return list(seen.values())
 
 
 def record(step: int, marks: list[tuple[str, Any, float]], comm: list[list[Any]], extra: dict[str, Any],
