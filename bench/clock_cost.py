@@ -43,10 +43,10 @@ def main() -> None:
     grad = torch.randn(25_000_000, device=dev)
     clock = CudaClock(torch, dev)
     held: list = []
-    ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ev0, ev1, ev2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
     ev0.record()
     ev1.record()
-    ev1.synchronize()
+    ev1.synchronize()  # ev0, ev1: done, read by query/elapsed_time; ev2 is re-recorded
 
     def old_stamp():
         e = torch.cuda.Event(enable_timing=True)
@@ -62,7 +62,7 @@ def main() -> None:
         "CudaClock.stamp (reused events)": new_stamp,
         "torch.cuda.current_stream(dev)": lambda: torch.cuda.current_stream(dev),
         "torch.cuda.Event(enable_timing=True)": lambda: held.append(torch.cuda.Event(enable_timing=True)),
-        "event.record(stream) (same event)": lambda: ev0.record(stream),
+        "event.record(stream) (same event)": lambda: ev2.record(stream),
         "event.query()": ev1.query,
         "event.elapsed_time()": lambda: ev0.elapsed_time(ev1),
     }

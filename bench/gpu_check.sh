@@ -11,6 +11,11 @@ STEPS=${STEPS:-30}; WARMUP=${WARMUP:-10}
 PRESETS=${PRESETS:-single baseline static view bf16 fp16 powersgd overlap bf16-overlap amp}
 RUNS=/tmp/ddptop-gpu-runs
 PY=${PY:-python3}
+# runtime dependencies the GPU image lacks, carried as wheels (WHEELS=dir; ddptop needs ijson)
+if ls ${WHEELS:-.whl}/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site ${WHEELS:-.whl}/*.whl \
+    && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
 
 facts() {
   echo "== $(date -u +%FT%TZ) $(nvidia-smi -L | head -1) x$N"
