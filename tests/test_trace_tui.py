@@ -5,6 +5,7 @@ and `D` picks two captures and shows `ddptop trace A B --diff`'s lines."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import time
 from pathlib import Path
@@ -31,10 +32,10 @@ def test_refresh_is_never_blocked_while_a_large_capture_is_summarised(tmp_path: 
     state.captures.clear()
     app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600)
     pipeline = CapturePipeline(state, hub=None, options=None, run_dir=tmp_path)  # type: ignore[arg-type]
-    ticks: list[float] = []
+    ticks: list[tuple[float, float]] = []
 
-    def tick() -> None:  # the app's refresh, on a fast clock, timed
-        ticks.append(time.monotonic())
+    def tick() -> None:  # the app's refresh, on a fast clock, timed (wall, and this process's CPU)
+        ticks.append((time.monotonic(), time.process_time()))
         app.refresh_views()
 
     async def main() -> None:
@@ -56,11 +57,22 @@ def test_refresh_is_never_blocked_while_a_large_capture_is_summarised(tmp_path: 
             assert cap.summary["ranks"]["0"]["counts"]["compute"] == expect["compute"]
             assert "#7  steps 0-0  torch  done" in app.query_one(CapturesPanel).text()
 
-    asyncio.run(main())
-    late = [b - a - TICK_S for a, b in zip(ticks, ticks[1:])]
+    # The test worker's own heap (every module and test before this one) would make a full
+    # garbage collection take 100-200 ms whenever one falls due; a TUI process has no such heap.
+    gc.collect()
+    gc.freeze()
+    try:
+        asyncio.run(main())
+    finally:
+        gc.unfreeze()
     assert len(ticks) > 40, len(ticks)
-    print(f"{len(ticks)} refreshes, the latest {max(late) * 1000:.0f} ms late")
-    assert max(late) < MAX_LATE_S, f"a refresh waited {max(late) * 1000:.0f} ms"
+    # Blocked: late while this process worked (the summary in a thread of it: 200 ms). Late while
+    # it did not run at all is the OS serving other processes (a loaded CI box), not a block.
+    late = [(b - a - TICK_S, cb - ca) for (a, ca), (b, cb) in zip(ticks, ticks[1:])]
+    blocked = max(min(wall, cpu) for wall, cpu in late)
+    print(f"{len(ticks)} refreshes, the latest {max(w for w, _ in late) * 1000:.0f} ms late, "
+          f"blocked at most {blocked * 1000:.0f} ms")
+    assert blocked < MAX_LATE_S, f"a refresh was blocked {blocked * 1000:.0f} ms"
 
 
 def _capture_dir(root: Path, gemm_us: float) -> Path:
