@@ -65,7 +65,7 @@ class CostAB:
         self._arm = "on"
         self._group = 0
         self._in_block = 0
-        self._opened: tuple[Any, float, float] | None = None  # stamp, process CPU, thread CPU
+        self._opened: tuple[Any, float, float, float, int, float] | None = None  # stamp, CPU, thread CPU, hook s, gc n, gc s
         self._depth = self._ends = 0  # optimizer steps seen while bypassed
         self._spins: list[tuple[Any, Any]] = []  # the busy arm's spins in the open block
         self._stamps: list[Any] = []  # the open block's step boundaries
@@ -102,6 +102,29 @@ class CostAB:
                     row[1] += took
 
         name = getattr(hook, "__name__", "hook")
+        return run
+
+    def profile_parts(self, owners: dict[str, Any]) -> None:
+        """Time these methods too, inside the hooks (`owner.method` names, e.g.
+        "tracker.mark"): where a hook's host time goes, per arm."""
+        for name, owner in owners.items():
+            attr = name.rsplit(".", 1)[-1]
+            method = getattr(owner, attr, None)
+            if method is not None:
+                setattr(owner, attr, self._part(name, method))
+
+    def _part(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                if self.steps_per_block:
+                    row = self.per_hook.setdefault(self._arm, {}).setdefault(name, [0, 0.0])
+                    row[0] += 1
+                    row[1] += time.perf_counter() - start
+
         return run
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:  # noqa: ARG002
@@ -220,22 +243,32 @@ class CostAB:
                             "gc_ms": (self.gc_s - gc_s) * 1000.0})
         self._spins, self._stamps = [], []
         self._opened = None
+        self._read()
+
+    def _read(self, final: bool = False) -> None:
+        """Blocks whose stamps have all run become numbers, and their events go back to the
+        clock for reuse (a new CUDA event costs the host ~140 us, docs/BENCHMARKS.md)."""
+        if final:
+            self.clock.sync()
+        for b in self.blocks:
+            if "ms" in b or not (final or self.clock.done(b["b"])):
+                continue
+            elapsed = self.clock.elapsed
+            marks = [b["a"], *b["stamps"]]
+            b["ms"] = elapsed(b["a"], b["b"])
+            b["step_ms"] = [round(elapsed(x, y), 4) for x, y in zip(marks, marks[1:])]
+            if b["spins"]:
+                b["busy_ms"] = sum(elapsed(x, y) for x, y in b["spins"])
+            self.clock.release([*marks, *(s for pair in b["spins"] for s in pair)])
+            for key in ("a", "b", "stamps", "spins"):
+                del b[key]
 
     # --- the end -----------------------------------------------------------------------------
     def result(self) -> dict[str, Any]:
-        self.clock.sync()
-        blocks = []
-        for b in self.blocks:
-            row = {k: v for k, v in b.items() if k not in ("a", "b", "spins", "stamps")}
-            row["ms"] = self.clock.elapsed(b["a"], b["b"])
-            marks = [b["a"], *b["stamps"]]
-            row["step_ms"] = [round(self.clock.elapsed(x, y), 4) for x, y in zip(marks, marks[1:])]
-            if b["spins"]:
-                row["busy_ms"] = sum(self.clock.elapsed(x, y) for x, y in b["spins"])
-            blocks.append(row)
+        self._read(final=True)
         return {"rank": self.rank, "arms": self.arms, "block_s": self.block_s, "steps_per_block": self.steps_per_block,
                 "calibration_step_ms": self.step_ms, "busy_pct": self.busy_pct, "busy_ms": self.busy_ms,
-                "device": "cuda" if self._cuda else "cpu", "blocks": blocks,
+                "device": "cuda" if self._cuda else "cpu", "blocks": self.blocks,
                 "hooks": {arm: {name: {"calls": n, "ms": s * 1000.0} for name, (n, s) in hooks.items()}
                           for arm, hooks in self.per_hook.items()}}
 

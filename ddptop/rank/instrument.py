@@ -80,6 +80,11 @@ class Instrument:
         self.hooked = ModuleHooks(self._guard(self._fwd_pre), self._guard(self._fwd_post))
         self.engaged = True
         self.off = False  # a forked child's copy (forked()): every hook does nothing
+        if self.cost.enabled:
+            self.cost.profile_parts({"tracker.mark": self.tracker, "tracker.ready": self.tracker, "probe.record_step": probe,
+                                     "comm.with_nccl_times": self.comm, "cost.step_ended": self.cost,
+                                     "_captures_after": self, "_report": self, "_after_close": self})
+        self._cost_step = self._guard(self.cost.step_ended)
 
     def forked(self) -> None:
         """In a child forked from this rank: the hooks stay installed (they are torch's) but
@@ -256,7 +261,7 @@ class Instrument:
     def _boundary(self, step: int) -> None:
         """After every step, engaged or not: cost blocks, the agreed stop, the step limit."""
         if self.cost.enabled:
-            self._guard(self.cost.step_ended)(step)
+            self._cost_step(step)
         stop_at = self.probe.stop_at
         limit = self.step_limit
         if self.cost.last_step is not None and (limit is None or self.cost.last_step < limit):
