@@ -163,3 +163,50 @@ def test_a_real_run_of_an_unchanged_script_times_blocks_on_both_ranks_and_ends_a
     assert last[0] == last[1] < 100000
     logs = "".join(p.read_text() for p in tmp_path.glob("*/logs/**/stderr.log"))
     assert logs.count("the cost measurement's blocks are done") == 2, logs[-2000:]
+
+
+class EventClock:
+    """CUDA-event-like stamps: done once `ran` is set past them; released ones are counted."""
+
+    def __init__(self):
+        self.n, self.ran, self.released = 0, -1, []
+
+    def stamp(self):
+        self.n += 1
+        return [self.n]  # an object, as an event is (identity matters)
+
+    def elapsed(self, a, b):
+        return float(b[0] - a[0])
+
+    def done(self, s):
+        return s[0] <= self.ran
+
+    def sync(self):
+        self.ran = self.n
+
+    def release(self, stamps):
+        self.released.extend(stamps)
+
+
+def test_blocks_become_numbers_once_their_stamps_ran_and_give_their_events_back(monkeypatch):
+    cost = CostAB(FakeTorch, 0, {"cost_ab": 0.001, "warmup": 2}, lambda on: None)
+    clock = EventClock()
+    cost.use_clock(clock, cuda=False)
+    for step in range(30):
+        clock.ran = clock.n  # every stamp so far has run on the "device"
+        cost.step_ended(step)
+    read = [b for b in cost.blocks if "ms" in b]
+    assert read and all("stamps" not in b for b in read) and all(b["step_ms"] for b in read)
+    assert clock.released and len({id(s) for s in clock.released}) == len(clock.released)  # each event once
+    result = cost.result()  # the rest at the end, after a sync
+    assert all("ms" in b and "a" not in b for b in result["blocks"])
+
+
+def test_each_hook_s_time_is_kept_per_arm_inside_blocks_only(monkeypatch):
+    cost, _ = drive(monkeypatch, "on,off", 40)
+    hook = cost.timed(lambda: None)
+    hook()
+    assert set(cost.per_hook) <= {"on", "off"} and sum(n for arm in cost.per_hook.values() for n, _ in arm.values()) == 1
+    cost._over = True  # the run's end: its flush is no hook's cost
+    hook()
+    assert sum(n for arm in cost.per_hook.values() for n, _ in arm.values()) == 1

@@ -76,6 +76,7 @@ class CostAB:
         self._gc_at = 0.0
         self.blocks: list[dict[str, Any]] = []
         self.last_step: int | None = None  # the run ends after this step (cost_ab_blocks)
+        self._over = False  # the last block ended: the run's end (its flush) is no hook's cost
 
     @property
     def enabled(self) -> bool:
@@ -96,7 +97,7 @@ class CostAB:
                 took = time.perf_counter() - start
                 self.hook_s += took
                 self._inside = False
-                if self.steps_per_block:
+                if self._opened is not None and not self._over:
                     row = self.per_hook.setdefault(self._arm, {}).setdefault(name, [0, 0.0])
                     row[0] += 1
                     row[1] += took
@@ -120,7 +121,7 @@ class CostAB:
             try:
                 return method(*args, **kwargs)
             finally:
-                if self.steps_per_block:
+                if self._opened is not None and not self._over:
                     row = self.per_hook.setdefault(self._arm, {}).setdefault(name, [0, 0.0])
                     row[0] += 1
                     row[1] += time.perf_counter() - start
@@ -169,6 +170,7 @@ class CostAB:
         if self._in_block >= self.steps_per_block:
             self._close_block()
             self._open_block()
+        self._over = self.last_step is not None and step >= self.last_step
 
     def _calibrate(self, step: int) -> None:
         end = self.clock.stamp()
