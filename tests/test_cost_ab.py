@@ -192,7 +192,7 @@ def test_blocks_become_numbers_once_their_stamps_ran_and_give_their_events_back(
     cost = CostAB(FakeTorch, 0, {"cost_ab": 0.001, "warmup": 2}, lambda on: None)
     clock = EventClock()
     cost.use_clock(clock, cuda=False)
-    for step in range(30):
+    for step in range(60):  # a step is one stamp: 0.1 "ms", so blocks of 10 steps
         clock.ran = clock.n  # every stamp so far has run on the "device"
         cost.step_ended(step)
     read = [b for b in cost.blocks if "ms" in b]
