@@ -179,3 +179,16 @@ def test_a_rank_that_finished_is_never_a_stall_suspect():
     st.apply(Bye(0, "completed"), 1.0)  # rank 0's script ended; rank 1 hangs after step 8
     stall = st.check_stall(100.0, {0: "gone", 1: "sleeping"})
     assert stall is not None and stall.suspects == [1]
+
+
+def test_bandwidth_under_a_compressing_hook_is_called_effective():
+    from ddptop.model.report import comm_lines
+
+    st = RunState(run_id="r", config={}, world_size=2, warmup=0)
+    for rank in (0, 1):
+        recs = [{"step": s, "step_ms": 100.0, "exposed_comm_ms": 1.0, "comm_ms": 0.1, "comm_bytes": 1e9, "compressing": 1.0}
+                for s in range(20)]
+        st.apply(Steps(rank, recs), 1.0)
+    s = st.summary()
+    assert s["ranks"][0]["busbw_effective"] is True and s["ranks"][0]["busbw_gbps"] > 1000  # past any link
+    assert "effective" in comm_lines(s)[0]

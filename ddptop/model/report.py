@@ -242,7 +242,9 @@ def comm_lines(summary: dict[str, Any]) -> list[str]:
         busbw = [r.get("busbw_gbps") for r in summary["ranks"] if r.get("busbw_gbps") is not None]
         lines.append(f"gradient communication: {100 * summary['comm_share']:.1f}% of the step, "
                      f"{100 * (summary.get('exposed_comm_share') or 0):.1f}% exposed (not hidden by backward)"
-                     + (f"; all-reduce bus bandwidth {min(busbw):.2f}-{max(busbw):.2f} GB/s" if busbw else ""))
+                     + (f"; all-reduce bus bandwidth {min(busbw):.2f}-{max(busbw):.2f} GB/s" if busbw else "")
+                     + (" (effective: the gradient's bytes before compression over the compressed collectives' "
+                        "time, so it can exceed the link)" if any(r.get("busbw_effective") for r in summary["ranks"]) else ""))
         hooked = [r for r in summary["ranks"] if r.get("hook_ms_p50") is not None and r.get("comm_ms_p50") is not None]
         if hooked:  # the comm hook's own work (cast, divide, decompress) beside its collectives
             lines.append("comm hook, p50 per rank: " + ", ".join(

@@ -45,6 +45,8 @@ def rank_summary(rs: RankState, world_size: int) -> dict[str, Any]:
             entry["hook_ms_p50"] = round_or_none(rs.hook_hist.percentile(50))
         entry["comm_share"] = round_or_none(rs.share("comm_ms"), 4)
         entry.update(bus_bandwidth(rs.timed_bytes, rs.extra_ms.get("comm_ms", 0.0), world_size))
+        if rs.extra_ms.get("compressing", 0.0) > 0 and entry.get("busbw_gbps") is not None:
+            entry["busbw_effective"] = True  # bytes before compression over the compressed collectives' time
         entry["exposed_comm_share"] = round_or_none(rs.share("exposed_comm_ms"), 4)
     if rs.ddp_timing:
         entry["ddp_timing"] = {k: round_or_none(v) for k, v in rs.ddp_timing.items()}
