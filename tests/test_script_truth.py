@@ -3,7 +3,9 @@ under `ddptop --nproc 2 --headless --json` and under plain torchrun, with the sa
 the same output on each rank (apart from timing) and, for an interrupt, the script's own
 save-on-interrupt code run on every rank at the step ddptop chose."""
 
+import contextlib
 import json
+import os
 import re
 import signal
 import subprocess
@@ -79,7 +81,9 @@ def test_a_scripts_output_is_the_same_under_ddptop_as_under_torchrun(tmp_path):
 
 def interrupted(cmd: list[str], logs: Path) -> tuple[subprocess.CompletedProcess, dict]:
     """Run `cmd`, SIGINT it once both ranks train, as Ctrl-C on its terminal would."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # its own process group, so whatever it leaves behind (a plain torchrun rank stuck in
+    # teardown under load was seen outliving the test) is killed with it at the end
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -93,6 +97,8 @@ def interrupted(cmd: list[str], logs: Path) -> tuple[subprocess.CompletedProcess
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err), rank_outputs(logs)
 
 
