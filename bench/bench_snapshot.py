@@ -1,5 +1,5 @@
 """Viewer snapshot benchmark: the cost of the supervisor's snapshot of a 64-rank run (JSON,
-ddptop.wire.state_codec) next to the pickle the viewer protocol used before (protocol 1), and
+ddptop.viewer_wire.state_codec) next to the pickle the viewer protocol used before (protocol 1), and
 of reading it back on the viewer's side.
 
     .venv/bin/python bench/bench_snapshot.py [--ranks 64] [--reps 15]
@@ -30,8 +30,8 @@ from ddptop.hw import gpu
 from ddptop.model.config import RunConfig, preset_config
 from ddptop.model.report import table
 from ddptop.model.state import LOG_LINES, RECENT, RunState, Stall
-from ddptop.wire import state_codec
-from ddptop.wire import viewer_protocol as vp
+from ddptop.viewer_wire import state_codec
+from ddptop.viewer_wire import viewer_protocol as vp
 from ddptop.wire.protocol import Hello, Steps
 
 NCCL_LOG = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "nccl" / "h200x4_nvlink_info.log"
