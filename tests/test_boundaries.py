@@ -11,10 +11,10 @@ import pytest
 NO_TORCH = ["ddptop.cli", "ddptop.run.session", "ddptop.commands.headless", "ddptop.probe", "ddptop.run.hub",
             "ddptop.model.state", "ddptop.model.config", "ddptop.wire.protocol", "ddptop.run.launcher", "ddptop.model.report",
             "ddptop.commands.sweep", "ddptop.analysis.advisor", "ddptop.analysis.capture", "ddptop.analysis.nccl", "ddptop.hw.gpu",
-            "ddptop.remote.live", "ddptop.remote.supervisor", "ddptop.remote.viewer", "ddptop.wire.viewer_protocol", "ddptop.commands.attach",
+            "ddptop.remote.live", "ddptop.remote.supervisor", "ddptop.remote.viewer", "ddptop.viewer_wire.viewer_protocol", "ddptop.commands.attach",
             "ddptop.run.workbench", "ddptop.run.nsys"]
 PURE = ["ddptop.model.config", "ddptop.wire.protocol", "ddptop.model.state", "ddptop.model.figures", "ddptop.model.snapshot", "ddptop.model.failures", "ddptop.analysis.advisor", "ddptop.analysis.nccl",
-        "ddptop.wire.viewer_protocol", "ddptop.wire.state_codec", "ddptop.analysis.nsys_stats"]
+        "ddptop.viewer_wire.viewer_protocol", "ddptop.viewer_wire.state_codec", "ddptop.analysis.nsys_stats"]
 
 
 def loaded_after_import(module: str) -> set[str]:
@@ -144,32 +144,61 @@ def imports_of(path: Path) -> list[str]:
 
 
 MONITOR = [p for p in PACKAGE.rglob("*.py") if folder_of(module_of(p)) != "rank"]
-# Imports point down: a folder never imports one above it (docs/ARCHITECTURE.md).
-NEVER_IMPORTS = {
-    "wire": {"run", "remote", "commands", "tui", "rank", "cli"},
-    "model": {"hw", "run", "remote", "commands", "tui", "rank", "cli"},
-    "analysis": {"run", "remote", "commands", "tui", "rank", "cli"},
-    "hw": {"model", "wire", "analysis", "run", "remote", "commands", "tui", "rank", "cli"},
-    "run": {"remote", "commands", "tui", "rank", "cli"},
-    "remote": {"commands", "tui", "rank", "cli"},
-    "tui": {"commands", "rank", "cli"},
-    "commands": {"rank", "cli"},
-}
-PURE_FOLDERS = ("model", "wire", "analysis")
+# The one order of the folders, top to bottom (docs/ARCHITECTURE.md draws it): a folder may
+# import only the folders below it. rank/ (with probe.py) is on top because no folder may import
+# it: nothing of the rank side runs in the monitor; it imports only wire/ (checked below). wire/
+# is the bottom: the rank protocol, the one thing both processes load.
+ORDER = ["rank", "__main__", "cli", "commands", "tui", "remote", "run", "viewer_wire", "analysis",
+         "model", "hw", "wire"]
+NEVER_IMPORTS = {folder: set(ORDER[:i]) for i, folder in enumerate(ORDER)}
+PURE_FOLDERS = ("model", "wire", "viewer_wire", "analysis")
 IO_MODULES = {"asyncio", "socket", "subprocess", "textual", "pynvml", "psutil", "shutil", "select",
               "signal", "threading", "urllib", "http", "aiohttp", "tempfile", "fcntl", "pty"}
 IO_CALLS = {"open", "read_text", "write_text", "read_bytes", "write_bytes", "iterdir", "mkdir",
             "unlink", "rmdir", "glob", "rglob", "listdir", "makedirs", "remove", "rename", "replace_file"}
 
 
+def folders_in_tree() -> set[str]:
+    """Every folder of the package (ddptop/__init__.py, which only holds the version, aside)."""
+    return {folder_of(module_of(p)) for p in PACKAGE.rglob("*.py")} - {"ddptop"}
+
+
+def back_up(mod: str, names: list[str]) -> list[str]:
+    """The imports of `mod` that point up: at a folder above its own in ORDER."""
+    banned = NEVER_IMPORTS[folder_of(mod)]
+    return [f"{mod} imports {n}" for n in names if n.startswith("ddptop.") and folder_of(n) in banned]
+
+
+def test_the_order_names_every_folder_once():
+    """A new folder gets a height before it gets code; none is left out of the rule."""
+    assert len(ORDER) == len(set(ORDER))
+    assert folders_in_tree() == set(ORDER)
+    assert {"model", "analysis", "hw", "viewer_wire"} <= NEVER_IMPORTS["wire"] == set(ORDER) - {"wire"}
+    assert NEVER_IMPORTS["rank"] == set()
+    assert [n for n in imports_of(PACKAGE / "__init__.py") if n.startswith("ddptop")] == []
+
+
 def test_every_folder_imports_only_below_itself():
     offenders = []
-    for path in MONITOR:
+    for path in PACKAGE.rglob("*.py"):
         mod = module_of(path)
-        banned = NEVER_IMPORTS.get(folder_of(mod), set())
-        offenders += [f"{mod} imports {name}" for name in imports_of(path)
-                      if name.startswith("ddptop.") and folder_of(name) in banned]
+        if folder_of(mod) != "ddptop":
+            offenders += back_up(mod, imports_of(path))
     assert offenders == []
+
+
+def test_the_order_check_finds_an_arrow_back_up():
+    """The rule is live: each of these would run back up, and is caught."""
+    for mod, target in [("ddptop.model.state", "ddptop.viewer_wire.state_codec"),
+                        ("ddptop.wire.protocol", "ddptop.model.state"),
+                        ("ddptop.wire.protocol", "ddptop.analysis.capture"),
+                        ("ddptop.wire.protocol", "ddptop.hw.samples"),
+                        ("ddptop.hw.samples", "ddptop.model.config"),
+                        ("ddptop.viewer_wire.schema", "ddptop.run.hub"),
+                        ("ddptop.run.hub", "ddptop.rank.client"),
+                        ("ddptop.cli", "ddptop.probe")]:
+        assert back_up(mod, [target]) == [f"{mod} imports {target}"]
+    assert back_up("ddptop.viewer_wire.schema", ["ddptop.model.state", "ddptop.wire.protocol"]) == []
 
 
 def test_no_torch_anywhere_on_the_monitor_side():

@@ -32,8 +32,8 @@ from ddptop.remote.viewer import RemoteSession
 from ddptop.tui.factory import build_app, build_attach_app
 from ddptop.tui.screens.choice_screen import ChoiceScreen
 from ddptop.tui.synthetic import synthetic_state
-from ddptop.wire import state_codec
-from ddptop.wire import viewer_protocol as vp
+from ddptop.viewer_wire import state_codec
+from ddptop.viewer_wire import viewer_protocol as vp
 
 RUN_ARGS = ["--nproc", "2", "--steps", "100000", "--warmup", "2", "--set", "workers=0"]
 

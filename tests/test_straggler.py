@@ -16,8 +16,8 @@ from ddptop.model import report, straggler
 from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState
 from ddptop.model.straggler import Verdict, check_steps
+from ddptop.viewer_wire.state_codec import state_from_dict, state_to_dict
 from ddptop.wire.protocol import Steps
-from ddptop.wire.state_codec import state_from_dict, state_to_dict
 
 WARMUP = 5
 

@@ -461,7 +461,7 @@ def ddptop_lines(sup) -> list[str]:
 
 
 def test_a_stop_from_a_viewer_is_logged_with_its_kind_and_the_uid_the_kernel_gives(tmp_path: Path, capsys) -> None:
-    from ddptop.wire import viewer_protocol as vp
+    from ddptop.viewer_wire import viewer_protocol as vp
 
     sup, stops = audited_supervisor(tmp_path)
 
@@ -511,7 +511,7 @@ print("done")
 def test_the_uid_in_the_log_is_the_viewers_not_what_it_claims(tmp_path: Path, other_user: OtherUser) -> None:
     """A viewer of another uid (its socket opened to it for this test): the log names that uid,
     from SO_PEERCRED, and the pid of that very process."""
-    from ddptop.wire import viewer_protocol as vp
+    from ddptop.viewer_wire import viewer_protocol as vp
 
     sup, stops = audited_supervisor(tmp_path)
     where = Path(tempfile.mkdtemp(prefix="ddptop-peer-", dir="/tmp"))

@@ -1,4 +1,4 @@
-"""The viewer protocol: snapshots are JSON of an explicit schema (ddptop.wire.state_codec) that
+"""The viewer protocol: snapshots are JSON of an explicit schema (ddptop.viewer_wire.state_codec) that
 round-trips everything the views read, deltas rebuild the same state, and a pickle, a
 wrong version or garbage is refused with one line in both directions: by the functions,
 by a real Supervisor on its socket, and by a RemoteSession facing a fake supervisor."""
@@ -32,8 +32,8 @@ from ddptop.model.config import RunConfig, preset_config
 from ddptop.model.state import RECENT, Histogram, RunState, Stall
 from ddptop.remote.live import LiveRun
 from ddptop.remote.viewer import RemoteSession, ViewerError
-from ddptop.wire import state_codec
-from ddptop.wire import viewer_protocol as vp
+from ddptop.viewer_wire import state_codec
+from ddptop.viewer_wire import viewer_protocol as vp
 from ddptop.wire.protocol import Bye, Hello, Info, Steps
 
 FIXTURES = Path(__file__).parent / "fixtures"

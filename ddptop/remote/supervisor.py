@@ -32,8 +32,8 @@ from ddptop.model.options import CaptureOptions
 from ddptop.remote.live import LiveRun, ensure_live_dir, new_socket_path, remove_entry, write_entry
 from ddptop.run.session import Session
 from ddptop.run.signals import on_signals
-from ddptop.wire import state_codec
-from ddptop.wire import viewer_protocol as vp
+from ddptop.viewer_wire import state_codec
+from ddptop.viewer_wire import viewer_protocol as vp
 
 SNAPSHOT_S = 0.5  # state to every viewer, about twice a second...
 SNAPSHOT_SHARE = 0.25  # ...or less often, so snapshots take at most this share of our time

@@ -30,7 +30,7 @@ from ddptop.remote.live import (
     supervisor_alive,
     supervisor_spec,
 )
-from ddptop.wire import viewer_protocol as vp
+from ddptop.viewer_wire import viewer_protocol as vp
 
 if TYPE_CHECKING:
     from ddptop.run.workbench import SessionFactory

@@ -1,1 +1,1 @@
-"""What travels between processes: the rank protocol, the viewer protocol and the run's state as plain data. Pure: no I/O, no torch, no UI."""
+"""What crosses the boundary between the ranks and the hub: the rank protocol (versioned NDJSON frames, `protocol`). The bottom of the package: imports no other ddptop folder, so a rank can load it without loading the monitor. Pure: no I/O, no torch, no UI."""

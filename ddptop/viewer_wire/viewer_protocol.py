@@ -19,7 +19,7 @@ Supervisor -> viewer, a JSON header line, then `size` bytes of payload when size
     {"v": 2, "kind": "detached"}
     {"v": 2, "kind": "restarting", "id": I, "error": E}
 
-Payloads are JSON of plain fields, in the explicit schema of ddptop.wire.state_codec: nothing
+Payloads are JSON of plain fields, in the explicit schema of ddptop.viewer_wire.state_codec: nothing
 in a frame names a class or a function, so no frame can run code on either side. The
 hello and the welcome carry the protocol version and the schema's digest; a side that
 sees another refuses with one line, so a run started by one ddptop version is never
@@ -34,7 +34,7 @@ from typing import Any
 
 from ddptop.analysis.capture import Capture
 from ddptop.model.state import RunState
-from ddptop.wire.state_codec import (
+from ddptop.viewer_wire.state_codec import (
     SCHEMA,
     Marks,
     ViewerProtocolError,

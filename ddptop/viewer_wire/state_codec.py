@@ -1,9 +1,9 @@
 """A run's state as plain JSON data for viewers: RunState and what hangs off it (ranks,
 histograms, hellos, stalls, captures, GPU samples, topology, NCCL report, advice) to
 dicts of plain fields and back, whole or as a delta from what a viewer holds. Pure: no I/O;
-depends on the model modules only.
+depends only on the data classes of model/, analysis/ and hw/ (and wire/protocol's Hello).
 
-The schema is explicit and closed (ddptop.wire.schema): each class field encoded by its
+The schema is explicit and closed (ddptop.viewer_wire.schema): each class field encoded by its
 annotated type. Decoding checks every value against that schema and can only build those
 classes from plain values, so a snapshot cannot run code; a value that does not fit raises
 ViewerProtocolError naming the field, never anything else. `SCHEMA` is a digest of
@@ -20,9 +20,9 @@ from typing import Any
 
 from ddptop.analysis.capture import Capture
 from ddptop.model.state import RECENT, RankState, RunState
-from ddptop.wire.decode_checks import ViewerProtocolError, bad
-from ddptop.wire.schema import SCHEMA, codec_of, field_encoder
-from ddptop.wire.step_records import records_from_wire, records_to_wire
+from ddptop.viewer_wire.decode_checks import ViewerProtocolError, bad
+from ddptop.viewer_wire.schema import SCHEMA, codec_of, field_encoder
+from ddptop.viewer_wire.step_records import records_from_wire, records_to_wire
 
 __all__ = ["SCHEMA", "Marks", "ViewerProtocolError", "capture_from_dict", "capture_to_dict", "marks",
            "records_from_wire", "records_to_wire", "state_from_dict", "state_to_dict"]

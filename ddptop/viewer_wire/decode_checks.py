@@ -11,7 +11,7 @@ from typing import Any
 
 class ViewerProtocolError(ValueError):
     """A line, frame or snapshot that does not follow the viewer protocol; `reason` is short.
-    (Defined here, the lowest of the wire modules; ddptop.wire.viewer_protocol exports it.)"""
+    (Defined here, the lowest of the viewer_wire modules; viewer_protocol exports it.)"""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from ddptop.wire.decode_checks import bad
+from ddptop.viewer_wire.decode_checks import bad
 
 MAX_RECORD_KEYS = 64
 

@@ -27,9 +27,9 @@ from ddptop.hw.samples import GpuProcess, GpuSample, GpuStat
 from ddptop.hw.topology import TopologyMatrix, TopoReading
 from ddptop.model.state import LOG_LINES, RECENT, Histogram, RankState, RunState, Stall
 from ddptop.model.straggler import Finding, Verdict
-from ddptop.wire.decode_checks import SCALARS, Dec, bad, int_keys, scalar_types
+from ddptop.viewer_wire.decode_checks import SCALARS, Dec, bad, int_keys, scalar_types
+from ddptop.viewer_wire.step_records import records_from_wire, records_to_wire
 from ddptop.wire.protocol import Hello
-from ddptop.wire.step_records import records_from_wire, records_to_wire
 
 MAX_RANKS = 1 << 16  # RunState builds a RankState per rank of world_size: bound it first
 

@@ -1,0 +1,1 @@
+"""What travels between a supervisor and its viewers (TUIs and the web view attached to a run): the viewer protocol, and the run's state as plain JSON data of an explicit schema (state_codec, schema, step_records, decode_checks). It sits above model/, analysis/ and hw/, whose data classes it encodes, and below run/ and remote/, which do the I/O. Pure: no I/O, no torch, no UI."""
