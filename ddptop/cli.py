@@ -13,6 +13,7 @@ import os
 import secrets
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddptop import __version__
 from ddptop.hw.devices import visible_gpus
@@ -20,6 +21,9 @@ from ddptop.model.config import ConfigError, RunConfig, apply_overrides, preset_
 from ddptop.model.options import CaptureOptions, NodeOptions, parse_endpoint
 from ddptop.model.usage import USAGE_EXIT, OneLineParser, UsageError
 from ddptop.wire import protocol
+
+if TYPE_CHECKING:
+    from ddptop.run.slurm import SlurmStep
 
 SUBCOMMANDS = ("presets", "nccl", "topo", "sweep", "tune", "ls", "attach", "trace")
 
@@ -58,8 +62,9 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("--detach", action="store_true",
                    help="start the run with no viewer; it survives this terminal (ddptop ls, ddptop attach)")
     m = p.add_argument_group("multi-node (torchrun's c10d rendezvous; node 0 prints the command for the others)")
-    m.add_argument("--nnodes", type=int, default=1, help="nodes in the run (default 1)")
-    m.add_argument("--node-rank", type=int, default=0, help="this node, 0..nnodes-1; node 0 has the live view")
+    m.add_argument("--nnodes", type=int, help="nodes in the run (default 1; under srun: the step's nodes)")
+    m.add_argument("--node-rank", type=int, help="this node, 0..nnodes-1; node 0 has the live view "
+                   "(under srun: SLURM_NODEID)")
     m.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="node 0's address as the other nodes reach it")
     m.add_argument("--hub-port", type=int, help="node 0's hub port (default: the rendezvous port + 1)")
     m.add_argument("--hub-host", metavar="ADDR", help="node 0: the address its hub listens on (default: the "
@@ -74,7 +79,8 @@ def run_parser() -> argparse.ArgumentParser:
 def node_options(args: argparse.Namespace, environ: dict[str, str] | None = None) -> NodeOptions:
     """--nnodes/--node-rank/--rdzv-endpoint/--hub-port/--token, checked (UsageError)."""
     env = os.environ if environ is None else environ
-    n, r = args.nnodes, args.node_rank
+    n = 1 if args.nnodes is None else args.nnodes
+    r = 0 if args.node_rank is None else args.node_rank
     if n < 1:
         raise UsageError(f"--nnodes must be at least 1, got {n}")
     if not 0 <= r < n:
@@ -127,6 +133,16 @@ def read_token_file(path: Path) -> str:
         raise UsageError(f"--token-file {path} can be read by other users (mode {st.st_mode & 0o777:o}): "
                          f"chmod 600 {path}")
     return text
+
+
+def slurm_step(args: argparse.Namespace, env: dict[str, str]) -> SlurmStep | None:
+    """Under `srun` on several nodes: what the command line left out, from SLURM_* (UsageError)."""
+    from ddptop.run.slurm import apply_slurm
+
+    try:
+        return apply_slurm(args, env)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def check_node(node: NodeOptions, config: RunConfig, args: argparse.Namespace) -> NodeOptions:
@@ -214,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--interval must be 0.1-3600 seconds, got {args.interval:g}")
         config = build_config(args, script=bool(user_cmd))
         check_runnable(config, args)
-        node = check_node(node_options(args), config, args)
+        env = dict(os.environ)
+        slurm = slurm_step(args, env)
+        node = check_node(node_options(args, env), config, args)
         live = check_detach(args, node) if args.detach else None
         check_runs_dir(args.runs_dir)  # last: it creates the runs dir, so no usage error may follow
     except (UsageError, ConfigError) as exc:
@@ -224,19 +242,25 @@ def main(argv: list[str] | None = None) -> int:
         from ddptop.commands.attach import start_detached
 
         return start_detached(config, args.runs_dir, user_cmd, capture_options(args, config), live)
+    run_id = slurm.run_id(config.preset) if slurm else None
+    if slurm:  # the others join by themselves: no join command, and no token in the job's output file
+        from ddptop.run.slurm import describe
+
+        print(describe(slurm, node.node_rank, env), flush=True)
     if node.multi and node.node_rank > 0:
         from ddptop.run.multinode import run_worker_node
 
-        return asyncio.run(run_worker_node(config, node, args.runs_dir, user_cmd, interval=args.interval))
-    if node.multi:
+        return asyncio.run(run_worker_node(config, node, args.runs_dir, user_cmd, interval=args.interval,
+                                           run_id=run_id))
+    if node.multi and not slurm:
         from ddptop.run.multinode import join_instructions
 
         print(join_instructions(config, node, user_cmd), flush=True)
     headless = args.headless or not sys.stdout.isatty()
     if headless:
-        return run_headless_main(config, args, user_cmd, node)
+        return run_headless_main(config, args, user_cmd, node, run_id)
     if node.multi:
-        return run_node0_tui(config, args.runs_dir, user_cmd, node, capture_options(args, config))
+        return run_node0_tui(config, args.runs_dir, user_cmd, node, capture_options(args, config), run_id)
     from ddptop.tui.factory import run_tui
 
     return run_tui(config, args.runs_dir, user_cmd, capture_options(args, config))
@@ -255,24 +279,27 @@ def check_detach(args: argparse.Namespace, node: NodeOptions) -> Path:
 
 
 def run_node0_tui(config: RunConfig, runs_dir: Path, user_cmd: list[str] | None, node: NodeOptions,
-                  capture: CaptureOptions | None = None) -> int:
+                  capture: CaptureOptions | None = None, run_id: str | None = None) -> int:
     """Node 0's TUI runs its session in this process: the hub every node reports to lives
     and ends with it, like a plain run that belongs to its terminal."""
     from ddptop.run.session import Session
     from ddptop.run.workbench import Workbench
     from ddptop.tui.app import DdpTopApp
 
-    app = DdpTopApp(Workbench(config, runs_dir, user_cmd, lambda c, d, u: Session(c, d, user_cmd=u, node=node, capture=capture)))
+    ids = iter([run_id] if run_id else [])  # a Slurm run id names the first run only: a restart is another
+    app = DdpTopApp(Workbench(config, runs_dir, user_cmd, lambda c, d, u: Session(
+        c, d, user_cmd=u, node=node, capture=capture, run_id=next(ids, None))))
     result = app.run()
     return app.return_code or int(result or 0)
 
 
 def run_headless_main(config: RunConfig, args: argparse.Namespace, user_cmd: list[str] | None,
-                      node: NodeOptions | None = None) -> int:
+                      node: NodeOptions | None = None, run_id: str | None = None) -> int:
     from ddptop.commands.headless import run_headless
     from ddptop.run.session import Session
 
-    session = Session(config, args.runs_dir, user_cmd=user_cmd, capture=capture_options(args, config), node=node)
+    session = Session(config, args.runs_dir, user_cmd=user_cmd, capture=capture_options(args, config), node=node,
+                      run_id=run_id)
     return asyncio.run(run_headless(session, interval=args.interval, as_json=args.json))
 
 

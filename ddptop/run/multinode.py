@@ -181,11 +181,11 @@ def _tree_size(launcher: Launcher) -> int:
 
 async def run_worker_node(config: RunConfig, node: NodeOptions, runs_dir: Path,
                           user_cmd: list[str] | None = None, interval: float = 3.0,
-                          out: TextIO = sys.stdout) -> int:
+                          out: TextIO = sys.stdout, run_id: str | None = None) -> int:
     """Node `node.node_rank` > 0: its torchrun joins the rendezvous and its ranks report to
     node 0's hub. Returns torchrun's exit code (130 when a signal here stopped it)."""
 
-    run_id = f"{new_run_id(config.preset)}-node{node.node_rank}"
+    run_id = f"{run_id or new_run_id(config.preset)}-node{node.node_rank}"  # run_id: node 0's (Slurm)
     run_dir = new_run_dir(Path(runs_dir), run_id)
     plan = build_plan(config, run_dir, node.hub_addr, node.token, run_id, user_cmd, node=node)
     write_json(run_dir / "config.json", {**config.to_dict(), "_launch": {
