@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from ddptop.wire import protocol
 
@@ -209,7 +209,7 @@ class Probe:
     def report_capture(self, capture_id: int, status: str, files: list[str] | None = None,
                        error: str = "") -> None:
         """Tell ddptop how a capture window went on this rank."""
-        self._flush()
+        self.flush()
         self._send(protocol.CaptureReport(self.rank, capture_id, status, files or [], error[:2000]))
 
     def close(self, reason: str = "completed", ddp_timing: dict[str, float] | None = None) -> None:
@@ -218,7 +218,7 @@ class Probe:
             self._closed.set()  # a connect still being tried stops
             return
         self._closed.set()  # the thread sees it within FLUSH_S; no need to wait for it
-        self._flush()
+        self.flush()
         self._send(protocol.Bye(rank=self.rank, reason=reason, ddp_timing=ddp_timing or {}))
         try:
             self._sock.close()
@@ -268,7 +268,7 @@ class Probe:
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
                     self._handle(line)
-            self._flush()
+            self.flush()
 
     def _handle(self, line: bytes) -> None:
         try:
@@ -286,7 +286,13 @@ class Probe:
             except Exception as exc:  # noqa: BLE001
                 print(f"ddptop probe: command handler failed: {exc}", file=sys.stderr)
 
-    def _flush(self) -> None:
+    @property
+    def connected(self) -> bool:
+        """Talking to the hub now (not before the first connect, nor after close/forget)."""
+        return self._sock is not None
+
+    def flush(self) -> None:
+        """Every queued record to the hub now (nothing when not connected: they wait, bounded)."""
         if self._sock is None:
             return  # not connected (yet): the records wait, bounded
         while self._pending:
@@ -314,11 +320,24 @@ class Probe:
                 print(f"ddptop probe: a message could not be encoded, dropped: {exc}", file=sys.stderr)
 
 
+class Measuring(Protocol):
+    """What AttachedProbe uses of the instrument that measures this process
+    (ddptop.rank.instrument.Instrument, which imports this module: hence a protocol)."""
+
+    rank: int
+    probe: Probe
+
+    def send_facts(self, facts: dict[str, Any], from_script: bool = False) -> None: ...
+    def user_values(self, values: dict[str, Any]) -> bool: ...
+    def should_stop(self) -> bool: ...
+    def finish(self, reason: str | None = None) -> None: ...
+
+
 class AttachedProbe:
     """What Probe.connect() gives a script that ddptop's instrument already measures: its
     values join the instrument's steps; tick() says when ddptop asks the run to stop."""
 
-    def __init__(self, instrument: Any, device: str = "", backend: str = "", model: str = "") -> None:
+    def __init__(self, instrument: Measuring, device: str = "", backend: str = "", model: str = "") -> None:
         self._inst = instrument
         self.rank = instrument.rank
         self._step = 0

@@ -84,7 +84,6 @@ class Instrument:
             self.cost.profile_parts({"tracker.mark": self.tracker, "tracker.ready": self.tracker, "probe.record_step": probe,
                                      "comm.with_nccl_times": self.comm, "cost.step_ended": self.cost,
                                      "_captures_after": self, "_report": self, "_after_close": self})
-        self._cost_step = self._guard(self.cost.step_ended)
 
     def forked(self) -> None:
         """In a child forked from this rank: the hooks stay installed (they are torch's) but
@@ -110,7 +109,7 @@ class Instrument:
             self.comm.register = register
         patches.wrap_destroy(torch.distributed, self._guard(self.flush), lambda: self._left)
         self.outermost.install()
-        self._guard(self.samples.install)()
+        self._call(self.samples.install)
         facts: dict[str, Any] = {"torch": str(torch.__version__)}
         self.send_facts(facts)
         patches.chain_excepthook(self._on_crash)
@@ -118,22 +117,27 @@ class Instrument:
         atexit.register(self._at_exit)
         patches.wrap_os_exit(self._guard(self._os_exit))
 
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """`fn(...)`, never raising into the user's code (except the agreed stop): an error is
+        a note for the user, once per occurrence."""
+        if self.off:
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except SystemExit:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if exc is self._from_script:
+                raise
+            self.note(f"ddptop instrument error in {getattr(fn, '__name__', 'a hook')}: {type(exc).__name__}: {exc}")
+            return None
+
     def _guard(self, fn: Any) -> Any:
-        """A hook that never raises into the user's code (except the agreed stop)."""
+        """`fn` as a hook that never raises into the user's code (`_call`)."""
 
         @functools.wraps(fn)
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            if self.off:
-                return None
-            try:
-                return fn(*args, **kwargs)
-            except SystemExit:
-                raise
-            except Exception as exc:  # noqa: BLE001
-                if exc is self._from_script:
-                    raise
-                self.note(f"ddptop instrument error in {fn.__name__}: {type(exc).__name__}: {exc}")
-                return None
+            return self._call(fn, *args, **kwargs)
 
         return self.cost.timed(guarded) if self.cost.enabled else guarded
 
@@ -164,7 +168,7 @@ class Instrument:
     def _ddp_args(self, init: Any, ddp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self.script_ddp is None:
             return None
-        return self._guard(self.script_ddp.ddp_kwargs)(init, ddp, args, kwargs)
+        return self._call(self.script_ddp.ddp_kwargs, init, ddp, args, kwargs)
 
     def _on_ddp(self, ddp: Any) -> None:
         replicate, module = replicated_module(self.torch, ddp)  # composable replicate(): time its module
@@ -238,10 +242,7 @@ class Instrument:
     def _closed(self, step: int) -> None:
         """Step `step` ended: report, stop if agreed, open/close capture windows."""
         self.comm.step_closed(step)
-        try:
-            self._after_close(step)
-        except Exception as exc:  # noqa: BLE001
-            self.note(f"ddptop instrument error after step {step}: {type(exc).__name__}: {exc}")
+        self._call(self._after_close, step)
         self._boundary(step)
 
     def _engage(self, on: bool) -> None:
@@ -261,16 +262,16 @@ class Instrument:
     def _boundary(self, step: int) -> None:
         """After every step, engaged or not: cost blocks, the agreed stop, the step limit."""
         if self.cost.enabled:
-            self._cost_step(step)
-        stop_at = self.probe.stop_at
-        limit = self.step_limit
-        if self.cost.last_step is not None and (limit is None or self.cost.last_step < limit):
-            limit = self.step_limit = self.cost.last_step
-        if limit is not None and step >= limit and (stop_at is None or limit <= stop_at) and not self._stopping:
-            self._limit_reached = True
-            stop_at = limit
-        if stop_at is None or step < stop_at or self.api_used or self._stopping:
+            self._call(self.cost.step_ended, step)
+        limit = self.cost.last_step
+        if limit is not None and (self.step_limit is None or limit < self.step_limit):
+            self.step_limit = limit
+        at, is_limit = stop.agreed_step(self.probe.stop_at, self.step_limit)
+        if at is None or step < at or self._stopping:
             return
+        self._limit_reached = is_limit
+        if self.api_used:
+            return  # the script's own tick() stops it (should_stop)
         self._stopping = True
         if not self._limit_reached:  # the user's stop: as Ctrl-C, nothing added to the output
             try:
@@ -279,13 +280,15 @@ class Instrument:
                 self._from_script = exc  # the script's own handler raised: it goes to the script
                 raise
             return
-        self._left = bool(self._guard(stop.leave_together)(self.torch))
-        stop.limit_reached(self.rank, step, "the cost measurement's blocks are done" if limit == self.cost.last_step
+        self._left = bool(self._call(stop.leave_together, self.torch))
+        stop.limit_reached(self.rank, step, "the cost measurement's blocks are done" if at == self.cost.last_step
                            else f"the run's {self.script.steps if self.script else ''} steps after warmup are done")
 
     def _after_close(self, step: int) -> None:
         tracker = self.tracker
-        closed = tracker.pending[-1][3] if tracker.pending else {}
+        closed = tracker.last_closed
+        if closed is None:
+            closed = {}
         compressing = self.comm.compressing()
         if compressing is not None:
             closed["compressing"] = compressing
@@ -352,35 +355,33 @@ class Instrument:
         return True
 
     def should_stop(self) -> bool:
-        stop_at = self.probe.stop_at
-        if self.step_limit is not None and (stop_at is None or self.step_limit < stop_at):
-            stop_at = self.step_limit
-        return stop_at is not None and self.tracker.step - 1 >= stop_at
+        at, _ = stop.agreed_step(self.probe.stop_at, self.step_limit)
+        return at is not None and self.tracker.step - 1 >= at
 
     # --- the end ------------------------------------------------------------------------
     def _on_crash(self, exc: BaseException) -> None:
         if self._stopping and isinstance(exc, KeyboardInterrupt):
             return  # the agreed stop's Ctrl-C, which the script did not catch: stopped, not crashed
         self.crashed = True
-        self._guard(blame_settings)(exc, self.ddps, self.note)
+        self._call(blame_settings, exc, self.ddps, self.note)
         self.probe.close("crashed")  # at once: its peers fail next
 
     def flush(self) -> None:
         """Every step so far to the hub now (training is over: the process group goes, or
         the process ends)."""
-        if self.probe._sock is None:
+        if not self.probe.connected:
             return
-        self._guard(self.cost.write)(os.environ.get(protocol.ENV_CONFIG))
-        try:
-            self.tracker.finish()
-            self._report(self.tracker.ready(flush=True), flush=True)
-        except Exception as exc:  # noqa: BLE001 - a dying CUDA context, say
-            self.note(f"the last steps could not be read: {type(exc).__name__}: {exc}")
-        self.probe._flush()
+        self._call(self.cost.write, os.environ.get(protocol.ENV_CONFIG))
+        self._call(self._last_steps)  # a dying CUDA context may refuse: a note says so
+        self.probe.flush()
+
+    def _last_steps(self) -> None:
+        self.tracker.finish()
+        self._report(self.tracker.ready(flush=True), flush=True)
 
     def finish(self, reason: str | None = None) -> None:
         """Last steps, then goodbye (at exit, or when the script closes its probe)."""
-        if self.probe._sock is None:
+        if not self.probe.connected:
             return
         self.flush()
         if reason is None or (reason == "stopped" and self._limit_reached):  # the run's own limit: completed

@@ -39,7 +39,7 @@ class Said:
         if text in self.notes_sent or len(self.notes_sent) >= MAX_NOTES:
             return
         self.notes_sent.add(text)
-        if self.probe._sock is not None:
+        if self.probe.connected:
             self.probe.info({}, [text[:500]])
         elif not self.probe.forked:
             print(f"ddptop: rank {self.rank}: {text}", file=sys.stderr, flush=True)

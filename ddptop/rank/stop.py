@@ -48,3 +48,12 @@ def leave_together(torch: Any) -> bool:
     dist.barrier()
     dist.destroy_process_group()
     return True
+
+
+def agreed_step(stop_at: int | None, limit: int | None) -> tuple[int | None, bool]:
+    """The step the rank stops after: the run's own limit (a script's steps, cost_ab's blocks)
+    when it comes first or together with the user's stop, else the user's stop (None: not
+    agreed yet); True when it is the limit (the run then completes rather than stops)."""
+    if limit is not None and (stop_at is None or limit <= stop_at):
+        return limit, True
+    return stop_at, False
