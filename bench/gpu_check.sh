@@ -305,7 +305,7 @@ commcheck() {  # issue 27: comm_ms by default vs the NCCL kernels of a torch.pro
     touch /tmp/comm.mark
     timeout ${COMM_TIMEOUT:-200} $PY -m ddptop --headless --json --interval 60 --nproc "$N" --warmup 10 --steps 40 \
       --capture 25:3 --profiler torch --runs-dir "$RUNS/comm" $spec > /tmp/comm.out 2>&1
-    find "$RUNS/comm" -name '*.trace.json' -newer /tmp/comm.mark -print0 | tar czf "$OUT/comm_traces_$(date +%s).tgz" --null -T - 2>/dev/null
+    find "$RUNS/comm" -name '*.trace.json*' -newer /tmp/comm.mark -print0 | tar czf "$OUT/comm_traces_$(date +%s).tgz" --null -T - 2>/dev/null
     rc=$?; tail -1 /tmp/comm.out > /tmp/comm.json
     $PY - "$rc" "$spec" /tmp/comm.json "$OUT/commcheck.jsonl" <<'PYEOF' || { echo "== $spec rc=$rc"; tail -30 /tmp/comm.out; }
 import json, sys
