@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ddptop.model import figures
 from ddptop.model.options import NodeOptions
 from ddptop.model.state import RunState
 from ddptop.run.collector import Collector
@@ -96,7 +97,7 @@ def test_a_token_holders_out_of_range_numbers_are_refused_counted_and_figures_in
             assert rs.last_step == 9 and rs.measured_ms == 1000.0 and rs.measured_samples == 320
             assert rs.hello is not None and rs.hello.node == 0
         assert state.steps_per_s() == pytest.approx(10.0)
-        assert state.samples_per_s() == pytest.approx(640.0)  # both ranks
+        assert figures.job_samples_per_s_run(state.ranks.values()) == pytest.approx(640.0)  # both ranks
         assert state.summary()["dropped_frames"] == {"bad-record": len(HOSTILE)}  # shown in the summary
         for w in sockets + [w1]:
             w.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_tui_views import app_for, show
 
-from ddptop.model import report
+from ddptop.model import figures, report
 from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState
 from ddptop.tui.widgets.rank_table import RankTable
@@ -95,7 +95,7 @@ def test_samples_per_s_is_steps_per_s_times_samples_per_step_everywhere(tmp_path
     state = uneven_state()
     state.status = "running"
     per_step = 64  # 32 samples on each of 2 ranks
-    steps, samples = state.steps_per_s(), state.samples_per_s()
+    steps, samples = state.steps_per_s(), figures.job_samples_per_s_run(state.ranks.values())
     assert steps == pytest.approx(100 / 3.0)  # rank 1's 100 steps took 3 s: it bounds the job
     assert samples == pytest.approx(steps * per_step)
     summary = state.summary()

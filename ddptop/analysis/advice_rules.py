@@ -113,16 +113,7 @@ def slow_path(
         preset = _at_least(config, "bf16-overlap")
         return _remedy(config, preset, f"{said} (all-reduce share not measured yet)", evidence,
                        "warn", "low")
-    said += f" and all-reduce is {share:.0%} of the step"
-    if exposed is not None and share - exposed >= 0.05:
-        said += f" ({exposed:.0%} exposed)"
-    if share >= VERY_HIGH:
-        return _remedy(config, _at_least(config, "powersgd"), said, evidence, "warn", "high")
-    if share >= HIGH:
-        return _remedy(config, _at_least(config, "bf16-overlap"), said, evidence, "warn", "medium")
-    if share >= MODERATE:
-        return _remedy(config, _at_least(config, "overlap"), said, evidence, "info", "low")
-    return _nothing(config, said, evidence)
+    return by_share(config, f"{said} and all-reduce is", share, exposed, evidence, strongest="powersgd")
 
 
 def by_share_only(
@@ -146,13 +137,30 @@ def by_share_only(
             evidence=evidence,
             reading=unknown,
         )
-    said = f"{unknown}; all-reduce is {share:.0%} of the step"
+    # Not knowing the path, never advise the hardest compression: bf16-overlap at most.
+    return by_share(config, f"{unknown}; all-reduce is", share, exposed, evidence, strongest="bf16-overlap")
+
+
+# The remedy ladder for a measured comm share, strongest first: (share at least, preset,
+# severity, confidence). A rule may stop below the top rung (`strongest`).
+RUNGS = (
+    (VERY_HIGH, "powersgd", "warn", "high"),
+    (HIGH, "bf16-overlap", "warn", "medium"),
+    (MODERATE, "overlap", "info", "low"),
+)
+
+
+def by_share(config: Mapping[str, Any], said: str, share: float, exposed: float | None,
+             evidence: list[str], strongest: str) -> Advice:
+    """The one comm-share ladder: the remedy of the highest rung `share` reaches, from
+    `strongest` down (a share at a higher rung gets `strongest`); nothing below MODERATE."""
+    said += f" {share:.0%} of the step"
     if exposed is not None and share - exposed >= 0.05:
         said += f" ({exposed:.0%} exposed)"
-    if share >= HIGH:
-        return _remedy(config, _at_least(config, "bf16-overlap"), said, evidence, "warn", "medium")
-    if share >= MODERATE:
-        return _remedy(config, _at_least(config, "overlap"), said, evidence, "info", "low")
+    top = [preset for _, preset, _, _ in RUNGS].index(strongest)
+    for i, (floor, preset, severity, confidence) in enumerate(RUNGS):
+        if i >= top and share >= floor:
+            return _remedy(config, _at_least(config, preset), said, evidence, severity, confidence)
     return _nothing(config, said, evidence)
 
 

@@ -33,37 +33,16 @@ from ddptop.analysis.advice_rules import (
 from ddptop.analysis.nccl import transport_class
 from ddptop.analysis.sweep_advice import explain, recommend_from_sweep
 from ddptop.hw.topology import link_class
+from ddptop.model.figures import summary_comm_shares, summary_mean_ms
 
 __all__ = ["LADDER", "LOSSY_CAVEAT", "NOISE", "Advice", "advise", "advise_run", "comm_shares", "explain",
            "hw_link_classes", "mean_ms", "recommend_from_sweep", "straggler_first", "transport_classes"]
 
 
-# ---------------------------------------------------------------------------- measurements
-
-
-def _mean(values: Iterable[float | None]) -> float | None:
-    vals = [float(v) for v in values if v is not None]
-    return sum(vals) / len(vals) if vals else None
-
-
-def comm_shares(summary: Mapping[str, Any]) -> tuple[float | None, float | None]:
-    """(comm share, exposed comm share) of a summary: the run-level fields when present,
-    else the ranks' mean comm_ms / exposed_comm_ms over the step p50. None when unmeasured."""
-    ranks = summary.get("ranks") or []
-    step = summary.get("step_ms_p50")
-    out: list[float | None] = []
-    for key in ("comm", "exposed_comm"):
-        share = summary.get(f"{key}_share")
-        if share is None and step:
-            ms = _mean(r.get(f"{key}_ms_mean") for r in ranks)
-            share = ms / step if ms is not None else None
-        out.append(share)
-    return out[0], out[1]
-
-
-def mean_ms(summary: Mapping[str, Any], key: str) -> float | None:
-    """Mean over ranks of a per-rank `<key>_mean` field (comm_ms, exposed_comm_ms)."""
-    return _mean(r.get(key + "_mean") for r in summary.get("ranks") or [])
+# The comm shares the advice rests on are the summary's own (ddptop.model.figures.summary_comm_shares),
+# the same function the sweep, tune and batch tables read: kept under these names for callers.
+comm_shares = summary_comm_shares
+mean_ms = summary_mean_ms
 
 
 # ---------------------------------------------------------------------------- inputs

@@ -16,6 +16,7 @@ from statistics import median
 from typing import Any
 
 from ddptop.analysis.trace_analysis import Activity
+from ddptop.model.figures.stats import percent
 
 LATE_US = 50.0  # a collective whose ranks start within this of each other has no late rank
 NEARLY_EMPTY = 0.1  # a rank with fewer activities than this share of the busiest rank's
@@ -124,7 +125,7 @@ def cross_rank(per_rank: Mapping[int, Sequence[Collective]], activity_counts: Ma
                      "transfer_ms": _ms(transfer), "start_offsets_ms": {str(r): _ms(c.dur - transfer)
                                                                        for r, c in m.items()}})
     out["ranks"] = {str(r): {"comm_ms": _ms(total[r]), "wait_ms": _ms(wait[r]),
-                             "transfer_ms": _ms(total[r] - wait[r]), "wait_pct": _pct(wait[r], total[r]),
+                             "transfer_ms": _ms(total[r] - wait[r]), "wait_pct": percent(wait[r], total[r]),
                              "late_in": times_late[r], "held_others_ms": _ms(held[r])} for r in ranks}
     out["end_spread_us"] = _end_spread(matched)
     out["per_collective"] = rows[:SHOWN]
@@ -165,10 +166,6 @@ def _end_spread(matched: Sequence[Mapping[int, Collective]]) -> float:
 
 def _ms(us: float) -> float:
     return round(us / 1000.0, 3)
-
-
-def _pct(part: float, whole: float) -> float | None:
-    return round(100.0 * part / whole, 1) if whole > 0 else None
 
 
 def describe(view: dict[str, Any], collectives_shown: int = 8) -> list[str]:

@@ -1,5 +1,6 @@
-"""Time spans (us) as sorted lists: merge, length, intersection, the outermost spans of a
-call stack, and which outermost span of a thread holds a time. Pure."""
+"""Time spans (us) as sorted lists: intersection, the outermost spans of a call stack, and
+which outermost span of a thread holds a time (merge, length and union_length are
+ddptop.model.figures.stats', re-exported). Pure."""
 
 from __future__ import annotations
 
@@ -7,27 +8,14 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-Span = tuple[float, float]
+from ddptop.model.figures.stats import Span, merge_spans, span_length, union_length
 
+# The union of spans is ddptop.model.figures' (one function for the trace, the timeline and the
+# live figures); kept under these names here for the trace analyses.
+merge = merge_spans
+length = span_length
 
-def merge(spans: Iterable[Span]) -> list[Span]:
-    """Sorted, non-overlapping spans covering the same time."""
-    out: list[Span] = []
-    for s, e in sorted(spans):
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
-    return out
-
-
-def length(merged: Iterable[Span]) -> float:
-    return sum(e - s for s, e in merged)
-
-
-def union_length(spans: Iterable[Span]) -> float:
-    return length(merge(spans))
+__all__ = ["Cover", "Span", "intersect", "intersection_length", "length", "merge", "outermost", "union_length"]
 
 
 def intersect(a: Sequence[Span], b: Sequence[Span]) -> list[Span]:

@@ -30,6 +30,7 @@ from ddptop.analysis.intervals import (  # noqa: F401 - re-exported
     outermost,
     union_length,
 )
+from ddptop.model.figures.stats import percent
 
 KERNEL_CATS = frozenset({"kernel"})
 MEMORY_CATS = frozenset({"gpu_memcpy", "gpu_memset", "memcpy", "memset"})
@@ -247,10 +248,6 @@ def _ms(us: float) -> float:
     return round(us / 1000.0, 3)
 
 
-def _pct(part: float, whole: float) -> float | None:
-    return round(100.0 * part / whole, 1) if whole > 0 else None
-
-
 def trace_events(trace: Any) -> tuple[list[Any], dict[str, Any] | None]:
     """A parsed Chrome trace (an object with traceEvents, or the bare event list) -> its events
     and distributedInfo; ValueError when it is not a trace."""
@@ -297,18 +294,18 @@ def summarize(events: Sequence[Any], meta: dict[str, Any] | None, acts: list[Act
     comm_us = length(spans["comm"])
     out.update({
         "window_ms": _ms(window), "busy_ms": _ms(busy_us),
-        "idle_ms": _ms(window - busy_us), "idle_pct": _pct(window - busy_us, window),
+        "idle_ms": _ms(window - busy_us), "idle_pct": percent(window - busy_us, window),
     })
     for kind in ("compute", "comm", "memory"):
         if kind == "memory" and source == "cpu":
             out["memory_ms"] = out["memory_pct"] = None
             continue
         out[f"{kind}_ms"] = _ms(length(spans[kind]))
-        out[f"{kind}_pct"] = _pct(length(spans[kind]), window)
+        out[f"{kind}_pct"] = percent(length(spans[kind]), window)
     out.update({
-        "overlap_ms": _ms(comm_compute), "overlap_pct": _pct(comm_compute, window),
-        "comm_memory_overlap_ms": _ms(comm_memory), "comm_memory_overlap_pct": _pct(comm_memory, window),
-        "comm_hidden_pct": _pct(comm_compute, comm_us),  # HTA's comp_comm_overlap
+        "overlap_ms": _ms(comm_compute), "overlap_pct": percent(comm_compute, window),
+        "comm_memory_overlap_ms": _ms(comm_memory), "comm_memory_overlap_pct": percent(comm_memory, window),
+        "comm_hidden_pct": percent(comm_compute, comm_us),  # HTA's comp_comm_overlap
         # from the CPU's call of each collective to its kernel's end: what a timer started at the
         # hand-over sees, launch latency included (a host-bound rank's GPU idles meanwhile)
         "comm_call_ms": _ms(union_length((a.start if a.call is None else min(a.call, a.start), a.end)

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ddptop.analysis.advisor import Advice, comm_shares, mean_ms
+from ddptop.analysis.advisor import Advice
 from ddptop.analysis.sweep_advice import measured, reference
 from ddptop.model.config import ConfigError, RunConfig
+from ddptop.model.figures import summary_comm_shares, summary_mean_ms
 from ddptop.model.report import NA, fmt, markdown_grid
 
 IN_EFFECT = ("static_graph", "gradient_as_bucket_view", "bucket_cap_mb", "comm_hook", "autocast")
@@ -72,7 +73,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _row(s: Mapping[str, Any]) -> dict[str, Any]:
-    share, exposed = comm_shares(s)
+    share, exposed = summary_comm_shares(s)
     row = {
         "preset": s.get("preset"),
         "settings": _settings(s),
@@ -84,9 +85,9 @@ def _row(s: Mapping[str, Any]) -> dict[str, Any]:
         "samples_per_s": s.get("samples_per_s"),
         "tokens_per_s": s.get("tokens_per_s"),
         "step_ms_p50": s.get("step_ms_p50"),
-        "comm_ms": mean_ms(s, "comm_ms"),
+        "comm_ms": summary_mean_ms(s, "comm_ms"),
         "comm_share": share,
-        "exposed_comm_ms": mean_ms(s, "exposed_comm_ms"),
+        "exposed_comm_ms": summary_mean_ms(s, "exposed_comm_ms"),
         "exposed_comm_share": exposed,
         "run_id": s.get("run_id"),
     }  # fmt: skip

@@ -1,5 +1,6 @@
 """RankState: what one rank has reported (its recent records, whole-run histograms and
-sums after warmup, its facts), and the log-binned Histogram it keeps its percentiles in.
+sums after warmup, its facts). Its figures (rates, shares, phase means) are computed by
+ddptop.model.figures (run_window), its Histogram is figures.stats'.
 
 Pure: no I/O, no asyncio, no UI. Bounded memory whatever the run length.
 """
@@ -7,51 +8,19 @@ Pure: no I/O, no asyncio, no UI. Bounded memory whatever the run length.
 from __future__ import annotations
 
 import collections
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddptop.model import figures
+from ddptop.model.figures import Histogram
 from ddptop.wire.protocol import PHASES, Hello
 
 __all__ = ["RECENT", "Histogram", "RankState"]
 
 RECENT = 256  # records kept per rank for live views
-_BINS_PER_E = 100.0  # histogram bins per factor e: ~1% wide
 _PHASE_KEYS = tuple((p, p + "_ms") for p in PHASES)
 # eval_ms: forwards without grad (validation, generation), apart from the four phases
 _EXTRA_KEYS = ("comm_ms", "exposed_comm_ms", "comm_bytes", "buckets", "compressing", "eval_ms")
-
-
-class Histogram:
-    """Log-binned counts: O(1) update, bounded memory, ~1% percentile error."""
-
-    def __init__(self) -> None:
-        self.counts: collections.Counter[int] = collections.Counter()
-        self.n = 0
-
-    def add(self, value: float) -> None:
-        key = math.floor(math.log(value if value > 1e-6 else 1e-6) * _BINS_PER_E)
-        counts = self.counts
-        counts[key] = counts.get(key, 0) + 1
-        self.n += 1
-
-    def percentile(self, q: float) -> float | None:
-        if not self.n:
-            return None
-        target = q / 100.0 * (self.n - 1)
-        seen = 0
-        for key in sorted(self.counts):
-            seen += self.counts[key]
-            if seen > target:
-                return math.exp((key + 0.5) / _BINS_PER_E)
-        return None
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100.0 * (len(ordered) - 1))))]
 
 
 @dataclass
@@ -137,36 +106,9 @@ class RankState:
                     return rec, self.bucket_spans
         return self.recent[-1], ()
 
-    # --- derived -----------------------------------------------------------------------
-    @property
-    def steps_per_s(self) -> float | None:
-        return self.measured / (self.measured_ms / 1000.0) if self.measured_ms > 0 else None
-
-    @property
-    def samples_per_s(self) -> float | None:
-        """None when no step carried samples (unknown, not zero)."""
-        ok = self.measured_ms > 0 and self.measured_samples > 0
-        return self.measured_samples / (self.measured_ms / 1000.0) if ok else None
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        """None unless the script reported tokens."""
-        ok = self.measured_ms > 0 and self.measured_tokens > 0
-        return self.measured_tokens / (self.measured_ms / 1000.0) if ok else None
-
-    def share(self, key: str) -> float | None:
-        """Fraction of measured step time spent in `key` (comm_ms, exposed_comm_ms)."""
-        total = self.timed_step_ms if key == "comm_ms" else self.measured_ms
-        if key not in self.extra_ms or total <= 0:
-            return None
-        return self.extra_ms[key] / total
-
-    def phases_mean(self) -> dict[str, float]:
-        n = max(self.measured, 1)
-        return {p: self.phase_ms[p] / n for p in PHASES}
-
     def recent_values(self, key: str = "step_ms") -> list[float]:
         return [r[key] for r in self.recent if key in r]
 
     def recent_pct(self, q: float, key: str = "step_ms") -> float | None:
-        return _pct(self.recent_values(key), q)
+        """A percentile over the recent ring (all RECENT records, not the last-50 window)."""
+        return figures.percentile(self.recent_values(key), q)

@@ -73,7 +73,7 @@ def status_line(state: RunState, now: float) -> str:
         parts += [
             f"step {max(state.current_step + 1, 0)}" + (f"/{steps}" if steps else ""),
             f"{fmt(snap.steps_per_s, '.2f')} steps/s",
-            f"{fmt(snap.samples_per_s, '.1f')} samples/s",
+            f"{fmt(snap.samples_per_s_run, '.1f')} samples/s",
             f"p50 {fmt(snap.p50_ms)} ms",
         ]
         if snap.comm is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddptop.model import straggler
+from ddptop.model import figures, straggler
 from ddptop.model.rank_state import RankState
 from ddptop.model.straggler import Finding, Verdict
 
@@ -28,12 +28,12 @@ def rank_summary(rs: RankState, world_size: int) -> dict[str, Any]:
         "status": rs.status,
         "steps": rs.steps,
         "last_step": rs.last_step,
-        "steps_per_s": round_or_none(rs.steps_per_s),
-        "samples_per_s": round_or_none(rs.samples_per_s),
-        "tokens_per_s": round_or_none(rs.tokens_per_s),
+        "steps_per_s": round_or_none(figures.rank_steps_per_s_run(rs)),
+        "samples_per_s": round_or_none(figures.rank_samples_per_s_run(rs)),
+        "tokens_per_s": round_or_none(figures.rank_tokens_per_s_run(rs)),
         "step_ms_p50": round_or_none(rs.step_hist.percentile(50)),
         "step_ms_p95": round_or_none(rs.step_hist.percentile(95)),
-        "phases_ms": {p: round_or_none(v) for p, v in rs.phases_mean().items()},
+        "phases_ms": {p: round_or_none(v) for p, v in figures.rank_phases_mean_run(rs).items()},
     }
     for key, total in rs.extra_ms.items():
         entry[key + "_mean"] = round_or_none(total / max(rs.measured, 1))
@@ -43,11 +43,11 @@ def rank_summary(rs: RankState, world_size: int) -> dict[str, Any]:
         entry["exposed_comm_ms_p50"] = round_or_none(rs.exposed_hist.percentile(50))
         if rs.hook_hist.n:  # the comm hook's whole span; comm_ms is then the collectives' own time
             entry["hook_ms_p50"] = round_or_none(rs.hook_hist.percentile(50))
-        entry["comm_share"] = round_or_none(rs.share("comm_ms"), 4)
+        entry["comm_share"] = round_or_none(figures.rank_share_run(rs, "comm_ms"), 4)
         entry.update(bus_bandwidth(rs.timed_bytes, rs.extra_ms.get("comm_ms", 0.0), world_size))
         if rs.extra_ms.get("compressing", 0.0) > 0 and entry.get("busbw_gbps") is not None:
             entry["busbw_effective"] = True  # bytes before compression over the compressed collectives' time
-        entry["exposed_comm_share"] = round_or_none(rs.share("exposed_comm_ms"), 4)
+        entry["exposed_comm_share"] = round_or_none(figures.rank_share_run(rs, "exposed_comm_ms"), 4)
     if rs.ddp_timing:
         entry["ddp_timing"] = {k: round_or_none(v) for k, v in rs.ddp_timing.items()}
     if rs.info:

@@ -24,8 +24,8 @@ class Snapshot:
     # the verdict does (ddptop.model.straggler's hysteresis), never with step-to-step noise.
     slowest: int | None
     with_comm: bool
-    steps_per_s: float | None  # window "run": RunState.steps_per_s, after warmup, bounded by the slowest rank
-    samples_per_s: float | None  # window "run": steps_per_s x samples per step
+    steps_per_s: float | None  # window "run": figures.job_steps_per_s_run, bounded by the slowest rank
+    samples_per_s_run: float | None  # window "run": figures.job_samples_per_s_run (steps_per_s x samples per step)
     p50_ms: float | None  # window "last 50": the slowest rank's recent median step
     comm: tuple[float | None, float] | None  # (in flight, exposed) share of step, mean over ranks; in flight
     # is None where only exposed comm is measured (GPU, DDP's own all-reduce, no nccl_timing)
@@ -58,24 +58,21 @@ def snapshot(state: RunState, now: float) -> Snapshot:
     bound = figures.stall_bound_s(ranks)
     many = state.world_size > 1
     named = state.straggler() if many else None
-    recent = figures.live_steps_per_s(ranks)
-    per_step = figures.job_samples_per_step(ranks)
     return Snapshot(
         state=state, now=now, ranks=ranks,
         status={r: rank_status(state.ranks[r], now, bound) for r in ranks},
         slowest=named.rank if named is not None else None,
         with_comm=any(f.has_comm for f in ranks.values()),
-        steps_per_s=state.steps_per_s(),
-        samples_per_s=state.samples_per_s(),
-        p50_ms=figures.job_p50_ms(ranks),
-        comm=figures.comm_shares(ranks),
+        steps_per_s=figures.job_steps_per_s_run(state.ranks.values()),
+        samples_per_s_run=figures.job_samples_per_s_run(state.ranks.values()),
+        p50_ms=figures.job_step_ms_p50_last50(ranks),
+        comm=figures.comm_shares_last50(ranks),
         warming_up=figures.warming_up(state.config, ranks, state.current_step),
         straggler=named, verdict=state.straggler_verdict if many else Verdict(),
         stall=state.stall if state.stall is not None and state.stall.cleared_at is None else None,
-        recent_steps_per_s=recent,
-        recent_samples_per_s=recent * per_step if recent is not None and per_step is not None else None,
-        rank_samples_per_s={r: f.samples_per_step * recent if f.samples_per_step and recent else None
-                            for r, f in ranks.items()},
+        recent_steps_per_s=figures.job_steps_per_s_last50(ranks),
+        recent_samples_per_s=figures.job_samples_per_s_last50(ranks),
+        rank_samples_per_s=figures.rank_samples_per_s_last50(ranks),
         heaviest=figures.slowest(ranks) if many else None,
         lightest=figures.fastest(ranks) if many else None,
     )

@@ -219,29 +219,7 @@ class RunState:
 
     def steps_per_s(self) -> float | None:
         """Run throughput after warmup: the slowest rank bounds a DDP job."""
-        rates = [rs.steps_per_s for rs in self.ranks.values()]
-        known = [rate for rate in rates if rate is not None]
-        return min(known) if known and len(known) == len(rates) else None
-
-    def _per_step(self, attr: str) -> float | None:
-        """Samples (or tokens) one step of the whole job processes: the sum over ranks."""
-        counts = [(rs.measured, getattr(rs, attr)) for rs in self.ranks.values()]
-        if not counts or any(n == 0 for n, _ in counts):
-            return None
-        total = sum(v / n for n, v in counts)
-        return total if total > 0 else None
-
-    def samples_per_s(self) -> float | None:
-        """steps_per_s() x samples per step: the same steps, the same statistic."""
-        rate, per_step = self.steps_per_s(), self._per_step("measured_samples")
-        return rate * per_step if rate is not None and per_step is not None else None
-
-    def tokens_per_s(self) -> float | None:
-        """None unless every rank's script reported tokens."""
-        if not all(rs.measured_tokens > 0 for rs in self.ranks.values()):
-            return None
-        rate, per_step = self.steps_per_s(), self._per_step("measured_tokens")
-        return rate * per_step if rate is not None and per_step is not None else None
+        return figures.job_steps_per_s_run(self.ranks.values())
 
     def rank_figures(self) -> dict[int, RankFigures]:
         """Every rank's recent-window figures (ddptop.model.figures), each recomputed only
@@ -256,23 +234,11 @@ class RunState:
 
     def live_steps_per_s(self) -> float | None:
         """The recent rate (the slowest rank's median step): the throughput history."""
-        return figures.live_steps_per_s(self.rank_figures())
-
-    def step_ms_pct(self, q: float) -> float | None:
-        """Whole-run percentile over all ranks' measured steps."""
-        return self.step_ms_pcts(q)[0]
+        return figures.job_steps_per_s_last50(self.rank_figures())
 
     def step_ms_pcts(self, *qs: float) -> tuple[float | None, ...]:
-        """Several whole-run percentiles, the ranks' histograms merged once."""
-        merged = Histogram()
-        for rs in self.ranks.values():
-            merged.counts.update(rs.step_hist.counts)
-            merged.n += rs.step_hist.n
-        return tuple(merged.percentile(q) for q in qs)
-
-    def mean_share(self, key: str) -> float | None:
-        shares = [x for x in (rs.share(key) for rs in self.ranks.values()) if x is not None]
-        return sum(shares) / len(shares) if shares else None
+        """Several whole-run percentiles over all ranks' measured steps."""
+        return figures.step_ms_pcts_run(self.ranks.values(), *qs)
 
     def slowest_rank(self) -> int | None:
         """The straggler while one is named, else ddptop.model.figures.slowest: the rank doing
@@ -338,9 +304,9 @@ class RunState:
             "failure_log": list(self.failure_log),
             "elapsed_s": round_or_none(self.elapsed(self.ended_at or self.started_at)),
             "warmup": self.warmup,
-            "steps_per_s": round_or_none(self.steps_per_s()),
-            "samples_per_s": round_or_none(self.samples_per_s()),
-            "tokens_per_s": round_or_none(self.tokens_per_s()),
+            "steps_per_s": round_or_none(figures.job_steps_per_s_run(self.ranks.values())),
+            "samples_per_s": round_or_none(figures.job_samples_per_s_run(self.ranks.values())),
+            "tokens_per_s": round_or_none(figures.job_tokens_per_s_run(self.ranks.values())),
             "step_ms_p50": round_or_none(p50),
             "step_ms_p95": round_or_none(p95),
             "slowest_rank": self.slowest_rank(),
@@ -348,8 +314,8 @@ class RunState:
             "straggler_check": verdict_dict(self.straggler_verdict),
             "stalls": self.stalls,
             "stall": self.stall.to_dict() if self.stall else None,
-            "comm_share": round_or_none(self.mean_share("comm_ms"), 4),
-            "exposed_comm_share": round_or_none(self.mean_share("exposed_comm_ms"), 4),
+            "comm_share": round_or_none(figures.mean_share_run(self.ranks.values(), "comm_ms"), 4),
+            "exposed_comm_share": round_or_none(figures.mean_share_run(self.ranks.values(), "exposed_comm_ms"), 4),
             "nccl": nccl_facts(self.nccl),
             "advice": self.advice.to_dict() if self.advice is not None else None,
             "captures": [c.to_dict() for c in self.captures.values()],

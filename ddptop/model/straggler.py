@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from ddptop.model.figures.stats import median_nonempty
 from ddptop.wire.protocol import PHASES
 
 WINDOW = 50  # measured steps a check pairs up (the last ones up to the step checked)
@@ -167,11 +168,6 @@ def _own(rec: dict[str, float]) -> float:
     return rec["step_ms"] - rec.get("exposed_comm_ms", 0.0)
 
 
-def _median(ordered: list[float]) -> float:
-    n = len(ordered)
-    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
-
-
 def _median_without(ordered: list[float], i: int) -> float:
     """The median of a sorted list with its i-th element left out."""
     m = len(ordered) - 1
@@ -196,19 +192,19 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int) -> Finding | 
             theirs = _median_without(ordered, i)
             diffs[r].append(v - theirs)
             others[r][step] = theirs
-    medians = {r: _median(sorted(d)) for r, d in diffs.items() if len(d) >= MIN_STEPS}
+    medians = {r: median_nonempty(sorted(d)) for r, d in diffs.items() if len(d) >= MIN_STEPS}
     if not medians:
         return None
     worst = max(sorted(medians), key=lambda r: medians[r])
     d = sorted(diffs[worst])
     mine = windows[worst]
     steps = sorted(others[worst])
-    step_ms = [_median(sorted(w[s]["step_ms"] for r, w in windows.items() if r != worst and s in w)) for s in steps]
+    step_ms = [median_nonempty(sorted(w[s]["step_ms"] for r, w in windows.items() if r != worst and s in w)) for s in steps]
     low, high = _median_ci(d)
     return Finding(
         rank=worst, step=end, n=len(d), ranks=len(medians),
-        own_ms=_median(sorted(_own(mine[s]) for s in steps)),
-        others_ms=_median(sorted(others[worst].values())), step_ms=_median(sorted(step_ms)),
+        own_ms=median_nonempty(sorted(_own(mine[s]) for s in steps)),
+        others_ms=median_nonempty(sorted(others[worst].values())), step_ms=median_nonempty(sorted(step_ms)),
         excess_ms=medians[worst], ci_low_ms=low, ci_high_ms=high,
         p=min(1.0, _sign_p(sum(x > 0 for x in d), sum(x != 0 for x in d)) * len(medians)),
         phase=_phase(worst, windows, steps),
@@ -227,8 +223,8 @@ def _phase(rank: int, windows: Mapping[int, Mapping[int, dict[str, float]]], ste
     for s in steps:
         theirs = [w[s] for r, w in windows.items() if r != rank and s in w]
         for p in PHASES:
-            excess[p].append(_phase_ms(mine[s], p) - _median(sorted(_phase_ms(t, p) for t in theirs)))
-    return max(PHASES, key=lambda p: _median(sorted(excess[p])))
+            excess[p].append(_phase_ms(mine[s], p) - median_nonempty(sorted(_phase_ms(t, p) for t in theirs)))
+    return max(PHASES, key=lambda p: median_nonempty(sorted(excess[p])))
 
 
 def _sign_p(positive: int, n: int) -> float:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ddptop.model.figures.stats import merge_spans, span_length
+
 # The step's own lane, in the order the phases happen.
 LANE = ("data", "forward", "backward", "exposed", "optimizer")
 
@@ -95,17 +97,6 @@ def _with_buckets(step: int, step_ms: float, lane: tuple[Span, ...], spans: Sequ
         buckets.append(Span("bucket", max(handed, min(done, completed)), completed))
         done = completed
     comm = Span("comm", min(a for a, _ in spans), max(b for _, b in spans))
-    union = _merged(spans)
+    union = merge_spans(spans)
     hidden = sum(max(0.0, min(b, compute_end) - a) for a, b in union)
-    return StepTimeline(step, step_ms, lane, comm, hidden, tuple(buckets), sum(b - a for a, b in union))
-
-
-def _merged(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The union of the spans as disjoint spans."""
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
+    return StepTimeline(step, step_ms, lane, comm, hidden, tuple(buckets), span_length(union))

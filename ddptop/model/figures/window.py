@@ -1,20 +1,18 @@
-"""The live figures of a run, and the one rule for each verdict views show: each rank's
-recent window (p50/p95, phase split, samples per step, own work), the slowest rank, the
-stall bound and the live rate (the straggler verdict, which needs paired steps and a memory
-across checks, is ddptop.model.straggler's). Every view reads these through RunState
-(ddptop.model.state) or a Snapshot (ddptop.model.snapshot); none recomputes them.
+"""Each rank's recent window (its last WINDOW records): p50/p95, phase split, samples per
+step, own work, comm shares, kept by running sums as records arrive (RankWindow) and read
+as one RankFigures. The rules over ranks are ddptop.model.figures.rules'.
 
 Pure: no I/O, no UI; depends on the protocol's phase names only (RunState imports this
-module, not the other way round: a rank is anything with `steps` and `recent`).
+package, not the other way round: a rank is anything with `steps` and `recent`).
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from ddptop.model.figures.stats import median, pct
 from ddptop.wire.protocol import PHASES
 
 WINDOW = 50  # a rank's last records that the slowest-rank rule looks at
@@ -50,7 +48,7 @@ class RankFigures:
     own_ms: float | None  # median own work (step minus exposed comm)
     ranked: bool  # enough records (MIN_RECORDS, all timed) to be compared with other ranks
     samples_per_step: float | None
-    samples_per_s: float | None  # samples_per_step / p50: the same statistic as the rank's p50
+    samples_per_s_last50: float | None  # samples_per_step / p50: the same statistic as the rank's p50
     phases: dict[str, float]  # mean ms per phase; with comm timing, `comm` is split out of backward
     has_comm: bool
     comm_share: float | None  # all-reduce in flight / step time
@@ -60,20 +58,6 @@ class RankFigures:
 
 
 EMPTY = RankFigures(None, None, None, False, None, None, dict.fromkeys(PHASES, 0.0), False, None, None, None, ())
-
-
-def _median(ordered: list[float]) -> float | None:
-    n = len(ordered)
-    if not n:
-        return None
-    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
-
-
-def pct(ordered: list[float], q: float) -> float | None:
-    """Nearest-rank percentile of an already sorted list."""
-    if not ordered:
-        return None
-    return ordered[min(len(ordered) - 1, int(round(q / 100.0 * (len(ordered) - 1))))]
 
 
 class RankWindow:
@@ -171,9 +155,9 @@ class RankWindow:
         p50 = pct(ordered, 50)  # type: ignore[arg-type]
         per_step = sums[_SAMPLES] / self.n_samples if self.n_samples and sums[_SAMPLES] > 0 else None
         return RankFigures(
-            p50=p50, p95=pct(ordered, 95), own_ms=_median(own), ranked=ranked,  # type: ignore[arg-type]
+            p50=p50, p95=pct(ordered, 95), own_ms=median(own), ranked=ranked,  # type: ignore[arg-type]
             samples_per_step=per_step,
-            samples_per_s=per_step * 1000.0 / p50 if per_step and p50 else None,
+            samples_per_s_last50=per_step * 1000.0 / p50 if per_step and p50 else None,
             phases=means, has_comm=has_comm,
             comm_share=sums[_COMM] / self.comm_step if self.n_comm and self.comm_step > 0 else None,
             exposed_share=sums[_EXPOSED] / step_total if has_comm and step_total > 0 else None,
@@ -185,76 +169,3 @@ class RankWindow:
 def rank_figures(rs: RankRecords) -> RankFigures:
     """One rank's figures from scratch (RunState keeps a RankWindow per rank instead)."""
     return RankWindow().update(rs)
-
-
-# --- the rules --------------------------------------------------------------------------
-def _own(figures: Mapping[int, RankFigures]) -> dict[int, float]:
-    return {r: f.own_ms for r, f in figures.items() if f.ranked and f.own_ms is not None}
-
-
-def slowest(figures: Mapping[int, RankFigures]) -> int | None:
-    """The rank doing the most own work per step over its last WINDOW records (ties: the
-    lowest rank); None with fewer than two ranked ranks. A view marks the straggler instead
-    while one is named (Snapshot.slowest, RunState.slowest_rank)."""
-    own = _own(figures)
-    if len(own) < 2:
-        return None
-    return max(sorted(own), key=lambda r: own[r])
-
-
-def job_p50_ms(figures: Mapping[int, RankFigures]) -> float | None:
-    """The slowest rank's median step: what bounds a DDP job right now."""
-    medians = [f.p50 for f in figures.values() if f.p50]
-    return max(medians) if medians else None
-
-
-def live_steps_per_s(figures: Mapping[int, RankFigures]) -> float | None:
-    p50 = job_p50_ms(figures)
-    return 1000.0 / p50 if p50 else None
-
-
-def fastest(figures: Mapping[int, RankFigures]) -> int | None:
-    """The rank doing the least own work per step over its last WINDOW records (ties: the
-    lowest rank); None with fewer than two ranked ranks. Not a verdict: what a view shows
-    beside the slowest (the step timelines side by side)."""
-    own = _own(figures)
-    if len(own) < 2:
-        return None
-    return min(sorted(own), key=lambda r: own[r])
-
-
-def job_samples_per_step(figures: Mapping[int, RankFigures]) -> float | None:
-    """Samples one step of the whole job takes in: the sum over ranks (None unless every
-    rank with figures knows its own)."""
-    counts = [f.samples_per_step for f in figures.values() if f.p50 is not None]
-    if not counts or any(c is None for c in counts):
-        return None
-    return sum(c for c in counts if c is not None)
-
-
-def stall_bound_s(figures: Mapping[int, RankFigures]) -> float:
-    """How long no progress means a stall: STALL_STEPS of the job's median step, at least STALL_MIN_S."""
-    p50 = job_p50_ms(figures)
-    return max(STALL_MIN_S, STALL_STEPS * p50 / 1000.0) if p50 else STALL_MIN_S
-
-
-def comm_shares(figures: Mapping[int, RankFigures]) -> tuple[float | None, float] | None:
-    """(in flight, exposed) share of step time, mean over the ranks that time comm; in flight
-    is None where only exposed comm is measured (GPU, DDP's own all-reduce, no nccl_timing)."""
-    shares = [(f.comm_share, f.exposed_share or 0.0) for f in figures.values() if f.comm_share is not None]
-    if shares:
-        return (sum(a for a, _ in shares) / len(shares), sum(b for _, b in shares) / len(shares))
-    exposed = [f.exposed_share for f in figures.values() if f.exposed_share is not None]
-    return (None, sum(exposed) / len(exposed)) if exposed else None
-
-
-def warming_up(config: Mapping[str, Any], figures: Mapping[int, RankFigures], current_step: int) -> bool:
-    """A comm hook is configured but gradients still travel uncompressed."""
-    if config.get("comm_hook", "none") == "none":
-        return False
-    flags = [f.compressing for f in figures.values() if f.compressing is not None]
-    if flags:
-        return not any(flags)
-    if config.get("comm_hook") == "powersgd":
-        return current_step + 1 < int(config.get("powersgd_start_iter", 0))
-    return False

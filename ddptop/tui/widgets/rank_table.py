@@ -21,7 +21,7 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Static
 
-from ddptop.model.figures import RECENT_LABEL
+from ddptop.model.figures import RECENT_LABEL, eval_ms_per_step_run, phase_shares_last50
 from ddptop.model.report import fmt
 from ddptop.model.state import RunState
 from ddptop.tui.live import Snapshot, rank_location
@@ -250,7 +250,7 @@ class RankTable(Vertical):
         if (bar_w, tuple(cols), self.sort_key, self.sort_descending) != self._header_for:
             self._header_for = (bar_w, tuple(cols), self.sort_key, self.sort_descending)
             self.query_one("#rank-header", Static).update(self._header(cols, bar_w))
-        subtitle = legend(snap.phase_names, phase_shares(snap)) + eval_key(snap) + Text("▲ straggler", style=SLOW_STYLE)
+        subtitle = legend(snap.phase_names, phase_shares_last50(snap.ranks, snap.phase_names)) + eval_key(snap) + Text("▲ straggler", style=SLOW_STYLE)
         if subtitle != self._subtitle:  # the shares move by a percent now and then
             self.border_subtitle = self._subtitle = subtitle
         slow = snap.slowest if state.world_size > 1 else None
@@ -328,19 +328,10 @@ def rank_row(r: int, snap: Snapshot, is_slow: bool, cols: list[str], bar_w: int,
 def eval_key(snap: Snapshot) -> Text:
     """Forwards without grad (validation, generation), outside the phases: their mean ms a
     measured step over the ranks that ran some; nothing when none did."""
-    means = [rs.extra_ms["eval_ms"] / rs.measured for rs in snap.state.ranks.values()
-             if rs.measured and rs.extra_ms.get("eval_ms")]
-    if not means:
+    ms = eval_ms_per_step_run(snap.state.ranks.values())
+    if ms is None:
         return Text()
-    return Text(f"no-grad fwd {sum(means) / len(means):.1f} ms/step (not in phases)  ", style="dim")
-
-
-def phase_shares(snap: Snapshot) -> dict[str, float]:
-    """Each phase's share of the step over the ranks with figures (the legend's numbers)."""
-    figs = [f for f in snap.ranks.values() if f.p50 is not None]
-    totals = {p: sum(f.phases.get(p, 0.0) for f in figs) for p in snap.phase_names}
-    whole = sum(totals.values())
-    return {p: v / whole for p, v in totals.items()} if whole > 0 else {}
+    return Text(f"no-grad fwd {ms:.1f} ms/step (not in phases)  ", style="dim")
 
 
 def rank_flags(snap: Snapshot) -> dict[int, str]:

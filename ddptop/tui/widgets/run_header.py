@@ -145,7 +145,7 @@ def rate_pieces(snap: Snapshot) -> list[Text]:
         pieces.append(Text(f"waiting for ranks: {connected}/{state.world_size} connected", style="italic"))
     else:
         pieces.append(Text.assemble((RUN_LABEL + " ", "dim"), ("steps/s ", "dim"), (fmt(snap.steps_per_s, ".2f"), "bold"),
-                                    ("  samples/s ", "dim"), (fmt(snap.samples_per_s, ".1f"), "bold")))
+                                    ("  samples/s ", "dim"), (fmt(snap.samples_per_s_run, ".1f"), "bold")))
         if snap.warming_up:  # what the run is doing matters more than its second pace figure
             pieces.append(Text(warm_up_text(state.config), style="bold #c79100"))
         pieces.append(Text.assemble((RECENT_LABEL + " ", "dim"), ("steps/s ", "dim"),

@@ -1,0 +1,107 @@
+"""The rules over ranks, on their recent windows (ddptop.model.figures.window): the slowest
+and fastest rank, the job's median step and pace now, the stall bound, the comm shares and
+phase shares the header and legend show, whether a comm hook is still warming up.
+
+Pure: RankFigures in, figures out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ddptop.model.figures.window import STALL_MIN_S, STALL_STEPS, RankFigures
+
+
+def _own(figures: Mapping[int, RankFigures]) -> dict[int, float]:
+    return {r: f.own_ms for r, f in figures.items() if f.ranked and f.own_ms is not None}
+
+
+def slowest(figures: Mapping[int, RankFigures]) -> int | None:
+    """The rank doing the most own work per step over its last WINDOW records (ties: the
+    lowest rank); None with fewer than two ranked ranks. A view marks the straggler instead
+    while one is named (Snapshot.slowest, RunState.slowest_rank)."""
+    own = _own(figures)
+    if len(own) < 2:
+        return None
+    return max(sorted(own), key=lambda r: own[r])
+
+
+def job_step_ms_p50_last50(figures: Mapping[int, RankFigures]) -> float | None:
+    """The slowest rank's median step: what bounds a DDP job right now."""
+    medians = [f.p50 for f in figures.values() if f.p50]
+    return max(medians) if medians else None
+
+
+def job_steps_per_s_last50(figures: Mapping[int, RankFigures]) -> float | None:
+    """The job's pace now: 1000 / the slowest rank's median step over its last WINDOW records."""
+    p50 = job_step_ms_p50_last50(figures)
+    return 1000.0 / p50 if p50 else None
+
+
+def fastest(figures: Mapping[int, RankFigures]) -> int | None:
+    """The rank doing the least own work per step over its last WINDOW records (ties: the
+    lowest rank); None with fewer than two ranked ranks. Not a verdict: what a view shows
+    beside the slowest (the step timelines side by side)."""
+    own = _own(figures)
+    if len(own) < 2:
+        return None
+    return min(sorted(own), key=lambda r: own[r])
+
+
+def job_samples_per_step_last50(figures: Mapping[int, RankFigures]) -> float | None:
+    """Samples one step of the whole job takes in: the sum over ranks (None unless every
+    rank with figures knows its own)."""
+    counts = [f.samples_per_step for f in figures.values() if f.p50 is not None]
+    if not counts or any(c is None for c in counts):
+        return None
+    return sum(c for c in counts if c is not None)
+
+
+def stall_bound_s(figures: Mapping[int, RankFigures]) -> float:
+    """How long no progress means a stall: STALL_STEPS of the job's median step, at least STALL_MIN_S."""
+    p50 = job_step_ms_p50_last50(figures)
+    return max(STALL_MIN_S, STALL_STEPS * p50 / 1000.0) if p50 else STALL_MIN_S
+
+
+def comm_shares_last50(figures: Mapping[int, RankFigures]) -> tuple[float | None, float] | None:
+    """(in flight, exposed) share of step time, mean over the ranks that time comm; in flight
+    is None where only exposed comm is measured (GPU, DDP's own all-reduce, no nccl_timing)."""
+    shares = [(f.comm_share, f.exposed_share or 0.0) for f in figures.values() if f.comm_share is not None]
+    if shares:
+        return (sum(a for a, _ in shares) / len(shares), sum(b for _, b in shares) / len(shares))
+    exposed = [f.exposed_share for f in figures.values() if f.exposed_share is not None]
+    return (None, sum(exposed) / len(exposed)) if exposed else None
+
+
+def warming_up(config: Mapping[str, Any], figures: Mapping[int, RankFigures], current_step: int) -> bool:
+    """A comm hook is configured but gradients still travel uncompressed."""
+    if config.get("comm_hook", "none") == "none":
+        return False
+    flags = [f.compressing for f in figures.values() if f.compressing is not None]
+    if flags:
+        return not any(flags)
+    if config.get("comm_hook") == "powersgd":
+        return current_step + 1 < int(config.get("powersgd_start_iter", 0))
+    return False
+
+
+def phase_shares_last50(figures: Mapping[int, RankFigures], phases: Sequence[str]) -> dict[str, float]:
+    """Each phase's share of the step over the ranks with figures (the legend's numbers)."""
+    figs = [f for f in figures.values() if f.p50 is not None]
+    totals = {p: sum(f.phases.get(p, 0.0) for f in figs) for p in phases}
+    whole = sum(totals.values())
+    return {p: v / whole for p, v in totals.items()} if whole > 0 else {}
+
+
+def job_samples_per_s_last50(figures: Mapping[int, RankFigures]) -> float | None:
+    """The job's samples per second now: its pace now x the samples one job step takes in."""
+    rate, per_step = job_steps_per_s_last50(figures), job_samples_per_step_last50(figures)
+    return rate * per_step if rate is not None and per_step is not None else None
+
+
+def rank_samples_per_s_last50(figures: Mapping[int, RankFigures]) -> dict[int, float | None]:
+    """What each rank contributes to job_samples_per_s_last50 (the job's pace, the rank's
+    samples per step): the rows of the rank table add up to the header's figure."""
+    rate = job_steps_per_s_last50(figures)
+    return {r: f.samples_per_step * rate if f.samples_per_step and rate else None for r, f in figures.items()}

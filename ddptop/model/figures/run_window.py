@@ -1,0 +1,132 @@
+"""Whole-run figures (window "run": every measured step after warmup): each rank's rates,
+shares and phase means from its running sums, the job's (the slowest rank bounds a DDP
+job), whole-run percentiles from the ranks' histograms, and the comm shares read back from
+a run's summary (the advisor, sweep and tune tables read those).
+
+Pure: rank totals in (anything shaped like ddptop.model.rank_state.RankState), figures out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from ddptop.model.figures.stats import Histogram, mean, merged_percentiles
+from ddptop.wire.protocol import PHASES
+
+
+class RankTotals(Protocol):
+    """What the run-window figures read of a rank (ddptop.model.rank_state.RankState)."""
+
+    measured: int  # steps after warmup
+    measured_ms: float
+    measured_samples: float
+    measured_tokens: float
+    phase_ms: dict[str, float]
+    extra_ms: dict[str, float]  # comm_ms, exposed_comm_ms, ... summed
+    timed_step_ms: float  # step time of the steps that carry comm_ms
+    step_hist: Histogram
+
+
+# --- one rank -------------------------------------------------------------------------
+def rank_steps_per_s_run(rs: RankTotals) -> float | None:
+    return rs.measured / (rs.measured_ms / 1000.0) if rs.measured_ms > 0 else None
+
+
+def rank_samples_per_s_run(rs: RankTotals) -> float | None:
+    """The rank's own samples over its own measured time; None when no step carried samples
+    (unknown, not zero)."""
+    ok = rs.measured_ms > 0 and rs.measured_samples > 0
+    return rs.measured_samples / (rs.measured_ms / 1000.0) if ok else None
+
+
+def rank_tokens_per_s_run(rs: RankTotals) -> float | None:
+    """None unless the script reported tokens."""
+    ok = rs.measured_ms > 0 and rs.measured_tokens > 0
+    return rs.measured_tokens / (rs.measured_ms / 1000.0) if ok else None
+
+
+def rank_share_run(rs: RankTotals, key: str) -> float | None:
+    """Fraction of measured step time spent in `key` (comm_ms: over the steps that carry it,
+    as GPUs time comm every Nth step; exposed_comm_ms: over every measured step)."""
+    total = rs.timed_step_ms if key == "comm_ms" else rs.measured_ms
+    if key not in rs.extra_ms or total <= 0:
+        return None
+    return rs.extra_ms[key] / total
+
+
+def rank_phases_mean_run(rs: RankTotals) -> dict[str, float]:
+    n = max(rs.measured, 1)
+    return {p: rs.phase_ms[p] / n for p in PHASES}
+
+
+# --- the job --------------------------------------------------------------------------
+def job_steps_per_s_run(ranks: Iterable[RankTotals]) -> float | None:
+    """Run throughput after warmup: the slowest rank bounds a DDP job (None until every rank has one)."""
+    rates = [rank_steps_per_s_run(rs) for rs in ranks]
+    known = [rate for rate in rates if rate is not None]
+    return min(known) if known and len(known) == len(rates) else None
+
+
+def _per_step(ranks: list[RankTotals], attr: str) -> float | None:
+    """Samples (or tokens) one step of the whole job processes: the sum over ranks."""
+    counts = [(rs.measured, getattr(rs, attr)) for rs in ranks]
+    if not counts or any(n == 0 for n, _ in counts):
+        return None
+    total = sum(v / n for n, v in counts)
+    return total if total > 0 else None
+
+
+def job_samples_per_s_run(ranks: Iterable[RankTotals]) -> float | None:
+    """job_steps_per_s_run x samples per job step: the same steps, the same statistic."""
+    ranks = list(ranks)
+    rate, per_step = job_steps_per_s_run(ranks), _per_step(ranks, "measured_samples")
+    return rate * per_step if rate is not None and per_step is not None else None
+
+
+def job_tokens_per_s_run(ranks: Iterable[RankTotals]) -> float | None:
+    """None unless every rank's script reported tokens."""
+    ranks = list(ranks)
+    if not all(rs.measured_tokens > 0 for rs in ranks):
+        return None
+    rate, per_step = job_steps_per_s_run(ranks), _per_step(ranks, "measured_tokens")
+    return rate * per_step if rate is not None and per_step is not None else None
+
+
+def eval_ms_per_step_run(ranks: Iterable[RankTotals]) -> float | None:
+    """Forwards without grad (validation, generation), outside the phases: their mean ms a
+    measured step, over the ranks that ran some (None when none did)."""
+    return mean([rs.extra_ms["eval_ms"] / rs.measured for rs in ranks if rs.measured and rs.extra_ms.get("eval_ms")])
+
+
+def step_ms_pcts_run(ranks: Iterable[RankTotals], *qs: float) -> tuple[float | None, ...]:
+    """Whole-run percentiles over all ranks' measured steps, the histograms merged once."""
+    return merged_percentiles((rs.step_hist for rs in ranks), *qs)
+
+
+def mean_share_run(ranks: Iterable[RankTotals], key: str) -> float | None:
+    """rank_share_run's mean over the ranks that have one: summary.json's comm_share and
+    exposed_comm_share."""
+    return mean(rank_share_run(rs, key) for rs in ranks)
+
+
+# --- read back from a summary ---------------------------------------------------------
+def summary_comm_shares(summary: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """(comm share, exposed comm share) of a run's summary: its run-level fields (mean_share_run)
+    when present, else, for a summary without them, the ranks' mean comm_ms / exposed_comm_ms
+    over the step p50. None when unmeasured. The advisor, batch, sweep and tune tables read this."""
+    ranks = summary.get("ranks") or []
+    step = summary.get("step_ms_p50")
+    out: list[float | None] = []
+    for key in ("comm", "exposed_comm"):
+        share = summary.get(f"{key}_share")
+        if share is None and step:
+            ms = mean(r.get(f"{key}_ms_mean") for r in ranks)
+            share = ms / step if ms is not None else None
+        out.append(share)
+    return out[0], out[1]
+
+
+def summary_mean_ms(summary: Mapping[str, Any], key: str) -> float | None:
+    """Mean over a summary's ranks of a per-rank `<key>_mean` field (comm_ms, exposed_comm_ms)."""
+    return mean(r.get(key + "_mean") for r in summary.get("ranks") or [])
