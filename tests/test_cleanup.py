@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from waiting import hold, poll
 
 from ddptop.wire.protocol import ENV_ADDR
 
@@ -58,12 +59,7 @@ def tagged(tag: str) -> list[psutil.Process]:
 
 
 def gone_within(tag: str, seconds: float) -> list:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        left = tagged(tag)
-        if not left:
-            return []
-        time.sleep(0.2)
+    poll(lambda: not tagged(tag), seconds, every=0.2)
     return [p.info["cmdline"] for p in tagged(tag)]
 
 
@@ -78,12 +74,9 @@ def start(tmp_path: Path, steps: int) -> tuple[subprocess.Popen, str]:
 
 
 def wait_running(tmp_path: Path, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and proc.poll() is None:
-        if any(p.stat().st_size > 200 for p in (tmp_path / "runs").glob("*/steps.jsonl")):
-            return
-        time.sleep(0.2)
-    raise AssertionError("the run never got going")
+    if not poll(lambda: any(p.stat().st_size > 200 for p in (tmp_path / "runs").glob("*/steps.jsonl")), 90,
+                every=0.2, alive=lambda: proc.poll() is None):
+        raise AssertionError("the run never got going")
 
 
 def test_a_scripts_own_children_are_gone_after_it_completes(tmp_path):
@@ -139,8 +132,9 @@ def test_kill_9_of_ddptop_leaves_nothing_of_the_run(tmp_path):
     script's SIGTERM-ignoring child and setsid daemon included."""
     proc, tag = start(tmp_path, 100000)
     wait_running(tmp_path, proc)
-    time.sleep(1.5)  # a census: the keeper has heard of the script's children
-    assert len(tagged(tag)) >= 2 + 2 * 3  # torchrun, ddptop, two ranks, each with three children
+    # torchrun, ddptop, two ranks, each with three children
+    assert poll(lambda: len(tagged(tag)) >= 2 + 2 * 3, 30, every=0.2), [p.info["cmdline"] for p in tagged(tag)]
+    hold(1.5, "a census: the keeper has heard of the script's children (it looks every second)")
     keeper = [c for c in psutil.Process(proc.pid).children() if "ddptop.run.keeper" in " ".join(c.cmdline())]
     assert len(keeper) == 1
     (torchrun,) = [c for c in psutil.Process(proc.pid).children() if "torch.distributed.run" in " ".join(c.cmdline())]

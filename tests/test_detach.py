@@ -26,6 +26,7 @@ from pathlib import Path
 import psutil
 import pytest
 from test_tui import START_TIMEOUT, alive_of, cpu_config, wait_for
+from waiting import wait_until
 
 from ddptop.remote.live import LIVE_ENV, LiveRun, find_run, live_runs
 from ddptop.remote.viewer import RemoteSession
@@ -92,17 +93,6 @@ def in_terminal(*args: str) -> subprocess.Popen[bytes]:
     return proc
 
 
-def until(predicate: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = predicate()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.2)
-
-
 def entry_of(run_id: str, live: Path) -> LiveRun | None:
     return next((e for e in live_runs(live) if e.run_id == run_id), None)
 
@@ -115,7 +105,7 @@ def tree(pid: int) -> list[int]:
 def wait_gone(pids: list[int], timeout: float) -> float:
     """Seconds until none of `pids` runs (zombies count as gone)."""
     t0 = time.monotonic()
-    until(lambda: not alive_of(pids), timeout, f"processes {alive_of(pids)} to end")
+    wait_until(lambda: not alive_of(pids), timeout, f"processes {alive_of(pids)} to end")
     return time.monotonic() - t0
 
 
@@ -158,10 +148,10 @@ def test_detached_run_survives_viewers_and_stops_from_one(tmp_path: Path, live: 
 
     # 2. A real `ddptop attach` process in a terminal, which then hangs up (SSH drop).
     viewer = in_terminal("attach", run_id[:20])  # a unique prefix is enough
-    until(lambda: (e := entry_of(run_id, live)) and e.viewers == 1, 20, "the attach viewer to connect")
+    wait_until(lambda: (e := entry_of(run_id, live)) and e.viewers == 1, 20, "the attach viewer to connect")
     viewer.send_signal(signal.SIGHUP)
     assert viewer.wait(timeout=15) == 0
-    until(lambda: (e := entry_of(run_id, live)) and e.viewers == 0, 10, "the viewer to be gone")
+    wait_until(lambda: (e := entry_of(run_id, live)) and e.viewers == 0, 10, "the viewer to be gone")
     assert psutil.Process(entry.pid).is_running()
 
     # 3. Re-attach: the steps went on meanwhile, and the whole history is there.
@@ -219,9 +209,9 @@ def test_owned_run_stops_cleanly_when_its_tui_dies_and_wrong_tokens_are_refused(
     runs = tmp_path / "runs"
     tui = in_terminal(*RUN_ARGS, "--runs-dir", str(runs))  # plainly: the TUI owns the run
     try:
-        entry = until(lambda: next(iter(live_runs(live)), None), 20, "the supervisor")
+        entry = wait_until(lambda: next(iter(live_runs(live)), None), 20, "the supervisor")
         assert not entry.detached
-        until(lambda: (e := entry_of(entry.run_id, live)) and e.step > 3 and e.viewers == 1,
+        wait_until(lambda: (e := entry_of(entry.run_id, live)) and e.step > 3 and e.viewers == 1,
               START_TIMEOUT, "both ranks stepping")
 
         # A viewer with a wrong token is refused and counted; the run goes on.
@@ -272,10 +262,10 @@ def test_d_detaches_an_owned_run_and_it_keeps_going(tmp_path: Path, live: Path) 
 
     run_id, pid, note = asyncio.run(owner())
     assert note == f"run {run_id} goes on detached; watch it again with: ddptop attach {run_id}"
-    entry = until(lambda: entry_of(run_id, live), 5, "the registry entry")
+    entry = wait_until(lambda: entry_of(run_id, live), 5, "the registry entry")
     assert entry.detached and entry.pid == pid
     step = entry.step
-    until(lambda: (e := entry_of(run_id, live)) and e.step > step + 5, 20, "steps without any viewer")
+    wait_until(lambda: (e := entry_of(run_id, live)) and e.step > step + 5, 20, "steps without any viewer")
 
     async def stop() -> None:  # any viewer may stop a detached run
         session = RemoteSession.attach(find_run(run_id, live))
@@ -416,7 +406,7 @@ def test_attach_web_serves_the_app_page_and_runs_a_viewer_per_browser(tmp_path: 
     out: list[str] = []
     threading.Thread(target=lambda: out.extend(line.decode() for line in server.stdout), daemon=True).start()
     try:
-        url = str(until(lambda: next((w for line in out for w in line.split() if "?token=" in w), None),
+        url = str(wait_until(lambda: next((w for line in out for w in line.split() if "?token=" in w), None),
                         30, "the token URL"))
         assert url.startswith(f"http://127.0.0.1:{port}/?token=")
         token = url.split("=", 1)[1]
@@ -430,7 +420,7 @@ def test_attach_web_serves_the_app_page_and_runs_a_viewer_per_browser(tmp_path: 
             except OSError:
                 return None
 
-        assert until(lambda: page(f"http://127.0.0.1:{port}/"), 30, "the web server") == (403, "")
+        assert wait_until(lambda: page(f"http://127.0.0.1:{port}/"), 30, "the web server") == (403, "")
         status, html = page(url)
         assert status == 200
         assert f"<div>ddptop {run_id}</div>" in html  # the page of this run
@@ -465,7 +455,7 @@ def test_attach_web_serves_the_app_page_and_runs_a_viewer_per_browser(tmp_path: 
                     return screen
 
         assert b"read-only view" in asyncio.run(browser())  # the TUI's screen, drawn for the browser
-        until(lambda: (e := entry_of(run_id, live)) and e.viewers == 0, 15, "the page's viewer to go")
+        wait_until(lambda: (e := entry_of(run_id, live)) and e.viewers == 0, 15, "the page's viewer to go")
         assert entry_of(run_id, live).status in ("starting", "running")  # ...did not: a watcher's page
     finally:
         server.send_signal(signal.SIGINT)

@@ -255,6 +255,7 @@ def test_a_hung_scripts_rank_gets_its_stacks_taken_not_killed_and_is_the_suspect
     import time
 
     import psutil
+    from waiting import hold, poll
 
     script = tmp_path / "hangs.py"
     script.write_text(HANGS)
@@ -272,9 +273,8 @@ def test_a_hung_scripts_rank_gets_its_stacks_taken_not_killed_and_is_the_suspect
         assert "STALLED" in line and "suspects [1]" in line, line
         print(f"\nstall flagged {time.monotonic() - t0:.1f}s after the start")
         stacks = next(runs.glob("*/stacks"))
-        while time.monotonic() < deadline and not (stacks / "rank1.txt").stat().st_size:
-            time.sleep(0.2)
-        time.sleep(1.0)  # a process killed by SIGUSR1 would be gone by now
+        poll(lambda: (stacks / "rank1.txt").stat().st_size, max(0.0, deadline - time.monotonic()), every=0.2)
+        hold(1.0, "a process killed by SIGUSR1 would be gone by now")
         hung = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.cmdline()[1:2] == [str(script)]]
         assert len(hung) == 1 and hung[0].status() != psutil.STATUS_ZOMBIE  # rank 1, alive; rank 0 left
         t1 = time.monotonic()

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_detach import until as wait_for
+from waiting import hold, poll
+from waiting import wait_until as wait_for
 
 from ddptop import cli
 from ddptop.analysis.advisor import advise
@@ -280,15 +281,13 @@ def read_until(proc: subprocess.Popen, predicate, timeout: float = 60) -> list[s
 
 def refused_by_hub(port: int, timeout: float = 20) -> bytes:
     """Say hello to the hub with a wrong token; return what came back (b'' = closed on us)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def connect() -> socket.socket | None:
         try:
-            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-            break
+            return socket.create_connection(("127.0.0.1", port), timeout=5)
         except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+            return None
+
+    sock = wait_for(connect, timeout, "the hub to listen", every=0.2)
     with sock:
         hello = protocol.Hello(rank=0, local_rank=0, world_size=4, host="intruder", pid=1, token="wrong")
         sock.sendall(protocol.encode(hello))
@@ -320,9 +319,7 @@ def start_two_nodes(tmp_path: Path) -> tuple[subprocess.Popen, subprocess.Popen]
 
 
 def assert_gone(procs: list[psutil.Process], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while alive(procs) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    poll(lambda: not alive(procs), timeout, every=0.2)
     assert alive(procs) == [], [p.cmdline() for p in alive(procs)]
 
 
@@ -346,7 +343,7 @@ def test_two_nodes_on_one_machine_report_four_ranks_to_node0(tmp_path):
         env = {**os.environ, protocol.ENV_TOKEN: token_env.split("=", 1)[1]}
         node1 = start_node(join[1:], tmp_path / "n1", env)
         secret = token_env.split("=", 1)[1]
-        time.sleep(3)  # both nodes' trees are up: no process shows the token in its argv (ps)
+        hold(3, "both nodes' trees come up: then no process may show the token in its argv (ps)")
         shown = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"]) if secret in " ".join(p.info["cmdline"] or [])]
         assert shown == []
         out1, _ = node1.communicate(timeout=240)

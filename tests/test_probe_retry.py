@@ -3,7 +3,8 @@ everything it measured meanwhile (issue 33.5, the rank side)."""
 
 import socket
 import threading
-import time
+
+from waiting import hold, poll
 
 from ddptop.rank import client
 from ddptop.rank.client import Probe
@@ -43,18 +44,13 @@ def test_a_probe_that_cannot_connect_yet_keeps_trying_and_loses_nothing(tmp_path
     for step in range(5):
         probe.record_step(step, {"step_ms": 10.0})
     probe.info({"model": "Net"}, ["a note"])
-    time.sleep(0.3)  # still nothing there: it keeps trying
+    hold(0.3, "nothing listens yet: the probe keeps trying, and loses nothing meanwhile")
     got, done = [], threading.Event()
     srv = serve_once(path, got, done)
-    deadline = time.monotonic() + 5
-    while probe._sock is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert probe._sock is not None
+    assert poll(lambda: probe.connected, 5, every=0.02)
     probe.record_step(5, {"step_ms": 10.0})
     probe.close("completed")
-    deadline = time.monotonic() + 5
-    while not any(isinstance(m, protocol.Bye) for m in got) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    poll(lambda: any(isinstance(m, protocol.Bye) for m in got), 5, every=0.02)
     done.set()
     srv.close()
     assert isinstance(got[0], protocol.Hello) and got[0].rank == 1 and got[0].token == "tok"

@@ -26,6 +26,7 @@ from pathlib import Path
 import psutil
 import pytest
 from test_detach import ddptop, entry_of, live  # noqa: F401  (live: a fixture)
+from waiting import hold, wait_until
 
 from ddptop.remote.live import live_runs
 
@@ -138,23 +139,14 @@ class Census:
         self._thread.join()
 
 
-def until(predicate: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while not (got := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.1)
-    return got
-
-
 def gone_within(check: Callable[[], list[str]], timeout: float) -> float:
     t0 = time.monotonic()
-    until(lambda: not check(), timeout, "processes to end")
+    wait_until(lambda: not check(), timeout, "processes to end")
     return time.monotonic() - t0
 
 
 def stepping(live: Path, steps: int = 3) -> object:  # noqa: F811
-    return until(lambda: next((e for e in live_runs(live) if e.step > steps and e.viewers >= 1), None),
+    return wait_until(lambda: next((e for e in live_runs(live) if e.step > steps and e.viewers >= 1), None),
                  START_TIMEOUT, "a run stepping with its viewer")
 
 
@@ -213,7 +205,7 @@ def test_attached_viewer_whose_terminal_closes_leaves_and_the_detached_run_goes_
     try:
         with terminal("attach", run_id, controlling=controlling) as term:
             census = Census(term.proc.pid)
-            until(lambda: (e := entry_of(run_id, live)) and e.viewers == 1, START_TIMEOUT,
+            wait_until(lambda: (e := entry_of(run_id, live)) and e.viewers == 1, START_TIMEOUT,
                   "the viewer to connect")
             term.hang_up()
             t0 = time.monotonic()
@@ -223,7 +215,7 @@ def test_attached_viewer_whose_terminal_closes_leaves_and_the_detached_run_goes_
             assert census.alive() == []
         print(f"\nattached viewer: gone {gone_s:.2f}s after its terminal closed")
         assert code == 0
-        until(lambda: (e := entry_of(run_id, live)) and e.viewers == 0, 5, "the supervisor to see it go")
+        wait_until(lambda: (e := entry_of(run_id, live)) and e.viewers == 0, 5, "the supervisor to see it go")
         assert entry_of(run_id, live).status in ("starting", "running")  # the run goes on
     finally:
         stop_run(run_id, live)
@@ -249,13 +241,13 @@ def test_a_stopped_run_exits_130_with_the_closing_lines_of_headless(
             term.proc.terminate()
         else:
             term.type("x")  # stop the run (asked first: yes); the TUI stays...
-            time.sleep(0.5)
+            wait_until(lambda: "Stop the live run?" in term.text(), 10, "the stop question")
             term.type("y")
-            until(lambda: (runs / entry.run_id / "summary.json").exists(), RUN_GONE_S + 5, "the stop")
-            time.sleep(1)  # the final state reaches the TUI
+            wait_until(lambda: (runs / entry.run_id / "summary.json").exists(), RUN_GONE_S + 5, "the stop")
+            hold(1, "the final state reaches the TUI before q")
             term.type("q")  # ...until `q` (nothing live: no question)
         code = term.proc.wait(RUN_GONE_S + 10)
-        time.sleep(0.3)  # the last bytes through the pty
+        hold(0.3, "the last bytes through the pty")
         shown = after_the_tui(term.text())
     assert code == 130, shown
     summary = json.loads((runs / entry.run_id / "summary.json").read_text())

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from test_tui_usability import synthetic_app
 from textual.widgets import Static
+from waiting import poll
 
 from ddptop.model import memory
 from ddptop.model.snapshot import snapshot
@@ -217,16 +218,18 @@ def test_a_ranks_children_are_sampled_and_listed_in_its_detail() -> None:
 
         grand: list[int] = []
         tracker = ProcessStats()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:  # this test's child and its own child (a test worker may have others)
+        stats: dict = {}
+
+        def both_seen() -> bool:  # this test's child and its own child (a test worker may have others)
+            nonlocal grand, stats
             stats = tracker.stats([os.getpid()], children=True)
             try:
                 grand = [c.pid for c in psutil.Process(child.pid).children()]
             except psutil.Error:
                 grand = []
-            if grand and {child.pid, grand[0]} <= set(tracker.children.get(os.getpid(), [])):
-                break
-            time.sleep(0.1)
+            return bool(grand) and {child.pid, grand[0]} <= set(tracker.children.get(os.getpid(), []))
+
+        poll(both_seen, 10, every=0.1)
         kids = tracker.children[os.getpid()]
         assert child.pid in kids and grand and grand[0] in kids, (kids, grand)
         assert all(k in stats and stats[k][1] > 0 for k in (child.pid, grand[0]))

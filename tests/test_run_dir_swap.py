@@ -14,10 +14,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
+from waiting import poll
 
 from ddptop.run.recorder import Recorder, new_run_dir, runs_dir_warning
 
@@ -90,11 +90,9 @@ def test_a_swapped_run_dir_stops_the_run_naming_the_swap(tmp_path: Path) -> None
                              "--nproc", "1", "--", sys.executable, str(script)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
         # once torchrun has opened the rank's logs (it writes them by path, and holds them open)
-        while not list(runs.glob("*/logs/*/attempt_0/0/stderr.log")):
-            assert time.monotonic() < deadline and proc.poll() is None, "the run did not start"
-            time.sleep(0.1)
+        started = poll(lambda: list(runs.glob("*/logs/*/attempt_0/0/stderr.log")), 60, alive=lambda: proc.poll() is None)
+        assert started, "the run did not start"
         run_dir = next(runs.glob("*/config.json")).parent
         swap_as(uid, run_dir, theirs)
         out, err = proc.communicate(timeout=60)

@@ -10,10 +10,10 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from waiting import poll
 
 pytestmark = pytest.mark.e2e
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -85,12 +85,7 @@ def interrupted(cmd: list[str], logs: Path) -> tuple[subprocess.CompletedProcess
     # teardown under load was seen outliving the test) is killed with it at the end
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            outs = rank_outputs(logs)
-            if len(outs) == 2 and all("training" in o for o, _ in outs.values()):
-                break
-            time.sleep(0.2)
+        poll(lambda: (outs := rank_outputs(logs)) and len(outs) == 2 and all("training" in o for o, _ in outs.values()), 60)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:

@@ -23,8 +23,8 @@ from typing import Any
 import psutil
 import pytest
 from test_detach import free_port
-from test_detach import until as wait_until
 from test_hostile import TOKEN, good_rank, hung_up, send, steps, until, with_hub
+from waiting import wait_until
 
 from ddptop.model.config import RunConfig
 from ddptop.remote.live import LIVE_ENV

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 from rich.text import Text
+from waiting import poll
 
 from ddptop.commands.trace import read_trace
 from ddptop.model.config import PRESETS, RunConfig, preset_config
@@ -186,9 +187,7 @@ def test_quit_asks_then_stops_the_run_and_leaves_no_process(tmp_path: Path) -> N
         return pids
 
     pids = asyncio.run(main())
-    deadline = time.monotonic() + 10
-    while not no_processes_left(pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    poll(lambda: no_processes_left(pids), 10)
     assert alive_of(pids) == []
 
 
@@ -459,7 +458,5 @@ def test_signal_to_the_tui_stops_the_run_cleanly(tmp_path: Path, sig: str) -> No
 
     pids, status = asyncio.run(main())
     assert status == "stopped"
-    deadline = time.monotonic() + 10
-    while alive_of(pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    poll(lambda: not alive_of(pids), 10)
     assert alive_of(pids) == []

@@ -7,11 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
+from waiting import poll
 
 from ddptop.commands.trace import read_trace
 
@@ -50,13 +50,12 @@ def rank_logs(runs_dir: Path) -> str:
 
 
 def assert_nothing_left(summary: dict, script: str) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        left = [p for p in psutil.process_iter(["cmdline"])
+    def ours() -> list:
+        return [p for p in psutil.process_iter(["cmdline"])
                 if script in " ".join(p.info["cmdline"] or []) and p.pid != os.getpid()]
-        if not left:
-            break
-        time.sleep(0.2)
+
+    poll(lambda: not ours(), 10)
+    left = ours()
     assert not left, [p.info["cmdline"] for p in left]
     for r in summary["ranks"]:
         assert r["pid"] and not psutil.pid_exists(r["pid"]) or psutil.Process(r["pid"]).status() == "zombie"
@@ -111,12 +110,7 @@ def test_sigint_stops_every_rank_at_one_step(tmp_path, case):
     proc = subprocess.Popen(ddptop([], tmp_path, script, ["--steps", "100000", *args]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            steps = [p for p in tmp_path.glob("*/steps.jsonl") if p.stat().st_size > 2000]
-            if steps:
-                break
-            time.sleep(0.3)
+        steps = poll(lambda: [p for p in tmp_path.glob("*/steps.jsonl") if p.stat().st_size > 2000], 120)
         assert steps, "the run never got going"
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)

@@ -21,9 +21,9 @@ from test_detach import (
     entry_of,
     free_port,
     live,  # noqa: F401  (a fixture)
-    until,
 )
 from test_pty import Census, detached_sleeper, stop_run
+from waiting import wait_until as until
 
 PAGES = 20
 VIEWERS_GONE_S = 10.0

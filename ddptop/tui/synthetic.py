@@ -13,6 +13,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from textual.widgets import TabbedContent
+
 from ddptop.analysis.advisor import advise_run
 from ddptop.analysis.capture import Capture
 from ddptop.analysis.nccl import parse_lines
@@ -257,7 +259,16 @@ async def show_tab(app: DdpTopApp, pilot: Any, tab: str) -> None:
     """Open `tab` (by its key, as a user would) and show the views twice: the first
     refresh sizes them (table heights, column sets), the second draws them at that size."""
     await pilot.press(str(TABS.index(tab) + 1))
+    for _ in range(200):  # the key's tab switch is a message: on a loaded machine it may not be handled yet
+        if app.query_one(TabbedContent).active == tab:
+            break
+        await pilot.pause(0.01)
     for _ in range(2):
         app.refresh_views(force_runs=True)
         await pilot.pause()
         await pilot.wait_for_scheduled_animations()
+    # a table whose rows just widened its columns redraws its header on a later refresh: on a
+    # loaded machine the picture could be taken between the two (the runs tab, seen in CI)
+    app.screen.refresh(layout=True)
+    await pilot.pause(0.05)
+    await pilot.wait_for_scheduled_animations()
