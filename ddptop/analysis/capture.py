@@ -1,42 +1,21 @@
-"""Capture windows, monitor side: the Capture record, parsing `--capture STEP:COUNT`, and
+"""Capture windows, monitor side: parsing `--capture STEP:COUNT`, and
 summarising the per-rank Chrome traces a window produced (what ddptop.analysis.trace_analysis
-gives per rank, next to ddptop's own comm timer for the same steps). Pure: the traces are read
+gives per rank, next to ddptop's own comm timer for the same steps). The Capture record is
+ddptop.model.capture's (re-exported here). Pure: the traces are read
 by ddptop.run.nsys.summarize_capture; finding nsys is ddptop.run.nsys's too."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ddptop.analysis.trace_analysis import OPEN_WITH, analyze, intersection_length, union_length
+from ddptop.model.capture import Capture
 
 __all__ = ["Capture", "capture_summary", "compare_with_timer", "intersection_length", "parse_capture_spec",
            "summarize_trace", "union_length"]
-
-
-@dataclass
-class Capture:
-    capture_id: int
-    start: int
-    count: int
-    profiler: str  # torch | nsys
-    out_dir: str
-    status: str = "scheduled"  # scheduled, recording, processing, done, failed
-    ranks: dict[int, str] = field(default_factory=dict)  # rank -> recording/written/failed
-    files: dict[int, list[str]] = field(default_factory=dict)
-    error: str = ""
-    summary: dict[str, Any] | None = None
-
-    @property
-    def steps(self) -> str:
-        return f"{self.start}-{self.start + self.count - 1}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.capture_id, "steps": self.steps, "profiler": self.profiler, "status": self.status,
-                "dir": self.out_dir, "files": self.files, "error": self.error, "summary": self.summary}
 
 
 def parse_capture_spec(spec: str, steps: int) -> tuple[int, int]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ddptop.model import figures
 from ddptop.model.figures import Histogram
+from ddptop.model.status import RankStatus, StatusField, rank_status
 from ddptop.wire.protocol import PHASES, Hello
 
 __all__ = ["RECENT", "Histogram", "RankState"]
@@ -27,7 +28,7 @@ _EXTRA_KEYS = ("comm_ms", "exposed_comm_ms", "comm_bytes", "buckets", "compressi
 class RankState:
     rank: int
     hello: Hello | None = None
-    status: str = "starting"  # starting, running, done, stopped, lost, failed
+    status: str = StatusField(RankStatus.STARTING, rank_status)  # type: ignore[assignment]  # a RankStatus (or a goodbye reason ddptop does not know); see RunState.status
     steps: int = 0  # records received
     last_step: int = -1
     last_t: float = 0.0  # the rank's wall clock at its last step
@@ -65,8 +66,8 @@ class RankState:
         self.last_t = rec.get("t", self.last_t)
         self.last_seen = now
         self.recent.append(rec)
-        if self.status == "starting":
-            self.status = "running"
+        if self.status == RankStatus.STARTING:
+            self.status = RankStatus.RUNNING
         step_ms = rec.get("step_ms")
         if rec["step"] < warmup or step_ms is None or rec.get("profiled"):
             return

@@ -9,6 +9,7 @@ from typing import Any
 from ddptop.model.config import PRESETS, RunConfig, preset_config
 from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState
+from ddptop.model.status import RunStatus
 from ddptop.model.text import printable
 
 NA = "n/a"  # how every view writes a value it does not have
@@ -67,7 +68,7 @@ def status_line(state: RunState, now: float) -> str:
     steps = state.config.get("steps", 0)
     connected = sum(1 for rs in state.ranks.values() if rs.hello is not None)
     parts = [f"[{state.elapsed(now):6.1f}s]", f"{state.status:<9}"]
-    if state.status == "starting":
+    if state.status == RunStatus.STARTING:
         parts.append(f"ranks {connected}/{state.world_size} connected")
     else:
         parts += [

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ddptop.model import figures, straggler
+from ddptop.model.nccl_facts import NcclFacts
 from ddptop.model.rank_state import RankState
 from ddptop.model.straggler import Finding, Verdict
 
@@ -88,7 +89,7 @@ def verdict_dict(v: Verdict) -> dict[str, Any] | None:
                      "alpha": straggler.ALPHA, "min_ms": straggler.MIN_MS, "min_share": straggler.MIN_SHARE}}
 
 
-def nccl_facts(report: Any) -> dict[str, Any] | None:
+def nccl_facts(report: NcclFacts | None) -> dict[str, Any] | None:
     """The NCCL facts a summary keeps: version, network, transport per ring pair."""
     if report is None or not report.nccl_lines:
         return None

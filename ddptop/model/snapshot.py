@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from ddptop.model import figures
 from ddptop.model.figures import PHASES_WITH_COMM, RankFigures
 from ddptop.model.state import RankState, RunState, Stall
+from ddptop.model.status import RankStatus
 from ddptop.model.straggler import Finding, Verdict
 from ddptop.wire.protocol import PHASES
 
@@ -48,7 +49,7 @@ class Snapshot:
 
 def rank_status(rs: RankState, now: float, bound_s: float) -> str:
     """A running rank silent for longer than the run's stall bound reads "stalled?"."""
-    if rs.status == "running" and rs.last_seen and now - rs.last_seen > bound_s:
+    if rs.status == RankStatus.RUNNING and rs.last_seen and now - rs.last_seen > bound_s:
         return "stalled?"
     return rs.status
 

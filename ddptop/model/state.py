@@ -13,8 +13,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddptop.hw.samples import GpuSample
+from ddptop.hw.topology import TopologyMatrix
 from ddptop.model import figures, straggler
+from ddptop.model.advice import Advice
+from ddptop.model.capture import Capture
 from ddptop.model.figures import STALL_MIN_S, STALL_STEPS, RankFigures, RankWindow
+from ddptop.model.nccl_facts import NcclFacts
 from ddptop.model.rank_state import RECENT, Histogram, RankState
 from ddptop.model.run_summary import (
     bus_bandwidth,
@@ -23,6 +28,16 @@ from ddptop.model.run_summary import (
     round_or_none,
     straggler_dict,
     verdict_dict,
+)
+from ddptop.model.status import (
+    RUN_TERMINAL,
+    RankStatus,
+    RunStatus,
+    StatusField,
+    rank_is_live,
+    rank_status,
+    run_is_live,
+    run_status,
 )
 from ddptop.model.straggler import Finding, Verdict
 from ddptop.model.text import printable
@@ -34,7 +49,7 @@ __all__ = ["LOG_LINES", "RECENT", "STALL_MIN_S", "STALL_STEPS", "Histogram", "Ra
 LOG_LINES = 2000  # log lines kept per rank for live views (all of them are on disk)
 HISTORY = 900  # throughput samples (one per tick)
 
-TERMINAL = ("completed", "failed", "stopped")
+TERMINAL = RUN_TERMINAL
 MAX_FACTS = 64  # facts kept per rank (a rank cannot grow our memory without bound)
 MAX_NOTES = 50
 HELLO_FACTS = ("backend", "model", "device")  # facts that complete the rank's hello
@@ -68,7 +83,9 @@ class RunState:
     world_size: int
     warmup: int = 0
     nnodes: int = 1  # ddptop nodes in the run; ranks say which one is theirs (Hello.node)
-    status: str = "starting"
+    # A RunStatus; annotated by its word because the viewer codec (ddptop.viewer_wire.schema)
+    # builds its wire form from these annotations and sends statuses as plain strings.
+    status: str = StatusField(RunStatus.STARTING, run_status)  # type: ignore[assignment]
     started_at: float = 0.0  # our wall clock
     ended_at: float | None = None
     failed_rank: int | None = None
@@ -82,23 +99,23 @@ class RunState:
         default_factory=lambda: collections.deque(maxlen=HISTORY)
     )
     notes: list[str] = field(default_factory=list)  # one-time messages ("no NVML: ...")
-    # Hardware telemetry, set by the session's sampler: the latest ddptop.hw.gpu.GpuSample
-    # (None until the first one), a short history of them, and why there is none.
-    gpu: Any = None
-    gpu_history: collections.deque[Any] = field(default_factory=lambda: collections.deque(maxlen=120))
+    # Hardware telemetry, set by the session's sampler: the latest sample (None until the
+    # first one), a short history of them, and why there is none.
+    gpu: GpuSample | None = None
+    gpu_history: collections.deque[GpuSample] = field(default_factory=lambda: collections.deque(maxlen=120))
     gpu_unavailable: str = ""
     # psutil, every second: pid -> (cpu_percent, rss_bytes) of each rank and its children
     proc_stats: dict[int, tuple[float, int]] = field(default_factory=dict)
     proc_children: dict[int, list[int]] = field(default_factory=dict)  # a rank's pid -> its children's
-    nccl: Any = None  # latest ddptop.analysis.nccl.NcclReport parsed from the run's NCCL logs
-    topology: Any = None  # ddptop.hw.gpu.TopologyMatrix, once, when NVML is there
-    advice: Any = None  # latest ddptop.analysis.advisor.Advice
+    nccl: NcclFacts | None = None  # latest ddptop.analysis.nccl.NcclReport parsed from the run's NCCL logs
+    topology: TopologyMatrix | None = None  # once, when NVML is there
+    advice: Advice | None = None  # latest from ddptop.analysis.advisor
     stall: Stall | None = None  # set while no rank finishes a step (see stall_bound_s)
     stalls: int = 0  # how many times the run stalled
     # ddptop.model.straggler: checked as records arrive, so it depends on the records, not on
     # how often anyone looks; viewers get it with the state
     straggler_verdict: Verdict = field(default_factory=Verdict)
-    captures: dict[int, Any] = field(default_factory=dict)  # id -> ddptop.analysis.capture.Capture
+    captures: dict[int, Capture] = field(default_factory=dict)  # by id
     nsys: dict[str, Any] | None = None  # what nsys wrote and its stats, after an nsys run
     command: list[str] | None = None  # the user's own script (None: ddptop's trainer)
 
@@ -123,13 +140,13 @@ class RunState:
             if msg.spans:
                 rs.add_spans(msg.spans)
             self._check_straggler()
-            if self.status == "starting":
-                self.status = "running"
+            if self.status == RunStatus.STARTING:
+                self.status = RunStatus.RUNNING
         elif isinstance(msg, Info):
             self._info(self._rank(msg.rank), msg)
         elif isinstance(msg, Bye):
             rs = self._rank(msg.rank)
-            rs.status = "done" if msg.reason == "completed" else msg.reason
+            rs.status = RankStatus.DONE if msg.reason == "completed" else rank_status(msg.reason)
             rs.ddp_timing = dict(msg.ddp_timing)
             if msg.reason == "crashed":
                 rs.lost_at = now
@@ -155,8 +172,8 @@ class RunState:
 
     def rank_disconnected(self, rank: int, now: float = 0.0) -> None:
         rs = self.ranks.get(rank)
-        if rs is not None and rs.status in ("starting", "running"):
-            rs.status = "lost"
+        if rs is not None and rank_is_live(rs.status):
+            rs.status = RankStatus.LOST
             rs.lost_at = now
 
     def drop(self, reason: str) -> None:
@@ -170,17 +187,17 @@ class RunState:
                ranks_ended: str = "") -> None:
         """End the run; ranks still going read `ranks_ended` (default: as the run ended, but
         `done` for a completed run), the failed rank `failed`."""
-        if status not in TERMINAL:
+        if status not in RUN_TERMINAL:
             raise ValueError(status)
-        self.status = status
+        self.status = RunStatus(status)
         self.ended_at = now
         self.error = printable(error, newlines=True)
         self.failed_rank = failed_rank
         for rs in self.ranks.values():
-            if rs.status in ("starting", "running"):
-                rs.status = ranks_ended or {"completed": "done"}.get(status, status)
+            if rank_is_live(rs.status):
+                rs.status = rank_status(ranks_ended or {"completed": "done"}.get(status, status))
         if failed_rank is not None and failed_rank in self.ranks:
-            self.ranks[failed_rank].status = "failed"
+            self.ranks[failed_rank].status = RankStatus.FAILED
 
     def tick(self, now: float) -> None:
         """Sample live throughput into the history (called about once a second)."""
@@ -190,7 +207,7 @@ class RunState:
 
     def _check_straggler(self) -> None:
         """Run the straggler checks due now that every rank (but the lost) has reported more steps."""
-        ranks = {r: rs for r, rs in self.ranks.items() if rs.status not in ("lost", "failed")}
+        ranks = {r: rs for r, rs in self.ranks.items() if rs.status not in (RankStatus.LOST, RankStatus.FAILED)}
         self.straggler_verdict = straggler.advance(self.straggler_verdict, ranks, self.warmup)
 
     def _rank(self, rank: int) -> RankState:
@@ -201,7 +218,7 @@ class RunState:
     # --- aggregates --------------------------------------------------------------------
     @property
     def finished(self) -> bool:
-        return self.status in TERMINAL
+        return not run_is_live(self.status)
 
     def elapsed(self, now: float) -> float:
         return (self.ended_at or now) - self.started_at if self.started_at else 0.0
@@ -256,7 +273,7 @@ class RunState:
     def check_stall(self, now: float, process_status: dict[int, str]) -> Stall | None:
         """Flag a stall when no rank has finished a step for stall_bound_s(); clear it
         when progress resumes. Returns a Stall only when it is newly flagged."""
-        if self.status != "running":
+        if self.status != RunStatus.RUNNING:
             return None
         last = max((rs.last_seen for rs in self.ranks.values() if rs.steps), default=0.0)
         if not last:
@@ -270,7 +287,7 @@ class RunState:
             return None
         steps = {r: rs.last_step for r, rs in self.ranks.items()}
         # a rank that said goodbye (its script finished) is waiting for no one: never a suspect
-        live = {r: st for r, st in steps.items() if self.ranks[r].status in ("starting", "running", "lost")} or steps
+        live = {r: st for r, st in steps.items() if rank_is_live(self.ranks[r].status) or self.ranks[r].status == RankStatus.LOST} or steps
         behind = min(live.values())
         odd = [r for r, st in process_status.items() if st not in ("running", "sleeping", "disk-sleep") and r in live]
         suspects = sorted(set(odd) or {r for r, st in live.items() if st == behind})

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import textwrap
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 
 from ddptop.analysis.advisor import LOSSY_CAVEAT
-from ddptop.analysis.nccl import render_facts, transport_class, transport_matrix
+from ddptop.analysis.nccl import NcclReport, render_facts, transport_class, transport_matrix
 from ddptop.model.state import RunState
 from ddptop.tui.live import Snapshot
 from ddptop.tui.render import wrap_text
@@ -80,15 +80,21 @@ def _bus_number(bus: str | None) -> int | None:
         return None
 
 
+def _report(state: RunState) -> NcclReport | None:
+    """The whole NCCL report (RunState types it by the facts its summary reads)."""
+    return cast("NcclReport | None", state.nccl)
+
+
 def rank_gpus(state: RunState) -> tuple[dict[int, int], str]:
     """rank -> NVML GPU index and where that came from: NCCL's own init lines (nvmlDev,
     busId, cudaDev), else the GPU sample's processes, else local_rank == GPU index."""
     topo = state.topology
     n_gpus = len(topo.gpus) if topo is not None and getattr(topo, "available", False) else None
-    comm = state.nccl.primary if state.nccl is not None else None
+    report = _report(state)
+    comm = report.primary if report is not None else None
     if comm is not None and comm.ranks:
         out, how = {}, set()
-        by_bus = {_bus_number(g.pci_bus_id): g.index for g in topo.gpus} if n_gpus else {}
+        by_bus = {_bus_number(g.pci_bus_id): g.index for g in topo.gpus} if n_gpus and topo is not None else {}
         for rank, info in comm.ranks.items():
             # nvmlDev is the index NVML (and so the topology) uses; cudaDev is relative
             # to CUDA_VISIBLE_DEVICES, so it comes last.
@@ -115,7 +121,8 @@ def rank_gpus(state: RunState) -> tuple[dict[int, int], str]:
 
 def wiring_pairs(state: RunState) -> tuple[list[int], dict[tuple[int, int], Pair], str]:
     """Ranks, every off-diagonal pair, and how ranks were mapped to GPUs."""
-    ranks, labels = transport_matrix(state.nccl) if state.nccl is not None else ([], {})
+    report = _report(state)
+    ranks, labels = transport_matrix(report) if report is not None else ([], {})
     if not ranks:
         ranks = sorted(state.ranks)
     gpus, how = rank_gpus(state)
@@ -135,7 +142,7 @@ def wiring_pairs(state: RunState) -> tuple[list[int], dict[tuple[int, int], Pair
             on_node0 = not multi or node[a] == node[b] == 0
             if multi and None not in (node[a], node[b]) and node[a] != node[b]:
                 hw = NETWORK
-            elif on_node0 and usable and ga is not None and gb is not None and ga != gb \
+            elif on_node0 and usable and topo is not None and ga is not None and gb is not None and ga != gb \
                     and max(ga, gb) < len(topo.links):
                 hw = topo.link(ga, gb)
                 hw = None if hw in ("N/A", "X", "") else hw
@@ -197,7 +204,7 @@ def _styled(pair: Pair, text: str | None) -> Text:
 def wiring_lines(state: RunState, width: int = 120) -> list[Text]:
     """Everything the Wiring view shows, as lines (pure; tests read them)."""
     lines: list[Text] = []
-    report = state.nccl
+    report = _report(state)
     has_nccl = report is not None and bool(report.transports)
     backend = _backend(state)
     topo = state.topology
