@@ -5,7 +5,9 @@ summary, the advisor and the sweep table read the same number for the same run."
 from __future__ import annotations
 
 import ast
+import copy
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,51 @@ def test_advisor_summary_header_and_sweep_table_read_the_same_comm_share():
     # the sweep table's row
     (row,) = build_rows([summary])
     assert (row["comm_share"], row["exposed_comm_share"]) == (share, exposed)
+
+
+# --- no logic written twice -------------------------------------------------------------------
+
+class _Anonymous(ast.NodeTransformer):
+    """Names and arguments blanked: a copy with its variables renamed is still a copy."""
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        return ast.copy_location(ast.Name(id="_", ctx=node.ctx), node)
+
+    def visit_arg(self, node: ast.arg) -> ast.AST:
+        node.arg, node.annotation = "_", None
+        return node
+
+
+MIN_NODES = 20  # smaller bodies (a property's `end - start`, a unit conversion) are not counted
+# Copies in parts of the package this change does not own (issue 29 lists them).
+KNOWN_COPIES = [{"run/keeper.py _running", "run/launcher.py _alive"}]
+
+
+def function_copies() -> list[set[str]]:
+    """Functions anywhere in the package whose bodies (docstring aside, names blanked) are the
+    same and at least MIN_NODES AST nodes big."""
+    bodies: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                body = body[1:]
+            tree = _Anonymous().visit(ast.Module(body=copy.deepcopy(body), type_ignores=[]))
+            if sum(1 for _ in ast.walk(tree)) >= MIN_NODES:
+                bodies.setdefault(ast.dump(tree, annotate_fields=False), set()).add(f"{rel} {node.name}")
+    return [names for names in bodies.values() if len(names) > 1]
+
+
+def test_no_function_body_is_written_twice():
+    assert [c for c in function_copies() if c not in KNOWN_COPIES] == []
+
+
+def test_the_copy_finder_sees_a_renamed_copy(tmp_path, monkeypatch):
+    body = "    total = 0\n    for v in values:\n        if v is not None:\n            total += v * 2\n    return total\n"
+    (tmp_path / "a.py").write_text("def one(values):\n" + body)
+    (tmp_path / "b.py").write_text("def two(items):\n" + body.replace("values", "items").replace("total", "acc"))
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path)
+    assert function_copies() == [{"a.py one", "b.py two"}]

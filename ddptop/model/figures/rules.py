@@ -7,7 +7,7 @@ Pure: RankFigures in, figures out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ddptop.model.figures.window import STALL_MIN_S, STALL_STEPS, RankFigures
@@ -17,14 +17,20 @@ def _own(figures: Mapping[int, RankFigures]) -> dict[int, float]:
     return {r: f.own_ms for r, f in figures.items() if f.ranked and f.own_ms is not None}
 
 
+def _extreme(figures: Mapping[int, RankFigures], pick: Callable[..., int]) -> int | None:
+    """The rank `pick` (max or min) chooses by own work (ties: the lowest rank); None with
+    fewer than two ranked ranks."""
+    own = _own(figures)
+    if len(own) < 2:
+        return None
+    return pick(sorted(own), key=lambda r: own[r])
+
+
 def slowest(figures: Mapping[int, RankFigures]) -> int | None:
     """The rank doing the most own work per step over its last WINDOW records (ties: the
     lowest rank); None with fewer than two ranked ranks. A view marks the straggler instead
     while one is named (Snapshot.slowest, RunState.slowest_rank)."""
-    own = _own(figures)
-    if len(own) < 2:
-        return None
-    return max(sorted(own), key=lambda r: own[r])
+    return _extreme(figures, max)
 
 
 def job_step_ms_p50_last50(figures: Mapping[int, RankFigures]) -> float | None:
@@ -43,10 +49,7 @@ def fastest(figures: Mapping[int, RankFigures]) -> int | None:
     """The rank doing the least own work per step over its last WINDOW records (ties: the
     lowest rank); None with fewer than two ranked ranks. Not a verdict: what a view shows
     beside the slowest (the step timelines side by side)."""
-    own = _own(figures)
-    if len(own) < 2:
-        return None
-    return min(sorted(own), key=lambda r: own[r])
+    return _extreme(figures, min)
 
 
 def job_samples_per_step_last50(figures: Mapping[int, RankFigures]) -> float | None:
