@@ -169,3 +169,10 @@ class RankWindow:
 def rank_figures(rs: RankRecords) -> RankFigures:
     """One rank's figures from scratch (RunState keeps a RankWindow per rank instead)."""
     return RankWindow().update(rs)
+
+
+def eval_ms_per_step_recent(rs: RankRecords) -> float | None:
+    """Forwards without grad (validation, generation) a step, the mean over every record of
+    the rank's recent ring (not only the last WINDOW); None when none ran."""
+    total = sum(r.get("eval_ms", 0.0) for r in rs.recent)
+    return total / len(rs.recent) if total else None

@@ -15,7 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from ddptop.model import memory
-from ddptop.model.figures import RECENT_LABEL
+from ddptop.model.figures import RECENT_LABEL, eval_ms_per_step_recent
 from ddptop.model.report import NA, fmt
 from ddptop.model.snapshot import Snapshot
 from ddptop.model.state import RunState
@@ -55,11 +55,10 @@ def summary_lines(snap: Snapshot, rank: int, width: int) -> list[Text]:
 def eval_line(snap: Snapshot, rank: int) -> list[Text]:
     """Forwards without grad (validation, generation) in the recent window: outside the
     phases above; nothing when the script ran none."""
-    recent = snap.state.ranks[rank].recent
-    total = sum(r.get("eval_ms", 0.0) for r in recent)
-    if not total:
+    ms = eval_ms_per_step_recent(snap.state.ranks[rank])
+    if ms is None:
         return []
-    return [Text.assemble(("no-grad  ", "dim"), f"validation/no-grad forwards {total / len(recent):.1f} ms a step",
+    return [Text.assemble(("no-grad  ", "dim"), f"validation/no-grad forwards {ms:.1f} ms a step",
                           ("  (mean, not in the phases)", "dim"))]
 
 
