@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import pickle
@@ -26,7 +27,7 @@ from pathlib import Path
 import psutil
 import pytest
 from test_tui import START_TIMEOUT, alive_of, cpu_config, wait_for
-from waiting import wait_until
+from waiting import wait_until as _wait_until
 
 from ddptop.remote.live import LIVE_ENV, LiveRun, find_run, live_runs
 from ddptop.remote.viewer import RemoteSession
@@ -36,6 +37,7 @@ from ddptop.tui.synthetic import synthetic_state
 from ddptop.viewer_wire import state_codec
 from ddptop.viewer_wire import viewer_protocol as vp
 
+wait_until = functools.partial(_wait_until, every=0.2)  # this file's polls look every 0.2 s (each looks at every process)
 RUN_ARGS = ["--nproc", "2", "--steps", "100000", "--warmup", "2", "--set", "workers=0"]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import pty
@@ -26,10 +27,12 @@ from pathlib import Path
 import psutil
 import pytest
 from test_detach import ddptop, entry_of, live  # noqa: F401  (live: a fixture)
-from waiting import hold, wait_until
+from waiting import hold
+from waiting import wait_until as _wait_until
 
 from ddptop.remote.live import live_runs
 
+wait_until = functools.partial(_wait_until, every=0.1)  # this file's polls look every 0.1 s (each looks at every process)
 RUN_ARGS = ["--nproc", "2", "--steps", "100000", "--warmup", "2", "--set", "workers=0"]
 START_TIMEOUT = 60.0  # torch import in two ranks on a loaded 2-core box
 VIEWER_GONE_S = 5.0  # a viewer, once its terminal is gone
