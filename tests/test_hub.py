@@ -154,3 +154,32 @@ def test_tcp_mode_binds_where_told_and_requires_the_token():
         await hub.close()
 
     asyncio.run(main())
+
+
+def test_a_start_up_of_300_ranks_connecting_at_once_is_all_admitted_and_the_bound_comes_back():
+    """Every rank connects before any says hello (the worst start-up): the pre-hello bound is the
+    ranks still missing, not 64, so none is closed; once all are in, idle ones get 64 again."""
+    from ddptop.run.hub import MAX_UNAUTHENTICATED
+
+    world = 300
+
+    async def main():
+        sink = Sink()
+        hub = Hub("secret", sink, world_size=world)
+        addr = await hub.start_tcp("127.0.0.1", 0)
+        port = int(addr.rsplit(":", 1)[1])
+        conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(world)]
+        await until(lambda: len(hub._waiting) == world)
+        for rank, (_, writer) in enumerate(conns):
+            writer.write(protocol.encode(protocol.Hello(rank=rank, local_rank=0, world_size=world, host="h",
+                                                        pid=1, token="secret")))
+        await until(lambda: len(hub.connected_ranks) == world)
+        assert sink.refused == [] and hub.waiting_bound == MAX_UNAUTHENTICATED
+        idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(MAX_UNAUTHENTICATED + 5)]
+        await until(lambda: len(sink.refused) == 5)  # a flood after the start-up: the oldest idle go
+        assert len(hub.connected_ranks) == world
+        for _, w in conns + idle:
+            w.close()
+        await hub.close()
+
+    asyncio.run(main())

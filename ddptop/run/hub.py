@@ -10,13 +10,19 @@ from __future__ import annotations
 import asyncio
 import hmac
 import os
+import resource
 import time
 from typing import Protocol
 
 from ddptop.wire import protocol
 
 HELLO_TIMEOUT_S = 10.0  # a connection that has not said hello by then is closed
-MAX_UNAUTHENTICATED = 64  # beyond this, the oldest connection still waiting for its hello goes
+# Connections still waiting for their hello: beyond this many, or beyond the ranks of the world
+# not yet admitted if more, the oldest goes. A start-up (1,024 ranks connecting in the same
+# second) never exceeds it: each missing rank has at most one connection in flight (a rank that
+# lost its connection is missing again). A flood does, and loses its oldest idle connections
+# first, never a rank that says hello at once; once every rank is in, the bound is this again.
+MAX_UNAUTHENTICATED = 64
 READ_CHUNK = 1 << 16
 ACCEPT_ERRORS_EVERY_S = 60.0  # out of file descriptors for long: the count, at most this often
 
@@ -57,7 +63,10 @@ class Hub:
 
     async def start_tcp(self, host: str, port: int = 0) -> str:
         self._quiet_accept_errors()
-        self._server = await asyncio.start_server(self._serve, host=host, port=port)
+        raise_fd_limit(2 * self.waiting_bound + 256)
+        # a listen queue for the whole world at once: past it, SYNs are dropped and a rank's
+        # connect waits a second for the retransmit (the kernel caps it at somaxconn)
+        self._server = await asyncio.start_server(self._serve, host=host, port=port, backlog=self.waiting_bound)
         sock = self._server.sockets[0]
         bound_port = sock.getsockname()[1]
         self.address = f"tcp:{host}:{bound_port}"
@@ -87,6 +96,12 @@ class Hub:
                 loop.default_exception_handler(context)
 
         loop.set_exception_handler(handler)
+
+    @property
+    def waiting_bound(self) -> int:
+        """How many connections may wait for their hello now (see MAX_UNAUTHENTICATED)."""
+        missing = self.world_size - len(self._writers) if self.world_size is not None else 0
+        return max(MAX_UNAUTHENTICATED, missing)
 
     @property
     def connected_ranks(self) -> list[int]:
@@ -129,7 +144,7 @@ class Hub:
             self._sink.hub_refused(f"accepting connections again ({self.accept_errors} accept(s) failed "
                                    "so far, out of file descriptors)")
         self._waiting[writer] = None
-        if len(self._waiting) > MAX_UNAUTHENTICATED:
+        if len(self._waiting) > self.waiting_bound:
             oldest = next(iter(self._waiting))
             self._waiting.pop(oldest)
             oldest.close()
@@ -225,3 +240,15 @@ class Hub:
             self._sink.hub_dropped("rank-mismatch")
         else:
             self._sink.hub_message(msg, time.time())
+
+
+def raise_fd_limit(need: int) -> None:
+    """One socket per rank: 1,024 ranks do not fit the usual soft limit of 1,024 descriptors.
+    Raise the soft limit toward `need`, within the hard limit (never lower it)."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):
+        pass  # as it was: accept() errors are counted and said (see _quiet_accept_errors)
