@@ -1,0 +1,63 @@
+"""256 simulated ranks on 32 nodes (bench/rank_sim.py: the real protocol, no torch) through the
+real TCP hub with the token and the run's real sink (Collector: RunState + recorder): every
+rank admitted within the connect second, and a stop at one agreed step."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import sys
+import time
+from pathlib import Path
+
+from ddptop.model.options import NodeOptions
+from ddptop.model.state import RunState
+from ddptop.run.capture_pipeline import agreed_step
+from ddptop.run.collector import Collector
+from ddptop.run.hub import MAX_UNAUTHENTICATED, Hub
+from ddptop.run.rank_procs import RankProcesses
+from ddptop.run.recorder import Recorder, new_run_dir
+from ddptop.wire import protocol
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from rank_sim import SimSpec, simulate  # noqa: E402
+
+RANKS, NODES = 256, 32
+
+
+async def until(cond, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+def test_256_simulated_ranks_on_32_nodes_are_all_admitted_and_stop_at_one_step(tmp_path):
+    async def main():
+        token = secrets.token_hex(16)
+        state = RunState(run_id="sim", config={}, world_size=RANKS, nnodes=NODES)
+        sink = Collector(state, RankProcesses(state, NodeOptions(nnodes=NODES, node_rank=0), tmp_path))
+        sink.recorder = Recorder(new_run_dir(tmp_path, "sim"))
+        hub = Hub(token, sink, world_size=RANKS)
+        addr = await hub.start_tcp("127.0.0.1", 0)
+        spec = SimSpec(ranks=RANKS, nodes=NODES, step_ms=50.0, connect_window_s=0.5)
+        t0 = time.monotonic()
+        ranks = asyncio.create_task(simulate(spec, "127.0.0.1", int(addr.rsplit(":", 1)[1]), token))
+        await until(lambda: len(hub.connected_ranks) == RANKS, 20)
+        connect_s = time.monotonic() - t0
+        await until(lambda: min((rs.last_step for rs in state.ranks.values()), default=-1) >= 5, 20)
+        at = agreed_step(state)
+        await hub.broadcast(protocol.Command("stop", at_step=at))
+        results = await asyncio.wait_for(ranks, 20)
+        await hub.close()
+        sink.recorder.close()
+        return state, results, at, connect_s
+
+    state, results, at, connect_s = asyncio.run(main())
+    print(f"256 ranks admitted in {connect_s:.2f} s; stop after step {at}")
+    assert RANKS > MAX_UNAUTHENTICATED  # more ranks at once than the old pre-hello bound let in
+    assert state.refused == 0 and sorted(state.ranks) == list(range(RANKS))
+    assert {r.ended for r in results} == {"stopped"}
+    assert {r.last_step for r in results} == {at}  # one agreed boundary: nobody ahead, nobody behind
+    assert {rs.last_step for rs in state.ranks.values()} == {at}  # and the hub has every record to it
+    assert sorted({rs.hello.node for rs in state.ranks.values() if rs.hello}) == list(range(NODES))
