@@ -31,7 +31,7 @@ from ddptop.model.options import NodeOptions
 from ddptop.model.state import RunState
 from ddptop.run.capture_pipeline import agreed_step
 from ddptop.run.collector import Collector
-from ddptop.run.hub import Hub
+from ddptop.run.hub import MAX_UNAUTHENTICATED, Hub
 from ddptop.run.rank_procs import RankProcesses
 from ddptop.run.recorder import Recorder, new_run_dir
 from ddptop.wire import protocol
@@ -70,6 +70,12 @@ class TimedSink(Collector):
         self.refusals.append(reason)
 
 
+class OldBoundHub(Hub):
+    """The hub as it was before 2026-11-25: at most 64 connections waiting for their hello."""
+
+    waiting_bound = MAX_UNAUTHENTICATED  # type: ignore[assignment]
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))] if ordered else float("nan")
@@ -90,7 +96,7 @@ async def bench(a: argparse.Namespace) -> dict[str, object]:
     state = RunState(run_id="scale", config={}, world_size=a.ranks, warmup=0, nnodes=a.nodes)
     sink = TimedSink(state, new_run_dir(tmp, "scale"), a.nodes, apply=a.sink == "state")
     sink.recorder = Recorder(sink.procs.run_dir)
-    hub = Hub(token, sink, world_size=a.ranks)
+    hub = (OldBoundHub if a.old_bound else Hub)(token, sink, world_size=a.ranks)
     await hub.start_tcp("127.0.0.1", 0)
     port = int(hub.address.rsplit(":", 1)[1])
     me = psutil.Process()
@@ -140,6 +146,7 @@ def main() -> None:
     p.add_argument("--nodes", type=int, default=128)
     p.add_argument("--step-ms", type=float, default=50.0)
     p.add_argument("--steady", type=float, default=10.0)
+    p.add_argument("--old-bound", action="store_true", help="the pre-hello bound of 64, as before")
     p.add_argument("--sink", choices=("state", "null"), default="state",
                    help="state: the run's real Collector (RunState + recorder); null: the hub alone")
     print(json.dumps(asyncio.run(bench(p.parse_args())), indent=1))
