@@ -27,7 +27,7 @@ FIGURES = PACKAGE / "model" / "figures"
 # spans, a rate per second (with or without a window suffix or a leading underscore).
 FIGURE_NAME = re.compile(
     r"^_?(pct|pcts|percent|percentile|median|mean|merge|merged|merge_spans|union|union_length|"
-    r"span_length|shares?)$"
+    r"span_length|shares?|ratio|speedup)$"
     r"|(^|_)(comm|exposed|mean|phase)_shares?(_|$)"
     r"|(samples|steps|tokens)_per_s(_|$)"
 )

@@ -12,7 +12,7 @@ from typing import Any
 from ddptop.analysis.advisor import Advice
 from ddptop.analysis.sweep_advice import measured, reference
 from ddptop.model.config import ConfigError, RunConfig
-from ddptop.model.figures import summary_comm_shares, summary_mean_ms
+from ddptop.model.figures import speedup, summary_comm_shares, summary_mean_ms
 from ddptop.model.report import NA, fmt, markdown_grid
 
 IN_EFFECT = ("static_graph", "gradient_as_bucket_view", "bucket_cap_mb", "comm_hook", "autocast")
@@ -68,10 +68,6 @@ def in_effect(summary: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a and b else None
-
-
 def _row(s: Mapping[str, Any]) -> dict[str, Any]:
     share, exposed = summary_comm_shares(s)
     row = {
@@ -109,8 +105,8 @@ def build_rows(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         (r["steps_per_s"] for r in rows if r["preset"] == "single" and r["steps_per_s"]), None
     )
     for r in rows:
-        r["speedup"] = _ratio(r["steps_per_s"], ref_rate)
-        r["efficiency"] = _ratio(r["steps_per_s"], single)
+        r["speedup"] = speedup(r["steps_per_s"], ref_rate)
+        r["efficiency"] = speedup(r["steps_per_s"], single)
     return rows
 
 

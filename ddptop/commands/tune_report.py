@@ -23,6 +23,7 @@ from ddptop.commands.tune_search import (
     show_value,
 )
 from ddptop.model.config import PRESETS, RunConfig
+from ddptop.model.figures import speedup
 from ddptop.model.report import fmt, markdown_grid
 
 HEADERS = (
@@ -201,7 +202,7 @@ def _entry(t: Trial, base: float | None, nproc: int, extra_sets: Sequence[str],
         "trial": t.index,
         "point": dict(t.point),
         "steps_per_s": t.rate,
-        "speedup": (t.rate / base) if base and t.rate else None,
+        "speedup": speedup(t.rate, base),
         "lossy": is_lossy(t.point),
         "command": command_line(t.point, nproc, extra_sets, user_cmd)
         if not (user_cmd and t.label == "asis")

@@ -110,6 +110,11 @@ def mean_share_run(ranks: Iterable[RankTotals], key: str) -> float | None:
     return mean(rank_share_run(rs, key) for rs in ranks)
 
 
+def speedup(rate: float | None, ref_rate: float | None) -> float | None:
+    """A throughput against a reference's (sweep, tune, scaling efficiency); None unless both are known."""
+    return rate / ref_rate if rate and ref_rate else None
+
+
 # --- read back from a summary ---------------------------------------------------------
 def summary_comm_shares(summary: Mapping[str, Any]) -> tuple[float | None, float | None]:
     """(comm share, exposed comm share) of a run's summary: its run-level fields (mean_share_run)
