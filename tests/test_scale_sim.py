@@ -1,6 +1,7 @@
 """256 simulated ranks on 32 nodes (bench/rank_sim.py: the real protocol, no torch) through the
 real TCP hub with the token and the run's real sink (Collector: RunState + recorder): every
-rank admitted within the connect second, and a stop at one agreed step."""
+rank admitted within the connect second, the straggler named (and its node), and a stop at one
+agreed step."""
 
 from __future__ import annotations
 
@@ -32,7 +33,10 @@ async def until(cond, timeout: float) -> None:
         await asyncio.sleep(0.02)
 
 
-def test_256_simulated_ranks_on_32_nodes_are_all_admitted_and_stop_at_one_step(tmp_path):
+STRAGGLER = 137  # on node 17 (8 ranks a node)
+
+
+def test_256_simulated_ranks_on_32_nodes_are_all_admitted_a_straggler_named_and_stop_at_one_step(tmp_path):
     async def main():
         token = secrets.token_hex(16)
         state = RunState(run_id="sim", config={}, world_size=RANKS, nnodes=NODES)
@@ -40,12 +44,13 @@ def test_256_simulated_ranks_on_32_nodes_are_all_admitted_and_stop_at_one_step(t
         sink.recorder = Recorder(new_run_dir(tmp_path, "sim"))
         hub = Hub(token, sink, world_size=RANKS)
         addr = await hub.start_tcp("127.0.0.1", 0)
-        spec = SimSpec(ranks=RANKS, nodes=NODES, step_ms=50.0, connect_window_s=0.5)
+        spec = SimSpec(ranks=RANKS, nodes=NODES, step_ms=15.0, connect_window_s=0.5, straggler=STRAGGLER,
+                       straggler_factor=1.5)
         t0 = time.monotonic()
         ranks = asyncio.create_task(simulate(spec, "127.0.0.1", int(addr.rsplit(":", 1)[1]), token))
         await until(lambda: len(hub.connected_ranks) == RANKS, 20)
         connect_s = time.monotonic() - t0
-        await until(lambda: min((rs.last_step for rs in state.ranks.values()), default=-1) >= 5, 20)
+        await until(lambda: state.straggler_verdict.rank is not None, 30)
         at = agreed_step(state)
         await hub.broadcast(protocol.Command("stop", at_step=at))
         results = await asyncio.wait_for(ranks, 20)
@@ -55,6 +60,7 @@ def test_256_simulated_ranks_on_32_nodes_are_all_admitted_and_stop_at_one_step(t
 
     state, results, at, connect_s = asyncio.run(main())
     print(f"256 ranks admitted in {connect_s:.2f} s; stop after step {at}")
+    assert state.straggler_verdict.rank == STRAGGLER and state.ranks[STRAGGLER].hello.node == 17
     assert RANKS > MAX_UNAUTHENTICATED  # more ranks at once than the old pre-hello bound let in
     assert state.refused == 0 and sorted(state.ranks) == list(range(RANKS))
     assert {r.ended for r in results} == {"stopped"}
