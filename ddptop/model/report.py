@@ -6,6 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from ddptop.model import figures
 from ddptop.model.config import PRESETS, RunConfig, preset_config
 from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState
@@ -66,7 +67,7 @@ def status_line(state: RunState, now: float) -> str:
     """The headless status line, from the same Snapshot the TUI shows."""
     snap = snapshot(state, now)
     steps = state.config.get("steps", 0)
-    connected = sum(1 for rs in state.ranks.values() if rs.hello is not None)
+    connected = figures.ranks_connected(state.ranks.values())
     parts = [f"[{state.elapsed(now):6.1f}s]", f"{state.status:<9}"]
     if state.status == RunStatus.STARTING:
         parts.append(f"ranks {connected}/{state.world_size} connected")

@@ -38,6 +38,7 @@ from ddptop.model.figures.run_window import (
     rank_share_run,
     rank_steps_per_s_run,
     rank_tokens_per_s_run,
+    ranks_connected,
     speedup,
     step_ms_pcts_run,
     summary_comm_shares,
@@ -81,6 +82,6 @@ __all__ = [
     "job_steps_per_s_run", "job_tokens_per_s_run", "mean", "mean_share_run", "median", "median_nonempty", "merge_spans",
     "merged_percentiles", "pct", "percent", "percentile", "phase_shares_last50", "rank_figures",
     "rank_phases_mean_run", "rank_samples_per_s_last50", "rank_samples_per_s_run", "rank_share_run",
-    "rank_steps_per_s_run", "rank_tokens_per_s_run", "slowest", "span_length", "speedup", "stall_bound_s",
+    "rank_steps_per_s_run", "rank_tokens_per_s_run", "ranks_connected", "slowest", "span_length", "speedup", "stall_bound_s",
     "step_ms_pcts_run", "summary_comm_shares", "summary_mean_ms", "union_length", "warming_up",
 ]

@@ -28,6 +28,16 @@ class RankTotals(Protocol):
     step_hist: Histogram
 
 
+class RankHello(Protocol):
+    @property
+    def hello(self) -> object | None: ...
+
+
+def ranks_connected(ranks: Iterable[RankHello]) -> int:
+    """How many ranks have said hello (the "waiting for ranks" line of every view)."""
+    return sum(1 for rs in ranks if rs.hello is not None)
+
+
 # --- one rank -------------------------------------------------------------------------
 def rank_steps_per_s_run(rs: RankTotals) -> float | None:
     return rs.measured / (rs.measured_ms / 1000.0) if rs.measured_ms > 0 else None

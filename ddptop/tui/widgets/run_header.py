@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ddptop.model.figures import RECENT_LABEL, RUN_LABEL
+from ddptop.model.figures import RECENT_LABEL, RUN_LABEL, ranks_connected
 from ddptop.model.report import fmt
 from ddptop.model.state import RunState
 from ddptop.tui.live import Snapshot
@@ -141,7 +141,7 @@ def rate_pieces(snap: Snapshot) -> list[Text]:
     if state.status == "starting" and state.error:
         pass  # not started as far as this view knows, and the error says why (a supervisor not answering)
     elif state.status == "starting":
-        connected = sum(1 for rs in state.ranks.values() if rs.hello is not None)
+        connected = ranks_connected(state.ranks.values())
         pieces.append(Text(f"waiting for ranks: {connected}/{state.world_size} connected", style="italic"))
     else:
         pieces.append(Text.assemble((RUN_LABEL + " ", "dim"), ("steps/s ", "dim"), (fmt(snap.steps_per_s, ".2f"), "bold"),
