@@ -119,6 +119,19 @@ def test_more_than_one_task_per_node_or_a_shared_key_is_a_usage_error(tmp_path):
         parse([], step_env(0, key))
 
 
+def test_node0_under_srun_prints_no_join_command_and_no_token(tmp_path, monkeypatch):
+    from ddptop.model.config import RunConfig
+    from ddptop.model.options import NodeOptions
+    from ddptop.run.multinode import join_instructions
+
+    node = NodeOptions(nnodes=2, node_rank=0, rdzv_host="node01", rdzv_port=20000, hub_port=20001, token="t0ps3cret")
+    assert "t0ps3cret" in join_instructions(RunConfig(), node)  # by hand: the command to copy
+    for key, value in step_env(0, tmp_path / "k").items():
+        monkeypatch.setenv(key, value)
+    text = join_instructions(RunConfig(), node)
+    assert "t0ps3cret" not in text and "Slurm step 4242.0 join by themselves" in text
+
+
 # ---------------------------------------------------------------------------- real runs
 
 
@@ -178,3 +191,5 @@ def test_two_nodes_started_like_srun_run_a_2x2_job_with_one_summary(tmp_path):
     assert [r["steps"] for r in summary["ranks"]] == [6] * 4
     assert sorted(r["node"] for r in summary["ranks"]) == [0, 0, 1, 1]
     assert run1.is_dir()
+    leaks = [p for p in tmp_path.glob("node*/ddptop-runs/**/*") if p.is_file() and token.encode() in p.read_bytes()]
+    assert leaks == []  # nor in any record (node 0's log says the others join by themselves)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import ipaddress
+import os
 import shlex
 import socket
 import sys
@@ -25,6 +26,7 @@ from ddptop.run.launcher import Launcher, build_plan
 from ddptop.run.logtail import LogTail
 from ddptop.run.recorder import new_run_dir, write_json
 from ddptop.run.signals import STOP_SIGNALS, on_signals
+from ddptop.run.slurm import current_step
 from ddptop.wire import protocol
 
 STOPPED_EXIT = 130  # as a headless run stopped by a signal
@@ -161,7 +163,13 @@ def join_command(config: RunConfig, node: NodeOptions, user_cmd: list[str] | Non
 
 
 def join_instructions(config: RunConfig, node: NodeOptions, user_cmd: list[str] | None = None) -> str:
-    """What node 0 prints at start: where it listens and the exact join command."""
+    """What node 0 prints at start: where it listens and the exact join command; under srun,
+    whose other tasks join by themselves, no command (and no token: the job's output file
+    may be readable by others)."""
+    step = current_step(os.environ)
+    if step is not None and step.nnodes == node.nnodes:
+        return (f"ddptop: node 0 of {node.nnodes}: rendezvous at {node.endpoint}, hub at {node.rdzv_host}:"
+                f"{node.hub_port}; the other nodes of Slurm step {step.name} join by themselves")
     many = node.nnodes > 2
     cmd = join_command(config, node, user_cmd, node_rank="R" if many else "1")
     where = "on each other node, R = 1.." + str(node.nnodes - 1) if many else "on the other node"
