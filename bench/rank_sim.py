@@ -140,7 +140,8 @@ class SimRank:
                 return "closed"
             if self.rank == spec.stall and step >= spec.stall_at:
                 await self._flush(writer)
-                await asyncio.sleep(3600)  # hung in a collective: silent, and deaf to stop
+                await asyncio.wait({listener})  # hung in a collective: silent, deaf to stop, until the hub closes
+                return "stalled"
             if self.rank == spec.crash and step >= spec.crash_at:
                 writer.transport.abort()
                 return "crashed"

@@ -44,7 +44,7 @@ def test_256_simulated_ranks_on_32_nodes_are_all_admitted_a_straggler_named_and_
         sink.recorder = Recorder(new_run_dir(tmp_path, "sim"))
         hub = Hub(token, sink, world_size=RANKS)
         addr = await hub.start_tcp("127.0.0.1", 0)
-        spec = SimSpec(ranks=RANKS, nodes=NODES, step_ms=15.0, connect_window_s=0.5, straggler=STRAGGLER,
+        spec = SimSpec(ranks=RANKS, nodes=NODES, step_ms=10.0, connect_window_s=0.5, straggler=STRAGGLER,
                        straggler_factor=1.5)
         t0 = time.monotonic()
         ranks = asyncio.create_task(simulate(spec, "127.0.0.1", int(addr.rsplit(":", 1)[1]), token))
@@ -67,3 +67,33 @@ def test_256_simulated_ranks_on_32_nodes_are_all_admitted_a_straggler_named_and_
     assert {r.last_step for r in results} == {at}  # one agreed boundary: nobody ahead, nobody behind
     assert {rs.last_step for rs in state.ranks.values()} == {at}  # and the hub has every record to it
     assert sorted({rs.hello.node for rs in state.ranks.values() if rs.hello}) == list(range(NODES))
+
+
+
+def test_a_crashed_and_a_stalled_simulated_rank_are_seen_as_such_and_the_rest_stop(tmp_path):
+    """Rank 3 drops its connection at step 5 (no bye): the state says lost; rank 13 hangs at
+    step 5, connected and deaf to stop: still running when the 14 others have stopped."""
+    others = [r for r in range(16) if r not in (3, 13)]
+
+    async def main():
+        token = secrets.token_hex(16)
+        state = RunState(run_id="sim", config={}, world_size=16, nnodes=4)
+        sink = Collector(state, RankProcesses(state, NodeOptions(nnodes=4, node_rank=0), tmp_path))
+        hub = Hub(token, sink, world_size=16)
+        addr = await hub.start_tcp("127.0.0.1", 0)
+        spec = SimSpec(ranks=16, nodes=4, step_ms=20.0, connect_window_s=0.2, crash=3, crash_at=5,
+                       stall=13, stall_at=5)
+        ranks = asyncio.create_task(simulate(spec, "127.0.0.1", int(addr.rsplit(":", 1)[1]), token))
+        await until(lambda: len(state.ranks) == 16 and min(state.ranks[r].last_step for r in others) >= 10, 20)
+        at = agreed_step(state)
+        await hub.broadcast(protocol.Command("stop", at_step=at))
+        await until(lambda: all(state.ranks[r].status == "stopped" for r in others), 20)
+        seen = {r: (state.ranks[r].status, state.ranks[r].last_step) for r in (3, 13)}
+        await hub.close()  # the stalled rank's connection ends with the hub's
+        return await asyncio.wait_for(ranks, 10), at, seen
+
+    results, at, seen = asyncio.run(main())
+    assert seen[3][0] == "lost" and seen[13] == ("running", 4)  # a crash loses what it had not sent
+    ends = {r.rank: (r.ended, r.last_step) for r in results}
+    assert ends[3] == ("crashed", 4) and ends[13] == ("stalled", 4)
+    assert {ends[r] for r in others} == {("stopped", at)}
