@@ -29,6 +29,7 @@ from ddptop.wire import protocol
 MAX_HOSTS = 100_000  # a host list that expands past this is a typo, not a cluster
 PORT_BASE, PORT_SLOTS = 20000, 6000  # rendezvous ports 20000-31998 (+1 for the hub): below Linux's ephemeral range
 KEY_ENV = "DDPTOP_SLURM_KEY"  # where the per-user key lives (default: $XDG_CONFIG_HOME/ddptop/slurm.key)
+KEY_FINGERPRINT = "DDPTOP_SLURM_KEY_FINGERPRINT"  # set only in the dict apply_slurm fills, never exported
 NOT_STEPS = {"batch", "extern", "interactive", "4294967291", "4294967292", "4294967293", "4294967294"}
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
@@ -225,9 +226,6 @@ def apply_slurm(args: argparse.Namespace, env: dict[str, str]) -> SlurmStep | No
         env[protocol.ENV_TOKEN] = derived_token(step, key)
         env[KEY_FINGERPRINT] = fingerprint(key)
     return step
-
-
-KEY_FINGERPRINT = "DDPTOP_SLURM_KEY_FINGERPRINT"  # only in the dict apply_slurm was given
 
 
 def describe(step: SlurmStep, node_rank: int, env: dict[str, str]) -> str:
