@@ -193,3 +193,24 @@ def test_bandwidth_under_a_compressing_hook_is_called_effective():
     s = st.summary()
     assert s["ranks"][0]["busbw_effective"] is True and s["ranks"][0]["busbw_gbps"] > 1000  # past any link
     assert "effective" in comm_lines(s)[0]
+
+
+def test_the_straggler_check_passes_over_the_ranks_only_when_one_is_due(monkeypatch):
+    """A frame costs O(1): the full pass over every rank runs when every rank is past the next
+    check's step, or once a second (a lost rank never gets there)."""
+    from ddptop.model import straggler
+
+    calls = []
+    real = straggler.advance
+    monkeypatch.setattr(straggler, "advance", lambda *a: calls.append(1) or real(*a))
+    st = RunState(run_id="r", config={}, world_size=64, warmup=0)
+    for step in range(40):
+        for r in range(64):
+            st.apply(Steps(r, [rec(step, 10.0)]), now=1.0)
+    assert 0 < len(calls) <= 40 // 10 + 2  # one per check boundary, not one per frame (2,560)
+    st.ranks[5].status = "lost"
+    for step in range(40, 60):
+        for r in range(64):
+            if r != 5:
+                st.apply(Steps(r, [rec(step, 10.0)]), now=1.0 + step)  # a second a step
+    assert st.straggler_verdict.checked >= 49  # checks go on without the lost rank

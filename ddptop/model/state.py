@@ -76,6 +76,9 @@ class Stall:
 HELLO_TEXT = ("host", "device", "backend", "model", "torch", "nccl")
 
 
+CHECK_MAX_S = 1.0  # the straggler check's full pass at least this often while steps come
+
+
 @dataclass
 class RunState:
     run_id: str
@@ -122,6 +125,12 @@ class RunState:
     def __post_init__(self) -> None:
         for rank in range(self.world_size):
             self.ranks.setdefault(rank, RankState(rank))
+        # the straggler check's gate: the ranks past the step the next check ends on, counted
+        # frame by frame, so a frame costs O(1), not a pass over every rank (422 us a frame at
+        # 1,024 ranks, docs/BENCHMARKS.md); a full pass when all are past, or every CHECK_MAX_S
+        self._check_due = straggler.next_check(-1, self.warmup)
+        self._past_due: set[int] = set()
+        self._checked_at = float("-inf")
 
     # --- events ------------------------------------------------------------------------
     def apply(self, msg: Hello | Steps | Bye | Info, now: float) -> None:
@@ -139,7 +148,7 @@ class RunState:
                 rs.add(rec, self.warmup, now)
             if msg.spans:
                 rs.add_spans(msg.spans)
-            self._check_straggler()
+            self._check_straggler(rs, now)
             if self.status == RunStatus.STARTING:
                 self.status = RunStatus.RUNNING
         elif isinstance(msg, Info):
@@ -205,10 +214,19 @@ class RunState:
         if rate is not None:
             self.history.append((now - self.started_at, rate))
 
-    def _check_straggler(self) -> None:
-        """Run the straggler checks due now that every rank (but the lost) has reported more steps."""
+    def _check_straggler(self, reporter: RankState, now: float) -> None:
+        """Run the straggler checks due now that every rank (but the lost) has reported more
+        steps: when every rank is past the next check's step (or CHECK_MAX_S went by: a lost
+        rank never gets there)."""
+        if reporter.last_step >= self._check_due:
+            self._past_due.add(reporter.rank)
+        if len(self._past_due) < len(self.ranks) and now - self._checked_at < CHECK_MAX_S:
+            return
+        self._checked_at = now
         ranks = {r: rs for r, rs in self.ranks.items() if rs.status not in (RankStatus.LOST, RankStatus.FAILED)}
         self.straggler_verdict = straggler.advance(self.straggler_verdict, ranks, self.warmup)
+        self._check_due = straggler.next_check(self.straggler_verdict.checked, self.warmup)
+        self._past_due = {r for r, rs in self.ranks.items() if rs.last_step >= self._check_due}
 
     def _rank(self, rank: int) -> RankState:
         if rank not in self.ranks:

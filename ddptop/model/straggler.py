@@ -131,13 +131,18 @@ class Verdict:
         return f"no straggler: {latest.spread()} (n={latest.n} steps)"
 
 
-def check_steps(checked: int, common: int, warmup: int) -> list[int]:
-    """The steps a check ends on, after `checked` up to `common` (the step every rank has
-    finished): every EVERY measured steps once MIN_STEPS are in; the last CATCH_UP of them."""
+def next_check(checked: int, warmup: int) -> int:
+    """The step the next check ends on, after `checked`: every EVERY measured steps once
+    MIN_STEPS are in."""
     first = max(warmup, 0) + MIN_STEPS - 1
     start = max(checked + 1, first)
-    start += (-(start - first)) % EVERY  # the next boundary
-    return list(range(start, common + 1, EVERY))[-CATCH_UP:]
+    return start + (-(start - first)) % EVERY
+
+
+def check_steps(checked: int, common: int, warmup: int) -> list[int]:
+    """The steps a check ends on, after `checked` up to `common` (the step every rank has
+    finished); the last CATCH_UP of them."""
+    return list(range(next_check(checked, warmup), common + 1, EVERY))[-CATCH_UP:]
 
 
 def advance(verdict: Verdict, ranks: Mapping[int, RankRecords], warmup: int) -> Verdict:
