@@ -23,7 +23,7 @@ def test_tensor_values_from_the_script_reach_the_hub_as_numbers():
     try:
         probe.tick(samples=32, loss=torch.tensor(0.25))  # what trainer/ and users hand over
         probe.record(1, step_ms=5.0, loss=torch.tensor([1.5]), bogus=object())
-        probe._flush()
+        probe.flush()
         steps = [m for m in _received(hub) if isinstance(m, protocol.Steps)]
         records = [r for m in steps for r in m.records]
         assert records[0]["loss"] == 0.25 and records[0]["samples"] == 32
