@@ -234,7 +234,8 @@ def after_the_tui(screen: str) -> str:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("how", ["x-then-q", "sigterm"])
+# sigterm is slow-marked: test_tui's SIGTERM to the TUI covers the same stop
+@pytest.mark.parametrize("how", ["x-then-q", pytest.param("sigterm", marks=pytest.mark.slow)])
 def test_a_stopped_run_exits_130_with_the_closing_lines_of_headless(
         tmp_path: Path, live: Path, how: str) -> None:  # noqa: F811
     runs = tmp_path / "runs"

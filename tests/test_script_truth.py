@@ -66,6 +66,9 @@ def assert_same_output(ours: dict, theirs: dict) -> None:
         assert plain(ours[rank][1]) == plain(theirs[rank][1]), (rank, ours[rank][1], theirs[rank][1])
 
 
+# slow-marked (the suite stays under 10 min on 2 cores): the pool, os._exit and no-optimizer
+# tests below compare a script's output under ddptop and plain torchrun the same way
+@pytest.mark.slow
 def test_a_scripts_output_is_the_same_under_ddptop_as_under_torchrun(tmp_path):
     """Nothing of ddptop's environment (NCCL_DEBUG, the flight recorder's variables under the
     names this torch reads, OMP_NUM_THREADS) or of its rank-side layer reaches a rank's

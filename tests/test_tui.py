@@ -438,7 +438,8 @@ def test_ui_modules_do_not_import_torch_and_cli_does_not_import_textual() -> Non
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+# SIGHUP is slow-marked: test_pty's terminal-close test sends a real SIGHUP to an owned TUI
+@pytest.mark.parametrize("sig", ["SIGTERM", pytest.param("SIGHUP", marks=pytest.mark.slow)])
 def test_signal_to_the_tui_stops_the_run_cleanly(tmp_path: Path, sig: str) -> None:
     import os
     import signal
