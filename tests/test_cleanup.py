@@ -79,6 +79,9 @@ def wait_running(tmp_path: Path, proc: subprocess.Popen) -> None:
         raise AssertionError("the run never got going")
 
 
+# slow-marked (the suite under 10 min on 2 cores): the SIGTERM and kill -9 tests below check
+# that the same script's children, its SIGTERM-ignoring one and setsid daemon included, are gone
+@pytest.mark.slow
 def test_a_scripts_own_children_are_gone_after_it_completes(tmp_path):
     proc, tag = start(tmp_path, 20)
     out, err = proc.communicate(timeout=180)

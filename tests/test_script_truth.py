@@ -100,7 +100,9 @@ def interrupted(cmd: list[str], logs: Path) -> tuple[subprocess.CompletedProcess
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err), rank_outputs(logs)
 
 
-@pytest.mark.parametrize("mode", ["except", "handler"])
+# `except` is slow-marked: `handler` runs the same agreed stop into the script's own SIGINT
+# handler, and test_user_scripts' SIGINT tests stop every rank at one step
+@pytest.mark.parametrize("mode", [pytest.param("except", marks=pytest.mark.slow), "handler"])
 def test_the_agreed_stop_runs_the_scripts_own_save_on_interrupt_on_every_rank(tmp_path, mode):
     """`except KeyboardInterrupt: save()` and the script's own SIGINT handler: at the step
     ddptop chose, every rank saves its checkpoint, as under Ctrl-C of plain torchrun."""

@@ -161,7 +161,10 @@ def test_live_run_then_settings_restart_then_runs_table(tmp_path: Path) -> None:
     assert [s["preset"] for s in summaries] == ["baseline", "view"]
 
 
+# slow-marked: test_pty's x-then-q stops a real run from a real terminal, and
+# test_tui_keys_state checks that quit asks from the key and the palette
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_quit_asks_then_stops_the_run_and_leaves_no_process(tmp_path: Path) -> None:
     async def main() -> list[int]:
         app = build_app(cpu_config(steps=100000), tmp_path)
