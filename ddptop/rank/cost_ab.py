@@ -75,6 +75,7 @@ class CostAB:
         self.gc_n, self.gc_s = 0, 0.0  # collections and their seconds, since calibration
         self._gc_at = 0.0
         self.blocks: list[dict[str, Any]] = []
+        self._unread: list[dict[str, Any]] = []  # closed blocks still holding their stamps
         self.last_step: int | None = None  # the run ends after this step (cost_ab_blocks)
         self._over = False  # the last block ended: the run's end (its flush) is no hook's cost
 
@@ -243,6 +244,7 @@ class CostAB:
                             "thread_ms": (time.thread_time() - thread) * 1000.0, "spins": self._spins,
                             "hook_ms": (self.hook_s - hook) * 1000.0, "gc": self.gc_n - gc_n,
                             "gc_ms": (self.gc_s - gc_s) * 1000.0})
+        self._unread.append(self.blocks[-1])
         self._spins, self._stamps = [], []
         self._opened = None
         self._read()
@@ -252,18 +254,24 @@ class CostAB:
         clock for reuse (a new CUDA event costs the host ~140 us, docs/BENCHMARKS.md)."""
         if final:
             self.clock.sync()
-        for b in self.blocks:
-            if "ms" in b or not (final or self.clock.done(b["b"])):
-                continue
-            elapsed = self.clock.elapsed
-            marks = [b["a"], *b["stamps"]]
-            b["ms"] = elapsed(b["a"], b["b"])
-            b["step_ms"] = [round(elapsed(x, y), 4) for x, y in zip(marks, marks[1:])]
-            if b["spins"]:
-                b["busy_ms"] = sum(elapsed(x, y) for x, y in b["spins"])
-            self.clock.release([*marks, *(s for pair in b["spins"] for s in pair)])
-            for key in ("a", "b", "stamps", "spins"):
-                del b[key]
+        left = []
+        for b in self._unread:
+            if final or self.clock.done(b["b"]):
+                self._to_numbers(b)
+            else:
+                left.append(b)
+        self._unread = left
+
+    def _to_numbers(self, b: dict[str, Any]) -> None:
+        elapsed = self.clock.elapsed
+        marks = [b["a"], *b["stamps"]]
+        b["ms"] = elapsed(b["a"], b["b"])
+        b["step_ms"] = [round(elapsed(x, y), 4) for x, y in zip(marks, marks[1:])]
+        if b["spins"]:
+            b["busy_ms"] = sum(elapsed(x, y) for x, y in b["spins"])
+        self.clock.release([*marks, *(s for pair in b["spins"] for s in pair)])
+        for key in ("a", "b", "stamps", "spins"):
+            del b[key]
 
     # --- the end -----------------------------------------------------------------------------
     def result(self) -> dict[str, Any]:
