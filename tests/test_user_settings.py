@@ -158,6 +158,26 @@ def test_static_graph_on_a_script_whose_graph_changes_is_said_and_blamed_not_sil
     assert summary["status"] == "failed" and "graph has changed" in summary["error"]
 
 
+@pytest.mark.e2e
+def test_static_graph_on_a_script_that_accumulates_under_no_sync_from_its_first_step_runs_static(tmp_path):
+    # HF Trainer and Lightning accumulate under no_sync() from step one: static_graph=True put
+    # into DDP() fails that first backward (reducer's expect_autograd_hooks_ assert, found on
+    # 2x H200); ddptop sets it at the first forward DDP syncs, and says when it is in effect
+    accum = Path(__file__).resolve().parent / "scripts" / "accum_ddp.py"
+    res = subprocess.run(
+        [sys.executable, "-m", "ddptop", "--nproc", "2", "--headless", "--json", "--preset", "overlap",
+         "--steps", "6", "--warmup", "2", "--runs-dir", str(tmp_path),
+         "--", sys.executable, str(accum), "--steps", "1000", "--accum", "2"],
+        capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "completed" and "expect_autograd_hooks_" not in res.stdout + res.stderr
+    for rank in summary["ranks"]:
+        info = rank["info"]
+        assert (rank["steps"], info["static_graph"], info["bucket_cap_mb"]) == (8, True, 100)
+        assert "static_graph False->True" in info["ddp_set"]
+
+
 def rank_info(session) -> dict:  # noqa: ANN001
     return next((rs.info for rs in session.state.ranks.values() if "ddp_set" in rs.info), {})
 

@@ -70,12 +70,42 @@ class ScriptDdp:
             if name in script.apply and name in sig.parameters and script.values[name] != asked[name]:
                 bound.arguments[name] = script.values[name]
                 changes[name] = f"{_show(asked[name])}->{_show(script.values[name])}"
+        if "static_graph" in changes and script.values["static_graph"]:
+            # set at the first forward that syncs (settle): DDP made static from its
+            # constructor asserts when the script's first backward runs under no_sync()
+            bound.arguments["static_graph"] = asked["static_graph"]
+            ddp._ddptop_static_later = True
         if script.values.get("static_graph") and "static_graph" in changes and asked.get("find_unused_parameters"):
             self.note("static_graph=True set by ddptop on a DDP built with find_unused_parameters=True: if the "
                       "parameters used change between iterations DDP stops with an error; then run without static")
         ddp._ddptop_asked = asked
         ddp._ddptop_changes = changes
         return tuple(bound.args[1:]), dict(bound.kwargs)
+
+    def settle(self, ddp: Any) -> tuple[Any, Any] | None:
+        """The script's DDP is built: static_graph, when the run sets it, goes in at the
+        first forward whose gradients DDP will sync; returns the comm hook to set (comm_hook)."""
+        if getattr(ddp, "_ddptop_static_later", False):
+            self._static_at_first_sync(ddp)
+        return self.comm_hook(ddp)
+
+    def _static_at_first_sync(self, ddp: Any) -> None:
+        """DDP._set_static_graph() before the first forward outside no_sync() (DDP counts
+        only those as iterations, so it is still "before the training loop" for DDP): a
+        script that accumulates gradients under no_sync() from its first step (HF Trainer,
+        Lightning) runs static too, where static_graph=True in DDP() fails its first backward
+        (reducer's expect_autograd_hooks_ assert)."""
+        torch = self.torch
+
+        def before_forward(module: Any, _args: Any) -> None:
+            if not (torch.is_grad_enabled() and module.require_backward_grad_sync):
+                return
+            handle.remove()
+            if not module.static_graph:
+                module._set_static_graph()
+            self.send_facts({"static_graph": bool(module.static_graph)})  # in effect from now
+
+        handle = ddp.register_forward_pre_hook(before_forward)
 
     def comm_hook(self, ddp: Any) -> tuple[Any, Any] | None:
         """(state, hook) for the comm hook the run sets on the script's DDP, or None."""

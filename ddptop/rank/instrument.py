@@ -184,7 +184,7 @@ class Instrument:
         if module is not None:
             facts["model"] = model_name(module)
         facts.update(ddp_facts(self.torch.distributed, ddp))
-        hook = self.script_ddp.comm_hook(ddp) if self.script_ddp is not None else None
+        hook = self.script_ddp.settle(ddp) if self.script_ddp is not None else None
         timing = self.comm.choose(ddp, hook)
         if timing is not None:
             facts["comm_timing"] = timing
