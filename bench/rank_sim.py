@@ -115,11 +115,14 @@ class SimRank:
             elif isinstance(msg, protocol.Command) and msg.name == "capture":
                 self.capture = (int(msg.args.get("start", msg.at_step)), int(msg.args.get("count", 3)))
 
-    def _record(self, step: int, ms: float) -> dict[str, float]:
+    def _record(self, step: int, ms: float, wait: float) -> dict[str, float]:
+        """A step of `ms` own work, `wait` ms of it spent in the all-reduce waiting for a
+        straggler at backward's end (as DDP's ranks meet there)."""
         data, fwd, bwd, opt = (ms * p for p in self.spec.phases)
-        rec = {"step": step, "t": time.time(), "step_ms": ms, "data_ms": data, "forward_ms": fwd,
-               "backward_ms": bwd, "optimizer_ms": opt, "comm_ms": ms * self.spec.comm_share,
-               "exposed_comm_ms": ms * self.spec.comm_share * 0.2, "comm_bytes": 4.0e8, "buckets": 4,
+        transfer = self.spec.step_ms * self.spec.comm_share
+        rec = {"step": step, "t": time.time(), "step_ms": ms + wait, "data_ms": data, "forward_ms": fwd,
+               "backward_ms": bwd + wait, "optimizer_ms": opt, "comm_ms": transfer + wait,
+               "exposed_comm_ms": transfer * 0.2 + wait, "comm_bytes": 4.0e8, "buckets": 4,
                "samples": 32, "loss": 2.3 - step * 1e-4}
         if self.capture and self.capture[0] <= step < self.capture[0] + self.capture[1]:
             rec["profiled"] = 1
@@ -146,10 +149,13 @@ class SimRank:
                 writer.transport.abort()
                 return "crashed"
             ms = spec.step_ms * (1 + spec.jitter * (2 * self.rng.random() - 1))
+            wait = 0.0
             if self.rank == spec.straggler:
                 ms *= spec.straggler_factor
-            await asyncio.sleep(ms / 1000.0)
-            self.held.append(self._record(step, ms))
+            elif spec.straggler is not None:  # the others wait for it in the all-reduce
+                wait = spec.step_ms * (spec.straggler_factor - 1)
+            await asyncio.sleep((ms + wait) / 1000.0)
+            self.held.append(self._record(step, ms, wait))
             self.result.last_step = step
             done = (self.stop_at is not None and step >= self.stop_at) or (spec.steps is not None and step + 1 >= spec.steps)
             if done or time.monotonic() - flushed >= spec.flush_s:

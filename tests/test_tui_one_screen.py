@@ -31,11 +31,12 @@ SIZES = {"80x24": (80, 24), "200x60": (200, 60)}
 
 
 def rec(step: int, rank: int, jitter: float = 0.0) -> dict[str, float]:
-    """100 ms a step; rank 1: data 26 ms, exposed comm 4; the others: data 10, exposed 20."""
+    """100 ms a step; rank 1: data 26 ms, exposed comm 4; the others: data 10, exposed 20 (they
+    wait 16 ms for rank 1 in the all-reduce: 16 ms more of it, comm 32 vs 48 ms)."""
     data, exposed = (26.0, 4.0) if rank == 1 else (10.0, 20.0)
     return {"step": step, "t": NOW - 12 + step * 0.1, "step_ms": 100.0 + jitter, "data_ms": data,
             "forward_ms": 20.0 + jitter, "backward_ms": 40.0 + exposed, "optimizer_ms": 100.0 - data - 60.0 - exposed,
-            "samples": 32, "comm_ms": 40.0, "exposed_comm_ms": exposed}
+            "samples": 32, "comm_ms": 28.0 + exposed, "exposed_comm_ms": exposed}
 
 
 def scripted_state(ranks: int = 2, steps: int = 120) -> RunState:
@@ -109,7 +110,7 @@ def test_every_figure_reads_the_same_and_names_its_window(tmp_path: Path, size: 
                 assert float(rows[0]["samples/s"]) + float(rows[1]["samples/s"]) == job_samples
             # the alert: the straggler's excess is the table's difference in own work
             excess = number(r"rank 1 straggler: data \+([0-9.]+) ms/step", text)
-            assert excess == own1 - own0 and "n=50 steps" in text
+            assert excess == own1 - own0 and ("last to all-reduce on 50 of 50 steps" in text or size == "80x24")
             # exposed comm: the legend's share is the header's (where the header has room)
             legend = number(r"exposed (\d+)%", text)
             assert legend == 12  # (20 + 4) / 2 of 100 ms

@@ -1,16 +1,20 @@
-"""The straggler rule. A rank is named a straggler only when its own work per step (step
-minus the all-reduce wait it could not hide) exceeds the other ranks' on the same steps
-beyond the run's own step-to-step noise, by enough to matter, and keeps doing so:
+"""The straggler rule. A rank is named a straggler only when the other ranks wait for it
+beyond the run's own step-to-step noise, by enough to matter, and keep doing so:
 
 - a check pairs the ranks' records step by step over the last WINDOW measured steps (warmup
-  and profiled steps left out): per step, each rank's own work minus the median of the other
-  ranks' on that step. The rank with the largest median of these differences is the one
+  and profiled steps left out).
+- who: where every rank's all-reduce time (comm_ms) is measured, the rank the others wait
+  for: per step, the others' median comm_ms minus its own (a collective ends together on
+  every rank, so the last to reach it spends the least time in it). Without comm_ms, the rank
+  doing the most own work per step (step minus the all-reduce wait it could not hide) minus
+  the others' median. The rank with the largest median of these differences is the one
   looked at (a Finding).
-- beyond noise: a one-sided sign test on its per-step differences, Bonferroni-corrected
+- beyond noise: a one-sided sign test on those per-step differences, Bonferroni-corrected
   over the ranks compared, p <= ALPHA (no distribution assumed; a few slow steps cannot win
-  it, a rank that is slower on most steps does).
-- large enough: the median excess is at least MIN_MS and at least MIN_SHARE of the step
-  (the others' median step, which waits for the straggler: the share of every step it costs).
+  it, a rank that is late on most steps does).
+- large enough: what it costs every step, the others' median unhidden all-reduce wait minus
+  its own (with comm_ms; else its excess own work), is at least MIN_MS and at least
+  MIN_SHARE of the step (the others' median step, which waits for the straggler).
 - persistent: a check runs every EVERY measured steps; the verdict (a rank, or none)
   changes only when PERSIST checks in a row agree on the new one (Verdict.after).
 
@@ -23,7 +27,7 @@ from __future__ import annotations
 import collections
 import functools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -63,6 +67,8 @@ class Finding:
     ci_high_ms: float
     p: float  # one-sided sign test that it is slower on most steps, x the ranks compared
     phase: str  # where its excess goes: the phase with the largest median paired excess
+    basis: str = "own work"  # "waits": who from comm_ms, cost from unhidden waits; else own work
+    last: int = 0  # (waits) the steps on which it spent the least time in all-reduce: it came last
 
     @property
     def share(self) -> float:
@@ -83,8 +89,9 @@ class Finding:
         return self.beyond_noise and self.large
 
     def describe(self) -> str:
+        evidence = f"last to all-reduce on {self.last} of {self.n} steps" if self.basis == "waits" else f"n={self.n} steps"
         return (f"rank {self.rank} straggler: {self.phase} +{self.excess_ms:.1f} ms/step "
-                f"(+{100 * self.share:.0f}%; n={self.n} steps, 95% CI {self.ci_low_ms:.1f}-{self.ci_high_ms:.1f} ms)")
+                f"(+{100 * self.share:.0f}%; {evidence}, 95% CI {self.ci_low_ms:.1f}-{self.ci_high_ms:.1f} ms)")
 
     def spread(self) -> str:
         """How far apart the ranks' own work is, as a share of the step."""
@@ -169,8 +176,19 @@ def _window(rs: RankRecords, end: int, warmup: int) -> dict[int, dict[str, float
     return out
 
 
-def _own(rec: dict[str, float]) -> float:
+def _own(rec: dict[str, float]) -> float | None:
     return rec["step_ms"] - rec.get("exposed_comm_ms", 0.0)
+
+
+def _late(rec: dict[str, float]) -> float | None:
+    """Larger for a rank that reaches the all-reduce later (it spends less time in it)."""
+    comm = rec.get("comm_ms")
+    return None if comm is None else -comm
+
+
+def _unhidden(rec: dict[str, float]) -> float | None:
+    """Less for a rank that waits less at backward's end for the all-reduce."""
+    return -rec.get("exposed_comm_ms", 0.0)
 
 
 def _median_without(ordered: list[float], i: int) -> float:
@@ -183,36 +201,54 @@ def _median_without(ordered: list[float], i: int) -> float:
     return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) / 2
 
 
+class Paired:
+    """Per rank, per step of the window: its value minus the other ranks' median on that
+    step (the steps where at least two ranks have the value)."""
+
+    def __init__(self, windows: Mapping[int, Mapping[int, dict[str, float]]],
+                 value: Callable[[dict[str, float]], float | None]) -> None:
+        self.diffs: dict[int, dict[int, float]] = {r: {} for r in windows}
+        self.others: dict[int, dict[int, float]] = {r: {} for r in windows}
+        for step in sorted(set().union(*windows.values())):
+            vals = sorted((v, r) for r, w in windows.items() if step in w and (v := value(w[step])) is not None)
+            if len(vals) < 2:
+                continue
+            ordered = [v for v, _ in vals]
+            for i, (v, r) in enumerate(vals):
+                theirs = _median_without(ordered, i)
+                self.diffs[r][step] = v - theirs
+                self.others[r][step] = theirs
+
+    def medians(self) -> dict[int, float]:
+        """Each rank's median difference, for the ranks with MIN_STEPS paired steps."""
+        return {r: median_nonempty(sorted(d.values())) for r, d in self.diffs.items() if len(d) >= MIN_STEPS}
+
+
 def check(ranks: Mapping[int, RankRecords], end: int, warmup: int) -> Finding | None:
     """One check over the WINDOW steps up to `end`; None with fewer than MIN_STEPS paired."""
     windows = {r: _window(rs, end, warmup) for r, rs in ranks.items()}
-    diffs: dict[int, list[float]] = {r: [] for r in windows}
-    others: dict[int, dict[int, float]] = {r: {} for r in windows}  # rank -> step -> others' median
-    for step in sorted(set().union(*windows.values())):
-        vals = sorted((_own(w[step]), r) for r, w in windows.items() if step in w)
-        if len(vals) < 2:
-            continue
-        ordered = [v for v, _ in vals]
-        for i, (v, r) in enumerate(vals):
-            theirs = _median_without(ordered, i)
-            diffs[r].append(v - theirs)
-            others[r][step] = theirs
-    medians = {r: median_nonempty(sorted(d)) for r, d in diffs.items() if len(d) >= MIN_STEPS}
+    waits = Paired(windows, _late)
+    who = waits if len(waits.medians()) == len(windows) else Paired(windows, _own)
+    medians = who.medians()
     if not medians:
         return None
     worst = max(sorted(medians), key=lambda r: medians[r])
-    d = sorted(diffs[worst])
-    mine = windows[worst]
-    steps = sorted(others[worst])
+    steps = sorted(who.diffs[worst])
+    # what it costs each step: the others' unhidden wait beyond its own (waits), or its own work
+    cost = Paired(windows, _unhidden).diffs[worst] if who is waits else who.diffs[worst]
+    d = sorted(cost[s] for s in steps if s in cost)
+    signs = list(who.diffs[worst].values())
+    own = Paired(windows, _own)
     step_ms = [median_nonempty(sorted(w[s]["step_ms"] for r, w in windows.items() if r != worst and s in w)) for s in steps]
     low, high = _median_ci(d)
     return Finding(
-        rank=worst, step=end, n=len(d), ranks=len(medians),
-        own_ms=median_nonempty(sorted(_own(mine[s]) for s in steps)),
-        others_ms=median_nonempty(sorted(others[worst].values())), step_ms=median_nonempty(sorted(step_ms)),
-        excess_ms=medians[worst], ci_low_ms=low, ci_high_ms=high,
-        p=min(1.0, _sign_p(sum(x > 0 for x in d), sum(x != 0 for x in d)) * len(medians)),
-        phase=_phase(worst, windows, steps),
+        rank=worst, step=end, n=len(steps), ranks=len(medians),
+        own_ms=median_nonempty(sorted(o for s in steps if (o := _own(windows[worst][s])) is not None)),
+        others_ms=median_nonempty(sorted(own.others[worst].values())), step_ms=median_nonempty(sorted(step_ms)),
+        excess_ms=median_nonempty(d), ci_low_ms=low, ci_high_ms=high,
+        p=min(1.0, _sign_p(sum(x > 0 for x in signs), sum(x != 0 for x in signs)) * len(medians)),
+        phase=_phase(worst, windows, steps), basis="waits" if who is waits else "own work",
+        last=sum(x > 0 for x in signs),
     )
 
 

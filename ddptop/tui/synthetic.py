@@ -67,12 +67,14 @@ def synthetic_state(n_ranks: int, steps: int = RECENT, slow_rank: int | None = 1
             slow = 1.25 if r == slow_rank else 1.0
             data, fwd = rng.uniform(1, 3), rng.uniform(25, 30) * slow
             bwd, opt = rng.uniform(50, 60) * slow, rng.uniform(3, 5)
+            # the others wait for a slow rank at backward's end, in the all-reduce (DDP's ranks meet there)
+            wait = rng.uniform(18, 23) if slow_rank is not None and slow_rank != r and 0 <= slow_rank < n_ranks else 0.0
             rec: dict[str, float] = {"step": step, "t": now - (steps - step) * 0.09,
-                                     "data_ms": data, "forward_ms": fwd, "backward_ms": bwd,
-                                     "optimizer_ms": opt, "step_ms": data + fwd + bwd + opt,
+                                     "data_ms": data, "forward_ms": fwd, "backward_ms": bwd + wait,
+                                     "optimizer_ms": opt, "step_ms": data + fwd + bwd + opt + wait,
                                      "samples": 32}
             if comm:
-                rec.update(comm_ms=rng.uniform(20, 30), exposed_comm_ms=rng.uniform(2, 8),
+                rec.update(comm_ms=rng.uniform(20, 30) + wait, exposed_comm_ms=rng.uniform(2, 8) + wait,
                            comm_bytes=1.2e9, buckets=4, compressing=0)
             records.append(rec)
         state.apply(Steps(rank=r, records=records, spans=_bucket_spans(records[-1]) if comm else {}), now)
