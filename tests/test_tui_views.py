@@ -131,7 +131,9 @@ def test_wiring_without_nccl_says_gloo_and_still_advises(tmp_path: Path) -> None
         async with app.run_test(size=(80, 24)) as pilot:
             await show(app, pilot, "5")
             text = app.query_one(WiringPanel).text()
-            assert text.splitlines()[0] == "no NCCL on this run (gloo): transports unknown"
+            heading, blank, first = text.splitlines()[:3]
+            assert heading == f"advice: {state.advice.headline}" and blank == ""  # what to do comes first
+            assert first == "no NCCL on this run (gloo): transports unknown"
             assert "hardware links unknown" in text
             assert "NCCL chose" not in text
             assert "advice:" in text and flat(state.advice.reason) in flat(text)

@@ -1,6 +1,7 @@
-"""WiringPanel: the transport NCCL chose for each rank pair next to the hardware link
-between the ranks' GPUs, the pairs where the choice wastes the hardware (or the
-hardware is PCIe / host memory), NCCL's facts and the advisor's recommendation.
+"""WiringPanel: under a heading that says what to do (the advisor's headline), the transport
+NCCL chose for each rank pair next to the hardware link between the ranks' GPUs, the pairs
+where the choice wastes the hardware (or the hardware is PCIe / host memory), NCCL's facts
+and the advisor's recommendation in full.
 
 Reads `state.nccl` (ddptop.analysis.nccl.NcclReport), `state.topology` (ddptop.hw.gpu.TopologyMatrix)
 and `state.advice` (ddptop.analysis.advisor.Advice) by attribute; pynvml and torch stay out."""
@@ -202,8 +203,10 @@ def _styled(pair: Pair, text: str | None) -> Text:
 
 
 def wiring_lines(state: RunState, width: int = 120) -> list[Text]:
-    """Everything the Wiring view shows, as lines (pure; tests read them)."""
-    lines: list[Text] = []
+    """Everything the Wiring view shows, as lines (pure; tests read them): first what to do
+    (the advice's headline), then the transports against the links, NCCL's facts and the
+    advice in full."""
+    lines: list[Text] = heading_lines(state.advice, width)
     report = _report(state)
     has_nccl = report is not None and bool(report.transports)
     backend = _backend(state)
@@ -270,15 +273,25 @@ def matrix_lines(ranks: list[int], pairs: dict[tuple[int, int], Pair], width: in
                                            (". no direct connection", "dim")), width, hang=0)
 
 
+def _style(advice: Any) -> str:
+    return WARN_STYLE if getattr(advice, "severity", "info") == "warn" else "bold"
+
+
+def heading_lines(advice: Any, width: int = 120) -> list[Text]:
+    """The view's heading: what to do and how sure (`use preset overlap [expected, not
+    measured yet (low confidence)]`), then a blank line; nothing before the first advice."""
+    if advice is None:
+        return []
+    return [*_wrapped("advice: " + advice.headline, width, _style(advice), indent="        "), Text()]
+
+
 def advice_lines(advice: Any, width: int = 120) -> list[Text]:
     if advice is None:
         return [Text("advice: none yet (the advisor looks every few seconds once steps arrive)",
                      style="dim")]
-    warn = getattr(advice, "severity", "info") == "warn"
-    style = WARN_STYLE if warn else "bold"
-    what = (f"use preset {advice.preset}" if advice.preset
-            else "keep the current settings")
-    lines = [Text.assemble(("advice: ", style), (what, style))]
+    style = _style(advice)
+    warn = style == WARN_STYLE
+    lines = _wrapped("advice: " + advice.headline, width, style, indent="        ")
     if advice.changes:
         lines.extend(_wrapped("  changes: " + ", ".join(f"{k}={v}" for k, v in advice.changes.items()),
                               width))
