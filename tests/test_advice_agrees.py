@@ -139,10 +139,101 @@ def test_a_prediction_is_labelled_as_one_wherever_it_is_shown():
     assert advice_line(d).startswith("advice: Expected, not measured yet (low confidence):")  # exit summary
     older = {"preset": "overlap", "reason": "ranks talk over NVLink ..."}  # a summary from before labels
     assert advice_line(older) == "advice (expected, not measured yet): ranks talk over NVLink ..."
-    # a sweep that did not run the predicted preset keeps the label in its why
+    # a sweep that ran neither the predicted preset nor its parts keeps the label in its why
     shm = advise(run("asis", 10.0, share=0.5), transports={"shm"})
-    why = explain(shm, build_rows([run("asis", 10.0), run("overlap", 10.1)]))
+    why = explain(shm, build_rows([run("asis", 10.0), run("static", 10.1)]))
     assert why.predicted and why.reason.startswith("Not measured in this sweep: Expected, not measured yet")
+
+
+def shm_why(*summaries: dict, what: str = "sweep") -> tuple[list[dict], object, object, str]:
+    """As `sweep`, with the reference run on SHM while the GPUs have NVLink (NCCL_P2P_DISABLE=1):
+    the advisor expects bf16-overlap at a 56% comm share."""
+    rows = build_rows(list(summaries))
+    advice = recommend_from_sweep(rows)
+    diagnosis = advise(summaries[0], transports={"shm"}, hw_links={"nvlink"}, env={"NCCL_P2P_DISABLE": "1"})
+    assert diagnosis.preset == "bf16-overlap" and diagnosis.predicted
+    why = explain(diagnosis, rows, what)
+    return rows, advice, why, render_markdown(rows, advice, "sweep", why)
+
+
+def test_an_unmeasured_remedy_whose_measured_parts_did_not_help_is_not_advised():
+    # 2x H200 NV18, GPT, NCCL_P2P_DISABLE=1 (docs/measurements/2026-11-26-h200x2-call1/sweep_gpt_p2p1.md):
+    # the why said "compress gradients ... and use 100 MB buckets" under bf16 1.03x and overlap 0.90x
+    rows, advice, why, md = shm_why(
+        run("asis", 26.38, (26.05, 26.72), share=0.56), run("static", 21.46, (21.21, 21.72)),
+        run("view", 20.70, (20.16, 21.28)), run("bf16", 27.12, (26.66, 27.60)),
+        run("powersgd", 19.04, (14.34, 28.30)), run("overlap", 23.87, (23.46, 24.30)))
+    assert_agrees(rows, advice, why, md)
+    assert advice.preset == "asis" and why.basis == "measured" and why.preset is None and not why.changes
+    assert why.reason.startswith("Not measured in this sweep: The GPUs have NVLink but NCCL sends over SHM")
+    assert "NCCL_P2P_DISABLE=1 turns off P2P" in why.reason and why.severity == "warn"
+    assert ("this sweep measured its parts: bf16 1.03x asis (within noise), overlap 0.90x asis (slower): they did "
+            "not help here; bf16-overlap itself was not measured: `ddptop sweep --presets asis,bf16-overlap` "
+            "measures it.") in why.reason
+    assert not re.search(r"compress gradients|use 100 MB buckets|Expected|At most", why.reason)
+    assert not re.search(r"\b(static|view|powersgd) \d", why.reason)  # no part of bf16-overlap
+    assert "bf16: bf16-overlap without its 100 MB buckets" in why.evidence
+    assert "overlap: bf16-overlap without its bf16 hook" in why.evidence
+    assert "**Why (measured; the advisor on the asis run):** Not measured in this sweep: The GPUs" in md
+    # one part helped, the other ran slower: not advised either, and the one that missed is named
+    _, _, mixed, _ = shm_why(run("asis", 10.0, share=0.56), run("overlap", 11.5), run("bf16", 9.0))
+    assert mixed.basis == "measured" and "overlap 1.15x asis (faster), bf16 0.90x asis (slower): bf16 did not " \
+        "help here" in mixed.reason
+    # a part helped and none ran slower: still the advisor's labelled prediction, with what they measured
+    _, _, helped, md = shm_why(run("asis", 10.0, share=0.56), run("overlap", 11.5), run("bf16", 10.1))
+    assert helped.predicted and helped.preset == "bf16-overlap" and helped.confidence == "medium"
+    assert helped.reason.startswith("Not measured in this sweep: The GPUs have NVLink")
+    assert "Expected, not measured yet (medium confidence)" in helped.reason
+    assert helped.reason.endswith("This sweep measured its parts: overlap 1.15x asis (faster), bf16 1.01x asis "
+                                  "(within noise).")
+    assert "**Why (expected, not measured yet (medium confidence); the advisor on the asis run):**" in md
+
+
+def test_a_tune_sets_the_remedy_against_its_trials_of_the_parts():
+    summary = run("baseline", 10.0, script=False, share=0.56)
+    trials = [trial(1, "baseline", 10.0), trial(2, "overlap", 9.0), trial(3, "bf16", 10.1)]
+    rows = tune_rows(trials)
+    diagnosis = advise(summary, transports={"shm"})
+    assert diagnosis.preset == "bf16-overlap"
+    why = explain(diagnosis, rows, "tune")
+    assert why.basis == "measured" and ("this tune measured its parts: bf16 1.01x baseline (within noise), overlap "
+                                        "0.90x baseline (slower): they did not help here; bf16-overlap itself was "
+                                        "not measured: `ddptop sweep --presets baseline,bf16-overlap`") in why.reason
+    # a trial of the remedy itself is its measurement, whatever the table calls it
+    labelled = Trial(4, preset_point("bf16-overlap"), "neighbour of #2", summary={
+        "status": "completed", "steps_per_s": 12.0, "ranks": []}, label="#4 custom")
+    why = explain(diagnosis, tune_rows([*trials, labelled]), "tune")
+    assert "measured it at 1.20x baseline: borne out" in why.reason and "its parts" not in why.reason
+
+
+def test_the_remedy_s_own_run_decides_whatever_its_parts_measured():
+    rows, advice, why, md = shm_why(run("asis", 10.0, share=0.56), run("bf16", 9.0), run("overlap", 9.5),
+                                    run("bf16-overlap", 12.0))
+    assert_agrees(rows, advice, why, md)
+    assert why.basis == "measured" and "its parts" not in why.reason
+    assert ("On the asis run the advisor's rules expected bf16-overlap to help (ranks talk over SHM (through host "
+            "memory) and all-reduce is 56% of the step (28% exposed)); this sweep measured it at 1.20x asis: "
+            "borne out.") in why.reason
+    _, _, why, _ = shm_why(run("asis", 10.0, share=0.56), run("bf16", 11.0), run("bf16-overlap", 9.0))
+    assert why.reason.endswith("this sweep measured it at 0.90x asis: not borne out: it ran slower.")
+    _, _, why, _ = shm_why(run("asis", 10.0, share=0.56), run("overlap", 12.0), run("bf16-overlap", 10.1))
+    assert why.reason.endswith("this sweep measured it at 1.01x asis: not borne out: within noise.")
+
+
+def test_a_remedy_with_no_part_measured_stays_a_labelled_prediction():
+    # static and view are no part of bf16-overlap (each differs from it in more than one part)
+    rows, advice, why, md = shm_why(run("asis", 10.0, share=0.56), run("static", 8.0), run("view", 7.8))
+    assert why.predicted and why.preset == "bf16-overlap" and why.lossy
+    assert why.reason.startswith("Not measured in this sweep: The GPUs have NVLink")
+    assert "Expected, not measured yet (medium confidence)" in why.reason and "its parts" not in why.reason
+    assert "**Why (expected, not measured yet (medium confidence); the advisor on the asis run):**" in md
+    # 2x H200, HF Trainer (docs/measurements/2026-11-26-h200x2-call2/sweep_hf_p2p1.md): the parts failed
+    failed = {"status": "failed", "steps_per_s": None, "steps_per_s_ci": None, "error": "RuntimeError: boom"}
+    rows = build_rows([run("asis", 11.09, share=0.56), {**run("view", 1.0), **failed},
+                       {**run("bf16", 1.0), **failed}, {**run("overlap", 1.0), **failed}])
+    why = explain(advise(run("asis", 11.09, share=0.56), transports={"shm"}), rows)
+    assert why.predicted and why.reason.startswith("Not measured in this sweep: Expected, not measured yet")
+    assert why.reason.endswith("Its parts bf16 and overlap did not complete in this sweep (failed).")
 
 
 @pytest.mark.parametrize("phase, look", [("data", "its input pipeline"), ("forward", "its GPU")])
@@ -207,3 +298,15 @@ def test_the_wiring_tab_shows_the_data_straggler_and_the_prediction_label():
     predicted = advise(run("asis", 10.0, share=0.3), transports={"nvlink"}, hw_links={"nvlink"})
     shown = " ".join(" ".join(t.plain for t in advice_lines(predicted, width=80)).split())
     assert "Expected, not measured yet (low confidence)" in shown
+    assert shown.startswith("advice: use preset overlap [expected, not measured yet (low confidence)]")
+
+
+def test_the_wiring_tab_heading_says_what_to_do_and_how_sure():
+    from ddptop.tui.widgets.wiring_panel import heading_lines
+
+    predicted = advise(run("asis", 10.0, share=0.56), transports={"shm"}, hw_links={"nvlink"},
+                       env={"NCCL_P2P_DISABLE": "1"})
+    lines = [t.plain for t in heading_lines(predicted, width=60)]
+    assert lines == ["advice: use preset bf16-overlap [expected, not measured yet", "        (medium confidence)]", ""]
+    assert heading_lines(predicted, width=120)[0].plain == f"advice: {predicted.headline}"
+    assert heading_lines(None) == []  # before the first advice: no heading, the advice section says so

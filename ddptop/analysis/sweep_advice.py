@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ddptop.analysis.advice import LOSSY_CAVEAT, NOISE, Advice, is_lossy
-from ddptop.model.config import PRESETS
+from ddptop.model.config import DDP_KNOBS, PRESETS, RunConfig
 
 # Student's t, 97.5% quantile, by degrees of freedom: the batch-means interval.
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
@@ -175,12 +175,85 @@ def _lossy_note(m: Measured) -> str:
     return f" It compresses gradients: {LOSSY_CAVEAT}." if m.lossy else ""
 
 
+# The parts a preset is made of, by the DDP knob that sets them: a comm hook (with PowerSGD's
+# parameters), the bucket size, static_graph, gradient_as_bucket_view, autocast, DDP itself.
+PART = {"comm_hook": "hook", "powersgd_rank": "hook", "powersgd_start_iter": "hook", "bucket_cap_mb": "bucket",
+        "static_graph": "static", "gradient_as_bucket_view": "view", "autocast": "autocast", "ddp": "ddp"}
+
+
+def _knobs(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Every DDP knob of `settings` (a preset's, a tune point), RunConfig's default where it sets
+    none; PowerSGD's parameters only with PowerSGD."""
+    defaults = RunConfig()
+    out = {k: settings.get(k, getattr(defaults, k)) for k in DDP_KNOBS}
+    out["bucket_cap_mb"] = float(out["bucket_cap_mb"])
+    if out["comm_hook"] != "powersgd":
+        out["powersgd_rank"], out["powersgd_start_iter"] = defaults.powersgd_rank, defaults.powersgd_start_iter
+    return out
+
+
+def differ(a: Mapping[str, Any], b: Mapping[str, Any]) -> set[str]:
+    """The parts (PART) in which settings `a` and `b` differ."""
+    ka, kb = _knobs(a), _knobs(b)
+    return {PART[k] for k in DDP_KNOBS if ka[k] != kb[k]}
+
+
+def part_missing(settings: Mapping[str, Any], target: Mapping[str, Any]) -> str | None:
+    """The one part of `target` that `settings` is short of, when `settings` is `target` less
+    that part: it differs in that part only, and there has it off (no hook, no static_graph,
+    no view, no autocast) or, for the bucket size, which has no off, another size. None
+    otherwise: `settings` is `target` itself, has more than it, or differs in more."""
+    diff = differ(settings, target)
+    if len(diff) != 1:
+        return None
+    (part,) = diff
+    knob = next(k for k, p in PART.items() if p == part)
+    off = getattr(RunConfig(), knob)
+    return part if part == "bucket" or (_knobs(settings)[knob] == off and part != "ddp") else None
+
+
+def part_text(part: str, target: Mapping[str, Any]) -> str:
+    """`target`'s part in words: "bf16 hook", "100 MB buckets"."""
+    k = _knobs(target)
+    return {"hook": f"{k['comm_hook']} hook", "bucket": f"{k['bucket_cap_mb']:g} MB buckets",
+            "static": "static_graph", "view": "gradient_as_bucket_view",
+            "autocast": f"{k['autocast']} autocast"}.get(part, part)
+
+
+def _row_settings(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    preset = str(row.get("preset"))
+    point = row.get("point")
+    return dict(point) if point else (dict(PRESETS[preset].settings) if preset in PRESETS else None)
+
+
+def parts(rows: Sequence[Mapping[str, Any]], target: str) -> tuple[list[tuple[Measured, str]], list[Mapping[str, Any]]]:
+    """The runs of `target`'s parts among `rows`: the completed ones with the part each is short
+    of (bf16, which is bf16-overlap less its 100 MB buckets; overlap, less its bf16 hook), and
+    the rows of parts that did not complete. `single` and the reference are no part of a remedy."""
+    settings = PRESETS[target].settings
+    done = measured(rows)
+    ref = reference(done)
+    ran = [(m, p) for m in done if m is not ref and (p := part_missing(m.changes, settings))]
+    failed = [r for r in rows if r.get("status") != "completed" and r.get("preset") != "single"
+              and (s := _row_settings(r)) is not None and part_missing(s, settings)]
+    return ran, failed
+
+
+def _verdict(m: Measured, ref: Measured) -> str:
+    return "faster" if beats(m, ref) else "slower" if beats(ref, m) else "within noise"
+
+
+def _and(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def explain(diagnosis: Advice | None, rows: Sequence[Mapping[str, Any]], what: str = "sweep") -> Advice | None:
     """The advisor's reading of the reference run (`diagnosis`) set against the measured
     `rows`, so the "why" under a recommendation never contradicts the table: a prediction
-    this `what` (sweep, tune) tried is replaced by its measurement; one it did not try stays
-    a labelled prediction; a measured reading (a straggler) and a warning (an unused NVLink)
-    are kept."""
+    this `what` (sweep, tune) tried is replaced by its measurement; one it did not try but
+    whose parts it did (`parts`) says what they measured, and stays a labelled prediction only
+    when a part helped and none ran slower; one it did not try at all stays a labelled
+    prediction; a measured reading (a straggler) and a warning (an unused NVLink) are kept."""
     done = measured(rows)
     ref = reference(done)
     if diagnosis is None or ref is None or not diagnosis.predicted:
@@ -188,6 +261,9 @@ def explain(diagnosis: Advice | None, rows: Sequence[Mapping[str, Any]], what: s
     head = f"{diagnosis.warning} " if diagnosis.warning else ""
     read = f" ({diagnosis.reading})" if diagnosis.reading else ""
     target = next((m for m in done if m.preset == diagnosis.preset and m is not ref), None)
+    if target is None and diagnosis.preset in PRESETS:  # a tune trial labelled otherwise
+        settings = PRESETS[diagnosis.preset].settings
+        target = next((m for m in done if m is not ref and not differ(m.changes, settings)), None)
     best = choose(done, ref).pick
     if diagnosis.preset is None or not diagnosis.changes:
         outcome = (f"this {what} measured {best.name} at {best.rate / ref.rate:.2f}x {ref.name}: the measurement stands"
@@ -201,9 +277,42 @@ def explain(diagnosis: Advice | None, rows: Sequence[Mapping[str, Any]], what: s
         reason = (f"{head}On the {ref.name} run the advisor's rules expected {target.name} to help{read}; this "
                   f"{what} measured it at {x:.2f}x {ref.name}: {verdict}.")
     else:
-        return Advice(diagnosis.preset, diagnosis.changes,
-                      f"Not measured in this {what}: {diagnosis.reason}", diagnosis.severity,
-                      diagnosis.evidence, diagnosis.lossy, "predicted", diagnosis.confidence,
-                      diagnosis.reading, diagnosis.warning)
+        return _by_parts(diagnosis, rows, ref, what, read)
     return Advice(None, {}, reason, "warn" if diagnosis.warning else "info", diagnosis.evidence,
+                  basis="measured", reading=diagnosis.reading, warning=diagnosis.warning)
+
+
+def _by_parts(diagnosis: Advice, rows: Sequence[Mapping[str, Any]], ref: Measured, what: str, read: str) -> Advice:
+    """A prediction this `what` did not try, set against the runs of its parts: what they
+    measured; advice still (a labelled prediction) only when one helped and none ran slower,
+    else what the parts measured and how to measure the whole. No part run: the prediction,
+    labelled, with any part runs that failed."""
+    preset = str(diagnosis.preset)
+    ran, failed = parts(rows, preset) if preset in PRESETS else ([], [])
+    settings = PRESETS[preset].settings if preset in PRESETS else {}
+    ran.sort(key=lambda mp: -mp[0].rate)
+    said = ", ".join(f"{m.name} {m.rate / ref.rate:.2f}x {ref.name} ({_verdict(m, ref)})" for m, _ in ran)
+    evidence = [*diagnosis.evidence, *(f"{m.name}: {preset} without its {part_text(p, settings)}" for m, p in ran)]
+    predicted = Advice(diagnosis.preset, diagnosis.changes, f"Not measured in this {what}: {diagnosis.reason}",
+                       diagnosis.severity, evidence, diagnosis.lossy, "predicted", diagnosis.confidence,
+                       diagnosis.reading, diagnosis.warning)
+    if not ran:
+        if failed:
+            names = [str(r.get("name") or r.get("preset")) for r in failed]
+            status = {str(r.get("status")) for r in failed}
+            its = "Its parts" if len(names) > 1 else "Its part"
+            predicted = replace(predicted, reason=f"{predicted.reason} {its} {_and(names)} did not complete in "
+                                                  f"this {what} ({_and(sorted(status))}).")
+        return predicted
+    helped = [m.name for m, _ in ran if beats(m, ref)]
+    if helped and not any(beats(ref, m) for m, _ in ran):
+        return replace(predicted, reason=f"{predicted.reason} This {what} measured its parts: {said}.")
+    missed = [m.name for m, _ in ran if not beats(m, ref)]
+    who = ("it" if len(ran) == 1 else "they") if len(missed) == len(ran) else _and(missed)
+    measure = f"{ref.preset},{preset}" if ref.preset in PRESETS else preset
+    head = f"Not measured in this {what}: {diagnosis.warning} " if diagnosis.warning else ""
+    reason = (f"{head}On the {ref.name} run the advisor's rules expected {preset} to help{read}; this {what} "
+              f"measured its parts: {said}: {who} did not help here; {preset} itself was not measured: "
+              f"`ddptop sweep --presets {measure}` measures it.")
+    return Advice(None, {}, reason, "warn" if diagnosis.warning else "info", evidence,
                   basis="measured", reading=diagnosis.reading, warning=diagnosis.warning)
