@@ -185,6 +185,10 @@ def parse_args():
     p.add_argument("--log-interval", type=int, default=0,
                    help="print the loss every N steps (syncs the device; 0: never)")
     p.add_argument("--out", default=None, help="write the timing as JSON here (rank 0)")
+    p.add_argument("--profile", default=None, metavar="START:COUNT",
+                   help="torch.profiler over steps START..START+COUNT-1, without ddptop: each rank "
+                        "writes rank<R>.trace.json.gz to --profile-dir (a plain run's trace)")
+    p.add_argument("--profile-dir", default="gpt-traces")
     args = p.parse_args()
     if args.steps <= args.warmup:
         p.error(f"--steps ({args.steps}) must be larger than --warmup ({args.warmup})")
@@ -193,6 +197,30 @@ def parse_args():
     if args.vocab > 65536 and args.data == "memmap":
         p.error("--data memmap stores uint16 tokens: --vocab must be <= 65536")
     return args
+
+
+class Window:
+    """A torch.profiler window of a few steps (CPU and CUDA activities), written per rank."""
+
+    def __init__(self, spec, out_dir, rank):
+        start, count = (int(x) for x in spec.split(":"))
+        self.start, self.stop, self.rank, self.out_dir = start, start + count, rank, out_dir
+        self.prof = None
+
+    def at(self, step):
+        from torch.profiler import ProfilerActivity, profile
+
+        if step == self.start:
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+            self.prof = profile(activities=acts)
+            self.prof.__enter__()
+        if self.prof is not None:
+            self.prof.step()  # ProfilerStep#N markers, as HTA expects
+        if step == self.stop and self.prof is not None:
+            self.prof.__exit__(None, None, None)
+            os.makedirs(self.out_dir, exist_ok=True)
+            self.prof.export_chrome_trace(os.path.join(self.out_dir, f"rank{self.rank}.trace.json.gz"))
+            self.prof = None
 
 
 def free_port():
@@ -346,6 +374,7 @@ def main():
         else:
             marks[i] = time.perf_counter()
 
+    profile = Window(args.profile, args.profile_dir, rank) if args.profile else None
     model.train()
     t0 = None
     loss = None
@@ -356,6 +385,8 @@ def main():
             t0 = time.perf_counter()
         if step >= args.warmup:
             mark(step - args.warmup)
+        if profile is not None:
+            profile.at(step)
 
         lr = get_lr(step, args)
         for group in optimizer.param_groups:

@@ -307,8 +307,12 @@ commcheck() {  # issue 27: comm_ms by default vs the NCCL kernels of a torch.pro
     touch /tmp/comm.mark
     timeout ${COMM_TIMEOUT:-200} $PY -m ddptop --headless --json --interval 60 --nproc "$N" --warmup 10 --steps 40 \
       --capture 25:3 --profiler torch --runs-dir "$RUNS/comm" $spec > /tmp/comm.out 2>&1
-    find "$RUNS/comm" -name '*.trace.json*' -newer /tmp/comm.mark -print0 | tar czf "$OUT/comm_traces_$(date +%s).tgz" --null -T - 2>/dev/null
     rc=$?; tail -1 /tmp/comm.out > /tmp/comm.json
+    find "$RUNS/comm" -name '*.trace.json*' -newer /tmp/comm.mark -print0 | tar czf "$OUT/comm_traces_$(date +%s).tgz" --null -T - 2>/dev/null
+    # who waits for whom from the kernels' start times, by a script apart from ddptop (issue 28)
+    echo "== offsets: $spec" >> "$OUT/offsets.txt"
+    $PY bench/nccl_offsets.py $(find "$RUNS/comm" -name 'rank*.trace.json*' -newer /tmp/comm.mark) --ddptop /tmp/comm.json \
+      2>&1 | tee -a "$OUT/offsets.txt" | tail -2
     $PY - "$rc" "$spec" /tmp/comm.json "$OUT/commcheck.jsonl" <<'PYEOF' || { echo "== $spec rc=$rc"; tail -30 /tmp/comm.out; }
 import json, sys
 rc, spec, path, out = sys.argv[1:]
@@ -327,6 +331,18 @@ PYEOF
   done
 }
 
+plaintrace() {  # issue 27/28: the GPT script under plain torchrun (no ddptop), a torch.profiler window per rank
+  for variant in ${PLAIN_VARIANTS:-item noitem}; do
+    extra=""; [ $variant = noitem ] && extra="--no-item-every-step"
+    rm -rf /tmp/plain_$variant
+    timeout 120 torchrun --standalone --nproc_per_node="$N" bench/gpt_train.py --steps 40 --warmup 10 \
+      --profile 30:3 --profile-dir /tmp/plain_$variant $extra 2>&1 | grep -E "steps/s|Error" | tee -a "$OUT/plaintrace.txt"
+    echo "== plain gpt_train ($variant): NCCL kernel start offsets" | tee -a "$OUT/plaintrace.txt"
+    $PY bench/nccl_offsets.py /tmp/plain_$variant/rank*.trace.json.gz 2>&1 | tee -a "$OUT/plaintrace.txt" | tail -2
+  done
+  tar czf "$OUT/plain_traces.tgz" -C /tmp plain_item plain_noitem 2>/dev/null
+}
+
 clockcost() {  # issue 27: a GPU stamp's host cost and its parts, inside an NCCL job with NCCL's timing on
   TORCH_NCCL_ENABLE_TIMING=1 timeout 120 torchrun --standalone --nproc_per_node="$N" bench/clock_cost.py 2>&1 | grep -E "^rank|Error" | tee -a "$OUT/clock_cost.txt"
 }
@@ -334,13 +350,17 @@ clockcost() {  # issue 27: a GPU stamp's host cost and its parts, inside an NCCL
 straggler() {  # issue 27: symmetric GPT script, rank 1's loader +5 ms a step, rank 1's GPU shared with a side process's matmuls
   for case in ${STRAG_CASES:-sym slow side}; do
     extra=""; side=""
+    script="$PY bench/gpt_train.py --steps 100000"
     [ $case = slow ] && extra="--slow-rank 1 --slow-data-ms 5"
+    [ $case = nosync ] && extra="--no-item-every-step"
+    # a DataLoader at the top of the step, its collate 5 ms slower on rank 1 (the data phase)
+    [ $case = slowdl ] && script="$PY tests/scripts/accum_ddp.py --steps 100000 --accum 1" && extra="--slow-rank 1 --slow-ms 5"
     if [ $case = side ]; then
       $PY -c "import torch,time; a=torch.randn(4096,4096,device='cuda:1'); t=time.time()
 while time.time()-t<${STRAG_SIDE_S:-90}: a=(a@a).clamp_(-1,1)" & side=$!
     fi
     timeout ${STRAG_TIMEOUT:-120} $PY -m ddptop --headless --json --interval 10 --nproc "$N" --warmup 10 --steps ${STRAG_STEPS:-150} \
-      --runs-dir "$RUNS/strag_$case" -- $PY bench/gpt_train.py --steps 100000 $extra > /tmp/strag.out 2>&1; rc=$?
+      --runs-dir "$RUNS/strag_$case" -- $script $extra > /tmp/strag.out 2>&1; rc=$?
     [ -n "$side" ] && kill $side 2>/dev/null
     grep -E "straggler" /tmp/strag.out | sed 's/^/   /' | tail -4
     tail -1 /tmp/strag.out > "$OUT/straggler_$case.json"
@@ -350,5 +370,5 @@ while time.time()-t<${STRAG_SIDE_S:-90}: a=(a@a).clamp_(-1,1)" & side=$!
 
 facts
 for step in ${@:-topo presets}; do $step; done
-tar czf "$OUT/runs.tgz" --exclude='*.qdstrm' --exclude='*.nsys-rep' --exclude='*.trace.json' -C /tmp ddptop-gpu-runs 2>/dev/null
+tar czf "$OUT/runs.tgz" --exclude='*.qdstrm' --exclude='*.nsys-rep' --exclude='*.trace.json' --exclude='*.trace.json.gz' -C /tmp ddptop-gpu-runs 2>/dev/null
 echo "== done $(date -u +%T)"
