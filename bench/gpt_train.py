@@ -212,15 +212,17 @@ class Window:
 
         if step == self.start:
             acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-            self.prof = profile(activities=acts)
+            # a schedule, so that step() marks ProfilerStep#N (HTA splits iterations on them)
+            sched = torch.profiler.schedule(wait=0, warmup=0, active=self.stop - self.start, repeat=1)
+            self.prof = profile(activities=acts, schedule=sched)
             self.prof.__enter__()
-        if self.prof is not None:
-            self.prof.step()  # ProfilerStep#N markers, as HTA expects
         if step == self.stop and self.prof is not None:
             self.prof.__exit__(None, None, None)
             os.makedirs(self.out_dir, exist_ok=True)
             self.prof.export_chrome_trace(os.path.join(self.out_dir, f"rank{self.rank}.trace.json.gz"))
             self.prof = None
+        elif self.prof is not None and step > self.start:
+            self.prof.step()
 
 
 def free_port():
