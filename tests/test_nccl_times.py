@@ -120,3 +120,19 @@ def test_the_final_report_puts_the_hooks_own_work_beside_its_collectives():
         r["hook_ms_p50"] = hook
     text = final_report(summary, "/runs/x")
     assert "comm hook, p50 per rank: rank 0 3.1 ms, of which collectives 2.0 ms, rank 1 3.0 ms" in text
+
+
+def test_a_capture_under_a_hook_reports_the_hook_span_beside_the_collectives_timer():
+    import json
+    from pathlib import Path
+
+    from ddptop.model.report import final_report
+
+    lines = (Path(__file__).parent.parent / "docs/measurements/2026-11-26-h200x2-call3/commcheck.jsonl").read_text().splitlines()
+    powersgd = json.loads(lines[2])  # the powersgd preset on 2x H200: tiny collectives, a long hook
+    assert powersgd["spec"] == "--preset powersgd"
+    text = final_report(powersgd, "/runs/x")
+    # the collectives' timer reads 1.05 of the trace's NCCL kernels; the hook's span, like with like, 1.00
+    assert "(ddptop timer / trace = 1.05; hook span 1.00)" in text
+    baseline = final_report(json.loads(lines[0]), "/runs/x")
+    assert "(ddptop timer / trace = 1.00)" in baseline and "hook span" not in baseline

@@ -194,9 +194,12 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
     for cap in summary.get("captures") or []:
         comm = (cap.get("summary") or {}).get("comm_ms_mean")
         agree = (cap.get("summary") or {}).get("timer_vs_trace_mean")
+        hook = (cap.get("summary") or {}).get("timer_vs_trace_hook_mean")  # under a comm hook: like with like
         lines.append(f"capture {cap['id']} steps {cap['steps']} ({cap['profiler']}): {cap['status']}"
                      f"{', comm ' + format(comm, '.1f') + ' ms/rank' if comm is not None else ''}"
-                     f"{f' (ddptop timer / trace = {agree:.2f})' if agree is not None else ''}"
+                     f"{f' (ddptop timer / trace = {agree:.2f}' if agree is not None else ''}"
+                     f"{f'; hook span {hook:.2f}' if agree is not None and hook is not None else ''}"
+                     f"{')' if agree is not None else ''}"
                      f"{' ' + cap['error'] if cap.get('error') else ''} -> {cap['dir']}")
     if summary.get("failed_rank") is not None:
         tail = summary.get("failure_log") or []
