@@ -31,7 +31,7 @@ def test_refresh_is_never_blocked_while_a_large_capture_is_summarised(tmp_path: 
     state = synthetic_state(2)
     state.captures.clear()
     app = DdpTopApp(synthetic_workbench(state, tmp_path), autostart=False, refresh_s=3600)
-    pipeline = CapturePipeline(state, hub=None, options=None, run_dir=tmp_path)  # type: ignore[arg-type]
+    pipeline = CapturePipeline(state, options=None, run_dir=tmp_path)  # type: ignore[arg-type]
     ticks: list[tuple[float, float]] = []
 
     def tick() -> None:  # the app's refresh, on a fast clock, timed (wall, and this process's CPU)

@@ -1,8 +1,8 @@
-"""CapturePipeline: profile the same steps on every rank, follow the ranks' reports, and
-summarize each window once every rank has written its trace, in a child process
-(ddptop.run.trace_job: the UI's loop never waits on it; and, after an nsys run,
+"""CapturePipeline: plan the same steps on every rank (the session sends the command), follow
+the ranks' reports, and summarize each window once every rank has written its trace, in a
+child process (ddptop.run.trace_job: the UI's loop never waits on it; and, after an nsys run,
 put nsys's stats into the captures). Also `agreed_step`, the step no rank has reached
-yet that captures and stops are scheduled at. No UI, no torch.
+yet that captures and stops are scheduled at. No UI, no torch, no sockets.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pathlib import Path
 from ddptop.analysis.capture import Capture, compare_with_timer
 from ddptop.model.options import CaptureOptions
 from ddptop.model.state import RunState
-from ddptop.run.hub import Hub
 from ddptop.run.nsys import attach_nsys, nsys_report
 from ddptop.run.recorder import write_json
 from ddptop.run.trace_files import TraceError
@@ -35,21 +34,16 @@ def agreed_step(state: RunState) -> int:
 
 
 class CapturePipeline:
-    def __init__(self, state: RunState, hub: Hub, options: CaptureOptions, run_dir: Path) -> None:
+    def __init__(self, state: RunState, options: CaptureOptions, run_dir: Path) -> None:
         self.state = state
-        self.hub = hub
         self.options = options  # --capture windows, --profiler, nsys
         self.run_dir = run_dir  # captures go to <run_dir>/captures/<id>/
         self._background: set[asyncio.Task[None]] = set()
 
-    async def schedule_windows(self) -> None:
-        """The windows asked for on the command line (--capture)."""
-        for start, count in self.options.windows:
-            await self.request(count, start)
-
-    async def request(self, count: int = 3, start: int | None = None) -> Capture:
-        """Profile `count` steps on every rank from `start` (default: the first step no
-        rank can have reached yet), so every rank records the same steps."""
+    def schedule(self, count: int = 3, start: int | None = None) -> tuple[Capture, protocol.Command]:
+        """A window of `count` steps from `start` (default: the first step no rank can have
+        reached yet), kept in the state, and the command that asks every rank to record it:
+        the session sends it, so every rank records the same steps."""
         capture_id = len(self.state.captures) + 1
         start = agreed_step(self.state) + 1 if start is None else start
         out_dir = self.run_dir / "captures" / str(capture_id)
@@ -57,9 +51,7 @@ class CapturePipeline:
         self.state.captures[capture_id] = cap
         args = {"id": capture_id, "count": count, "dir": str(out_dir), "profiler": cap.profiler,
                 "memory": bool(self.state.config.get("capture_memory", False))}
-        await self.hub.broadcast(protocol.Command("capture", at_step=start, args=args))
-        self.state.add_log(-1, f"[ddptop] capture {capture_id}: steps {cap.steps} with {cap.profiler}")
-        return cap
+        return cap, protocol.Command("capture", at_step=start, args=args)
 
     def report(self, msg: protocol.CaptureReport) -> None:
         """A rank's news about a window: recording, written (files), or failed."""

@@ -23,11 +23,11 @@ class Collector:
         self.procs = procs  # who may connect (ranks of this node must be our processes)
         self.recorder: Recorder | None = None  # set once the run directory exists
         # where capture reports go (the capture pipeline); without one, none is expected
-        self.on_capture = on_capture or self._unexpected_capture
+        self._on_capture = on_capture or self._unexpected_capture
 
     def hub_message(self, msg: protocol.Message, now: float) -> None:
         if isinstance(msg, protocol.CaptureReport):
-            self.on_capture(msg)
+            self._on_capture(msg)
             return
         if isinstance(msg, protocol.Command):  # ranks send none; the hub drops them before us
             self.state.drop("unexpected-command")

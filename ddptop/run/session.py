@@ -75,10 +75,9 @@ class Session:
         )
         run_dir = Path(runs_dir) / self.run_id
         self.procs = RankProcesses(self.state, self.node, run_dir)
-        self.collector = Collector(self.state, self.procs)
+        self.capture_pipeline = CapturePipeline(self.state, self.capture, run_dir)
+        self.collector = Collector(self.state, self.procs, on_capture=self.capture_pipeline.report)
         self.hub = Hub(self.token, self.collector, world_size=self.state.world_size)
-        self.capture_pipeline = CapturePipeline(self.state, self.hub, self.capture, run_dir)
-        self.collector.on_capture = self.capture_pipeline.report
         self._stop_requested = asyncio.Event()
         self._stop_reason = ""
         self.watchdog = Watchdog(self.state, self.procs, hardware or HardwareSampler(), config.nccl_env,
@@ -149,7 +148,8 @@ class Session:
         )
         launcher = Launcher(plan, leftovers=(self._sock_dir,) if self._sock_dir else ())
         self.procs.launcher = launcher
-        await self.capture_pipeline.schedule_windows()
+        for start, count in self.capture.windows:  # the windows asked for on the command line
+            await self.request_capture(count, start)
         await launcher.start()
 
     async def _start_hub(self) -> str:
@@ -213,7 +213,10 @@ class Session:
     async def request_capture(self, count: int = 3, start: int | None = None) -> Capture:
         """Profile `count` steps on every rank from `start` (default: the first step no
         rank can have reached yet), so every rank records the same steps."""
-        return await self.capture_pipeline.request(count, start)
+        cap, command = self.capture_pipeline.schedule(count, start)
+        await self.hub.broadcast(command)
+        self.state.add_log(-1, f"[ddptop] capture {cap.capture_id}: steps {cap.steps} with {cap.profiler}")
+        return cap
 
     def update_advice(self) -> None:
         self.watchdog.update_advice()
