@@ -34,6 +34,7 @@ from ddptop.model.status import (
     RankStatus,
     RunStatus,
     StatusField,
+    rank_in_loop,
     rank_is_live,
     rank_status,
     run_is_live,
@@ -305,7 +306,7 @@ class RunState:
             return None
         steps = {r: rs.last_step for r, rs in self.ranks.items()}
         # a rank that said goodbye (its script finished) is waiting for no one: never a suspect
-        live = {r: st for r, st in steps.items() if rank_is_live(self.ranks[r].status) or self.ranks[r].status == RankStatus.LOST} or steps
+        live = {r: st for r, st in steps.items() if rank_in_loop(self.ranks[r].status)} or steps
         behind = min(live.values())
         odd = [r for r, st in process_status.items() if st not in ("running", "sleeping", "disk-sleep") and r in live]
         suspects = sorted(set(odd) or {r for r, st in live.items() if st == behind})

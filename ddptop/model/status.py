@@ -69,6 +69,12 @@ def rank_is_live(status: str) -> bool:
     return status in RANK_LIVE
 
 
+def rank_in_loop(status: str) -> bool:
+    """The rank may still be in its training loop: live, or lost (its connection dropped
+    without a goodbye, its process perhaps still running). One that said goodbye is not."""
+    return rank_is_live(status) or status == RankStatus.LOST
+
+
 def rank_status(word: str) -> str:
     """A rank's goodbye reason as its RankStatus; a word ddptop does not know stays as it came."""
     try:

@@ -9,6 +9,7 @@ import time
 
 from ddptop.model.failures import RootCause, blame, last_exception, last_words, launcher_killed
 from ddptop.model.state import RunState
+from ddptop.model.status import RankStatus, rank_in_loop
 from ddptop.model.text import printable
 from ddptop.run.rank_procs import RankProcesses
 
@@ -70,7 +71,7 @@ def _settle_failure(state: RunState, rc: int, procs: RankProcesses, now: float) 
         state.finish("failed", now, error=f"torchrun exited with code {rc}: {own}")
         return
     if failed is None:
-        running = [rs for rs in ranks if rs.status in ("lost", "crashed", "starting", "running")]
+        running = [rs for rs in ranks if rank_in_loop(rs.status) or rs.status == RankStatus.CRASHED]
         failed = running[0].rank if running else None
     tail = procs.stderr_tail(failed) if failed is not None else []
     if failed is not None and tail:

@@ -17,6 +17,7 @@ from ddptop.analysis.capture import nsys_window_at
 from ddptop.analysis.nccl import NcclParser
 from ddptop.hw.hardware import HardwareSampler
 from ddptop.model.state import RunState, Stall
+from ddptop.model.status import rank_in_loop
 from ddptop.run.logtail import LogTail, rank_log_files
 from ddptop.run.rank_procs import RankProcesses
 from ddptop.run.recorder import Recorder
@@ -84,7 +85,7 @@ class Watchdog:
         # by now) and ranks still in their loop: one that said goodbye is tearing down
         alive = self.procs.alive_pids()
         pids = {r: pid for r, pid in self.procs.rank_pids().items()
-                if pid in alive and self.state.ranks[r].status in ("starting", "running", "lost")}
+                if pid in alive and rank_in_loop(self.state.ranks[r].status)}
         stacks_dir = self.procs.run_dir / "stacks"
         stall.stacks = await collect_stacks(stacks_dir, pids, stall.process_status, signalable)
 
