@@ -86,3 +86,16 @@ def test_bucket_spans_travel_beside_the_record_and_are_checked():
         frame["records"][1]["comm_spans"] = bad
         with pytest.raises(ProtocolError, match="comm_spans"):
             decode(json.dumps(frame))
+
+
+def test_typed_commands_are_the_same_bytes_and_read_back():
+    stop = protocol.StopCommand(17)
+    assert encode(stop.to_command()) == encode(Command("stop", at_step=17))
+    assert protocol.StopCommand.read(decode(encode(stop.to_command()))) == stop
+    assert protocol.StopCommand.read(Command("stop")) == protocol.StopCommand(0)  # no step: at once
+    cap = protocol.CaptureCommand(2, at_step=10, count=3, out_dir="/r/captures/2", profiler="nsys", memory=True)
+    args = {"id": 2, "count": 3, "dir": "/r/captures/2", "profiler": "nsys", "memory": True}
+    assert encode(cap.to_command()) == encode(Command("capture", at_step=10, args=args))
+    assert protocol.CaptureCommand.read(decode(encode(cap.to_command()))) == cap
+    assert protocol.CaptureCommand.read(stop.to_command()) is None
+    assert protocol.StopCommand.read(cap.to_command()) is None

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ddptop.rank.client import Probe
-from ddptop.wire.protocol import Command
+from ddptop.wire.protocol import CaptureCommand
 
 
 @dataclass
@@ -45,12 +45,10 @@ class CaptureRunner:
     def poll(self, next_step: int) -> None:
         """Take capture commands that arrived; a window already passed is reported missed."""
         while self.probe.commands:
-            cmd: Command = self.probe.commands.popleft()
-            if cmd.name != "capture":
+            cmd = CaptureCommand.read(self.probe.commands.popleft())
+            if cmd is None:
                 continue
-            w = Window(int(cmd.args.get("id", 0)), cmd.at_step, int(cmd.args.get("count", 1)),
-                       Path(str(cmd.args.get("dir", "captures"))), str(cmd.args.get("profiler", "torch")),
-                       memory=bool(cmd.args.get("memory", False)))
+            w = Window(cmd.capture_id, cmd.at_step, cmd.count, Path(cmd.out_dir), cmd.profiler, memory=cmd.memory)
             if w.start < next_step:
                 self.probe.report_capture(w.capture_id, "failed", error=f"rank {self.rank} was already at step "
                                           f"{next_step} when asked to capture from step {w.start}")

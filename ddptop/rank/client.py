@@ -277,8 +277,9 @@ class Probe:
             return
         if not isinstance(msg, protocol.Command):
             return
-        if msg.name == "stop":
-            self.stop_at = msg.at_step if msg.at_step >= 0 else 0
+        stop = protocol.StopCommand.read(msg)
+        if stop is not None:
+            self.stop_at = stop.at_step
         self.commands.append(msg)
         if self.on_command is not None:
             try:

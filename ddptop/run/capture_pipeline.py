@@ -49,9 +49,8 @@ class CapturePipeline:
         out_dir = self.run_dir / "captures" / str(capture_id)
         cap = Capture(capture_id, start, count, self.options.profiler, str(out_dir))
         self.state.captures[capture_id] = cap
-        args = {"id": capture_id, "count": count, "dir": str(out_dir), "profiler": cap.profiler,
-                "memory": bool(self.state.config.get("capture_memory", False))}
-        return cap, protocol.Command("capture", at_step=start, args=args)
+        memory = bool(self.state.config.get("capture_memory", False))
+        return cap, protocol.CaptureCommand(capture_id, start, count, str(out_dir), cap.profiler, memory).to_command()
 
     def report(self, msg: protocol.CaptureReport) -> None:
         """A rank's news about a window: recording, written (files), or failed."""

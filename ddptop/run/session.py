@@ -225,7 +225,7 @@ class Session:
         await self._stop_requested.wait()
         at_step = self.stop_step()
         self.state.add_log(-1, f"[ddptop] stop requested ({self._stop_reason}): ranks stop after step {at_step}")
-        await self.hub.broadcast(protocol.Command("stop", at_step=at_step))
+        await self.hub.broadcast(protocol.StopCommand(at_step).to_command())
         p50 = max((rs.recent_pct(50) or 0.0 for rs in self.state.ranks.values()), default=0.0)
         latest = max((rs.last_step for rs in self.state.ranks.values()), default=-1)
         # one deadline for the whole stop (< 10 s, a stuck rank included): the agreed step,

@@ -138,6 +138,49 @@ class Command:
 
 
 @dataclass(frozen=True)
+class StopCommand:
+    """The `stop` command, typed: every rank leaves its loop after finishing step `at_step`."""
+
+    at_step: int
+
+    def to_command(self) -> Command:
+        return Command("stop", at_step=self.at_step)
+
+    @classmethod
+    def read(cls, cmd: Command) -> StopCommand | None:
+        """The stop a command says (one without a step: at once), or None for another command."""
+        return cls(cmd.at_step if cmd.at_step >= 0 else 0) if cmd.name == "stop" else None
+
+
+@dataclass(frozen=True)
+class CaptureCommand:
+    """The `capture` command, typed: profile `count` steps from `at_step` into `out_dir`
+    (torch.profiler or nsys), as capture `capture_id`. On the wire, its fields but the step
+    travel in `Command.args` (`id`, `count`, `dir`, `profiler`, `memory`)."""
+
+    capture_id: int
+    at_step: int
+    count: int
+    out_dir: str
+    profiler: str = "torch"
+    memory: bool = False  # torch.profiler's profile_memory
+
+    def to_command(self) -> Command:
+        args = {"id": self.capture_id, "count": self.count, "dir": self.out_dir, "profiler": self.profiler,
+                "memory": self.memory}
+        return Command("capture", at_step=self.at_step, args=args)
+
+    @classmethod
+    def read(cls, cmd: Command) -> CaptureCommand | None:
+        """The window a command asks for, or None for another command."""
+        if cmd.name != "capture":
+            return None
+        a = cmd.args
+        return cls(int(a.get("id", 0)), cmd.at_step, int(a.get("count", 1)), str(a.get("dir", "captures")),
+                   str(a.get("profiler", "torch")), memory=bool(a.get("memory", False)))
+
+
+@dataclass(frozen=True)
 class CaptureReport:
     """Rank to hub: how a capture window went on this rank (recording, written, failed)."""
 
