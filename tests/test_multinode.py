@@ -21,11 +21,12 @@ from waiting import wait_until as wait_for
 from ddptop import cli
 from ddptop.analysis.advisor import advise
 from ddptop.model.config import RunConfig, preset_config
+from ddptop.model.nodes import node_figures
 from ddptop.model.options import NodeOptions
 from ddptop.model.state import RunState
 from ddptop.run.launcher import build_plan
 from ddptop.run.multinode import join_command, run_args
-from ddptop.tui.widgets.rank_table import node_groups
+from ddptop.tui.widgets.node_rows import group_header
 from ddptop.tui.widgets.wiring_panel import NETWORK, wiring_pairs
 from ddptop.wire import protocol
 
@@ -172,11 +173,13 @@ def two_node_state(nccl_log: list[str] | None = None) -> RunState:
 
 
 def test_rank_table_groups_ranks_by_node_with_a_header_each():
-    groups = node_groups(two_node_state())
-    assert [(head.plain, ranks) for head, ranks in groups] == [
-        ("node 0 · a · 2 ranks", [2, 3]), ("node 1 · b · 2 ranks", [0, 1])]
+    state = two_node_state()
+    status = {r: rs.status for r, rs in state.ranks.items()}
+    nodes = node_figures(state, state.rank_figures(), status, None)
+    assert [(group_header(nf).plain, nf.ranks) for nf in nodes] == [
+        ("node 0 · a · 2 ranks", (2, 3)), ("node 1 · b · 2 ranks", (0, 1))]
     single = RunState(run_id="r", config={}, world_size=2)
-    assert node_groups(single) is None  # one node: the table is as it always was
+    assert node_figures(single, {}, {}, None) == ()  # one node: the table is as it always was
 
 
 def test_tui_rank_table_with_64_ranks_on_8_nodes_groups_them_within_budget(tmp_path):

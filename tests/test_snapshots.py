@@ -14,6 +14,7 @@ pytest-textual-snapshot writes snapshot_report.html with both pictures side by s
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 
 import pytest
@@ -24,8 +25,16 @@ from textual.scroll_view import ScrollView
 from textual.widget import Widget
 from textual.widgets import Static
 
+from ddptop.model.state import RunState
 from ddptop.tui.app import DdpTopApp
-from ddptop.tui.synthetic import show_tab, snapshot_app
+from ddptop.tui.synthetic import (
+    SYNTHETIC_NOW,
+    app_on_state,
+    fill_views,
+    show_tab,
+    snapshot_app,
+    synthetic_state,
+)
 from ddptop.tui.views import TABS
 from ddptop.tui.widgets.rank_table import RankTable
 from ddptop.tui.widgets.run_alerts import ALERT_ROWS, RunAlerts, alert_lines, fit_rows
@@ -176,3 +185,53 @@ def test_the_rank_detail_at_every_size(snap_compare, tmp_path: Path, size: str) 
     if size != "80x24":  # at 80x24 the rest is a scroll away
         assert "allocated 3008 MiB" in text and "children  2 (DataLoader workers" in text
     assert not [line for line in shown if len(line.rstrip()) > SIZES[size][0]]
+
+
+# --- a thousand ranks on a hundred nodes (issue 30) --------------------------------------------
+
+BIG_RANKS, BIG_NODES = 1024, 128
+
+
+@functools.cache
+def big_state() -> RunState:
+    """1,024 ranks on 128 nodes, rank 1 (node 0) the straggler named; 80 steps a rank, enough
+    for the verdict's checks (made once: the apps only read it)."""
+    state = fill_views(synthetic_state(BIG_RANKS, steps=80, now=SYNTHETIC_NOW, nodes=BIG_NODES), SYNTHETIC_NOW)
+    assert state.straggler() is not None and state.straggler().rank == 1  # type: ignore[union-attr]
+    return state
+
+
+@pytest.mark.parametrize("size", ("80x24", "200x60"))
+def test_the_node_view_of_1024_ranks_on_128_nodes(snap_compare, tmp_path: Path, size: str) -> None:
+    """One row per node, the straggler's node marked with its rank; nothing cut."""
+    app = app_on_state(big_state(), tmp_path)
+    faults: list[str] = []
+    rows: list[str] = []
+
+    async def run_before(pilot) -> None:  # noqa: ANN001
+        await show_tab(app, pilot, "ranks")
+        faults.extend(layout_faults(app) + chart_faults(app))
+        rows.extend(app.query_one(RankTable).row_texts())
+
+    matches = snap_compare(app, terminal_size=SIZES[size], run_before=run_before)
+    assert faults == []
+    assert len(rows) == BIG_NODES and "▲ rank 1" in rows[0] and "▲" not in "".join(rows[1:])
+    assert matches
+
+
+def test_a_node_opened_into_its_ranks(snap_compare, tmp_path: Path) -> None:
+    """Enter on node 0 shows its eight rank rows under it, the straggler's among them; the
+    cursor stays on the node's row."""
+    app = app_on_state(big_state(), tmp_path)
+    rows: list[str] = []
+
+    async def run_before(pilot) -> None:  # noqa: ANN001
+        await show_tab(app, pilot, "ranks")
+        await pilot.press("enter")
+        await show_tab(app, pilot, "ranks")
+        table = app.query_one(RankTable)
+        assert table.body.cursor == 0 and table.opened == {0}
+        rows.extend(table.row_texts())
+
+    assert snap_compare(app, terminal_size=SIZES["80x24"], run_before=run_before)
+    assert len(rows) == BIG_NODES + 1 + 8 and rows[0].startswith("▾ ▲0") and rows[3].startswith("▲1")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ddptop.model import figures
 from ddptop.model.figures import PHASES_WITH_COMM, RankFigures
+from ddptop.model.nodes import STALLED, NodeFigures, node_figures
 from ddptop.model.state import RankState, RunState, Stall
 from ddptop.model.status import RankStatus
 from ddptop.model.straggler import Finding, Verdict
@@ -41,6 +42,7 @@ class Snapshot:
     rank_samples_per_s: dict[int, float | None] = field(default_factory=dict)
     heaviest: int | None = None  # most own work now (figures.slowest; noisy: not a mark)
     lightest: int | None = None  # least own work now (figures.fastest)
+    nodes: tuple[NodeFigures, ...] = ()  # a multi-node run's nodes over their ranks (ddptop.model.nodes)
 
     @property
     def phase_names(self) -> tuple[str, ...]:
@@ -50,7 +52,7 @@ class Snapshot:
 def rank_status(rs: RankState, now: float, bound_s: float) -> str:
     """A running rank silent for longer than the run's stall bound reads "stalled?"."""
     if rs.status == RankStatus.RUNNING and rs.last_seen and now - rs.last_seen > bound_s:
-        return "stalled?"
+        return STALLED
     return rs.status
 
 
@@ -59,9 +61,10 @@ def snapshot(state: RunState, now: float) -> Snapshot:
     bound = figures.stall_bound_s(ranks)
     many = state.world_size > 1
     named = state.straggler() if many else None
+    status = {r: rank_status(state.ranks[r], now, bound) for r in ranks}
     return Snapshot(
         state=state, now=now, ranks=ranks,
-        status={r: rank_status(state.ranks[r], now, bound) for r in ranks},
+        status=status,
         slowest=named.rank if named is not None else None,
         with_comm=any(f.has_comm for f in ranks.values()),
         steps_per_s=figures.job_steps_per_s_run(state.ranks.values()),
@@ -76,4 +79,5 @@ def snapshot(state: RunState, now: float) -> Snapshot:
         rank_samples_per_s=figures.rank_samples_per_s_last50(ranks),
         heaviest=figures.slowest(ranks) if many else None,
         lightest=figures.fastest(ranks) if many else None,
+        nodes=node_figures(state, ranks, status, named.rank if named is not None else None),
     )

@@ -178,6 +178,17 @@ def fit_columns(headers: Sequence[str], widths: dict[str, int], room: int, drop:
     return [h for h in headers if h in shown]
 
 
+def cells_row(cells: Sequence[tuple[str, str | None]], spec: Sequence[tuple[int, bool]]) -> Text:
+    """(text, style) cells cut (…) and aligned to their (width, right) spec, two cells apart."""
+    row = Text(no_wrap=True, overflow="crop")
+    for i, ((value, style), (width, right)) in enumerate(zip(cells, spec)):
+        if i:
+            row.append("  ")
+        value = truncate(value, width)
+        row.append(value.rjust(width) if right else value.ljust(width), style)
+    return row
+
+
 def truncate(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 

@@ -251,8 +251,13 @@ def snapshot_app(n_ranks: int, runs_dir: Path, now: float = SYNTHETIC_NOW, **sta
     clock stopped at `now`: what the snapshot tests and scripts/snapshots.py draw, the same
     bytes every time. Refreshes only when told (`app.refresh_views()`)."""
     state_kw.setdefault("nodes", max(1, n_ranks // 8))
-    state = fill_views(synthetic_state(n_ranks, now=now, **state_kw), now)
-    write_earlier_runs(runs_dir, n_ranks)
+    return app_on_state(fill_views(synthetic_state(n_ranks, now=now, **state_kw), now), runs_dir, now)
+
+
+def app_on_state(state: RunState, runs_dir: Path, now: float = SYNTHETIC_NOW) -> DdpTopApp:
+    """snapshot_app on a state already made (and filled): tests that draw one big state
+    several times make it once. The app only reads it."""
+    write_earlier_runs(runs_dir, state.world_size)
     bench = synthetic_workbench(state, runs_dir, live=True)  # as the state says: stop and capture offered
     return DdpTopApp(bench, autostart=False, refresh_s=3600, clock=lambda: now)
 

@@ -6,7 +6,8 @@ call these; tests/test_figures_once.py fails if a figure helper is written anywh
 
 - `stats`: median, percentile, percent, mean, the union of spans, the Histogram;
 - `window`: one rank's recent window (RankWindow -> RankFigures);
-- `rules`: over ranks' recent windows (slowest, pace now, comm and phase shares, stall bound);
+- `rules`: over ranks' recent windows (slowest, pace now, comm and phase shares, stall bound,
+  a node's step and own work);
 - `run_window`: whole-run figures of a rank and of the job, and shares read back from a summary.
 
 Pure: no I/O, no UI; depends on the protocol's phase names only. (The straggler verdict,
@@ -20,6 +21,8 @@ from ddptop.model.figures.rules import (
     job_samples_per_step_last50,
     job_step_ms_p50_last50,
     job_steps_per_s_last50,
+    node_own_ms_last50,
+    node_step_ms_p50_last50,
     phase_shares_last50,
     rank_samples_per_s_last50,
     slowest,
@@ -80,7 +83,7 @@ __all__ = [
     "comm_shares_last50", "eval_ms_per_step_recent", "eval_ms_per_step_run", "fastest", "job_samples_per_s_last50", "job_samples_per_s_run",
     "job_samples_per_step_last50", "job_step_ms_p50_last50", "job_steps_per_s_last50",
     "job_steps_per_s_run", "job_tokens_per_s_run", "mean", "mean_share_run", "median", "median_nonempty", "merge_spans",
-    "merged_percentiles", "pct", "percent", "percentile", "phase_shares_last50", "rank_figures",
+    "merged_percentiles", "node_own_ms_last50", "node_step_ms_p50_last50", "pct", "percent", "percentile", "phase_shares_last50", "rank_figures",
     "rank_phases_mean_run", "rank_samples_per_s_last50", "rank_samples_per_s_run", "rank_share_run",
     "rank_steps_per_s_run", "rank_tokens_per_s_run", "ranks_connected", "slowest", "span_length", "speedup", "stall_bound_s",
     "step_ms_pcts_run", "summary_comm_shares", "summary_mean_ms", "union_length", "warming_up",

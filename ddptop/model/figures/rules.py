@@ -1,15 +1,17 @@
 """The rules over ranks, on their recent windows (ddptop.model.figures.window): the slowest
 and fastest rank, the job's median step and pace now, the stall bound, the comm shares and
-phase shares the header and legend show, whether a comm hook is still warming up.
+phase shares the header and legend show, whether a comm hook is still warming up, and a
+node's step and own work over its ranks (the rank table's node rows).
 
 Pure: RankFigures in, figures out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ddptop.model.figures.stats import median
 from ddptop.model.figures.window import STALL_MIN_S, STALL_STEPS, RankFigures
 
 
@@ -108,3 +110,15 @@ def rank_samples_per_s_last50(figures: Mapping[int, RankFigures]) -> dict[int, f
     samples per step): the rows of the rank table add up to the header's figure."""
     rate = job_steps_per_s_last50(figures)
     return {r: f.samples_per_step * rate if f.samples_per_step and rate else None for r, f in figures.items()}
+
+
+def node_step_ms_p50_last50(figures: Iterable[RankFigures]) -> float | None:
+    """A node's step now: the median over its ranks (`figures`: theirs only) of each rank's
+    median step over its last WINDOW records; None before any rank has one."""
+    return median(sorted(f.p50 for f in figures if f.p50 is not None))
+
+
+def node_own_ms_last50(figures: Iterable[RankFigures]) -> float | None:
+    """A node's own work now: the most of its ranks' median own work (step minus exposed comm)
+    over their last WINDOW records; the rank the others wait for sets it."""
+    return max((f.own_ms for f in figures if f.own_ms is not None), default=None)

@@ -2,15 +2,15 @@
 work (what the straggler verdict rests on), phase bar, its share of the job's samples/s and
 status; the straggler is marked (only while the verdict names it). A narrow terminal drops
 samples/s, then p95, then host/device, never cuts one. Scrolls for many ranks. A
-multi-node run groups the rows by node, each group under a header line.
+multi-node run groups the rows by node, each group under a header line; above
+NODE_VIEW_ABOVE ranks it shows one row per node instead, and a node opens into its rank
+rows (ddptop.tui.widgets.node_rows).
 
 Rows are drawn through LinesView (line API), not DataTable: DataTable re-renders
 every visible cell whenever any cell changes, which alone took ~45 ms per refresh
 with 64 ranks; here a refresh costs what the changed rows cost."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from rich.text import Text
 from textual import events
@@ -21,106 +21,47 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Static
 
-from ddptop.model.figures import RECENT_LABEL, eval_ms_per_step_run, phase_shares_last50
-from ddptop.model.report import fmt
-from ddptop.model.state import RunState
-from ddptop.tui.live import Snapshot, rank_location
-from ddptop.tui.render import SLOW_STYLE, STATUS_STYLES, fit_columns, legend, phase_bar, truncate
+from ddptop.model.figures import RECENT_LABEL, phase_shares_last50
+from ddptop.model.nodes import NodeFigures
+from ddptop.tui.live import Snapshot
+from ddptop.tui.render import SLOW_STYLE, fit_columns, legend
 from ddptop.tui.widgets.lines_view import LinesView
+from ddptop.tui.widgets.node_rows import (
+    NODE_COLUMNS,
+    NODE_DROP,
+    NODE_TITLE,
+    NODE_VIEW_ABOVE,
+    Row,
+    grouped_items,
+    node_header,
+    node_items,
+    node_of,
+    node_row,
+)
+from ddptop.tui.widgets.rank_rows import (
+    ARROWS,
+    COLUMNS,
+    DESCENDING_FIRST,
+    DROP,
+    GAP,
+    LABELS,
+    MAX_BAR,
+    MIN_BAR,
+    eval_key,
+    rank_flags,
+    rank_header,
+    rank_row,
+    sorted_ranks,
+)
 from ddptop.tui.widgets.step_timeline import TIMELINE_ROWS
 
-# key, label, width (None: the phase bar takes what is left), right-aligned; each width
-# leaves a cell for the sort arrow after the label
-COLUMNS = (
-    ("rank", "rank", 5, False),
-    ("where", "host/device", 12, False),
-    ("step", "step", 6, True),
-    ("p50", "p50 ms", 7, True),
-    ("p95", "p95 ms", 7, True),
-    ("own", "own ms", 7, True),
-    ("phases", "phases", None, False),
-    ("samples", "samples/s", 10, True),
-    ("status", "status", 9, False),
-)
-DROP = ("samples", "p95", "where")  # what a narrow terminal leaves out, first first
-ARROWS = {True: "↓", False: "↑"}  # the sorted column's direction (▲ marks the straggler)
-LABELS = {k: lbl for k, lbl, _, _ in COLUMNS}
-GAP = "  "
-# What each column sorts by, and whether its first press puts the largest first (htop's `<`/`>`
-# pick the column, `i` inverts): timings, steps and rates largest first, the rest ascending.
-# The phase bar sorts by the share of the step spent waiting on communication.
-DESCENDING_FIRST = {"step", "p50", "p95", "own", "phases", "samples"}
-MIN_BAR, MAX_BAR = 8, 160  # the bar takes the width the other columns leave (issue 21: it stayed 40 at 200 columns)
+__all__ = ["COLUMNS", "RankTable", "eval_key"]
+
 CHROME = 3  # border top and bottom + the header line
 MAX_SHARE = 0.75  # of the tab's height; past that the rows scroll
 LANES_MIN = 4  # the rank lanes' rows under the timelines (app.tcss RankLanes)
 CHARTS_MIN = 5  # rows the charts under the table keep (ThroughputPanel's min-height)
-NODE_STYLE = "bold #5fafd7"
 TITLE = f"ranks · figures over each rank's {RECENT_LABEL} steps"
-
-
-def node_groups(state: RunState) -> list[tuple[Text, list[int]]] | None:
-    """Ranks by ddptop node, each with its header line (node, hosts, rank count); None on
-    a single-node run. Ranks whose hello has not arrived come last, as "not connected"."""
-    if state.nnodes <= 1:
-        return None
-    by_node: dict[int | None, list[int]] = {}
-    hosts: dict[int | None, list[str]] = {}
-    for r in sorted(state.ranks):
-        hello = state.ranks[r].hello
-        node = hello.node if hello is not None else None
-        by_node.setdefault(node, []).append(r)
-        if hello is not None and hello.host not in hosts.setdefault(node, []):
-            hosts[node].append(hello.host)
-    groups = []
-    for node in sorted(by_node, key=lambda n: (n is None, n or 0)):
-        ranks = by_node[node]
-        what = "not connected yet" if node is None else f"node {node} · {', '.join(hosts[node])}"
-        head = Text(f"{what} · {len(ranks)} rank{'s' if len(ranks) != 1 else ''}", style=NODE_STYLE,
-                    no_wrap=True, overflow="ellipsis")
-        groups.append((head, ranks))
-    return groups
-
-
-def cell(value: Text | str, width: int, right: bool = False) -> Text:
-    text = value.copy() if isinstance(value, Text) else Text(value)
-    text.truncate(width, overflow="ellipsis")
-    text.align("right" if right else "left", width)
-    return text
-
-
-def join_cells(cells: list[Text], widths: list[int], rights: list[bool]) -> Text:
-    row = Text(no_wrap=True, overflow="crop")
-    for i, (value, width, right) in enumerate(zip(cells, widths, rights)):
-        if i:
-            row.append(GAP)
-        row.append_text(cell(value, width, right))
-    return row
-
-
-# Each column's value for a rank, as the table sorts by it (None: not known yet).
-SORT_VALUES: dict[str, Callable[[int, Snapshot], float | str | None]] = {
-    "rank": lambda r, snap: r,
-    "where": lambda r, snap: rank_location(snap.state.ranks[r]),
-    "step": lambda r, snap: snap.state.ranks[r].last_step,
-    "p50": lambda r, snap: snap.ranks[r].p50,
-    "p95": lambda r, snap: snap.ranks[r].p95,
-    "own": lambda r, snap: snap.ranks[r].own_ms,
-    "phases": lambda r, snap: snap.ranks[r].exposed_share,
-    "samples": lambda r, snap: snap.rank_samples_per_s.get(r),
-    "status": lambda r, snap: snap.status.get(r, ""),
-}
-
-
-def sorted_ranks(ranks: list[int], snap: Snapshot, key: str, descending: bool) -> list[int]:
-    """`ranks` by column `key`, each rank's value read once; ranks with no value (or no
-    figures yet) last, in the order given."""
-    value = SORT_VALUES[key]
-    have = {r: value(r, snap) for r in ranks if r in snap.ranks}
-    known = sorted((r for r, v in have.items() if v is not None), key=lambda r: (have[r], r),
-                   reverse=descending)
-    placed = set(known)
-    return known + [r for r in ranks if r not in placed]
 
 
 class RankTable(Vertical):
@@ -132,7 +73,10 @@ class RankTable(Vertical):
         Binding("greater_than_sign", "sort_column(1)", "Sort by next column", show=False),
         Binding("i", "invert_sort", "Invert sort", show=False),
         Binding("I", "invert_sort", "Invert sort", show=False),  # htop's
-        Binding("enter", "choose", "Detail", tooltip="Open the rank: timeline, memory, processes"),
+        Binding("enter", "choose", "Detail", tooltip="Open the rank: timeline, memory, processes; on a node's row, open/close it"),
+        # a multi-node run only (check_action): the node rows of a big run, a node's ranks
+        Binding("n", "toggle_node", "Open/close node", tooltip="Show or hide the ranks of the cursor's node"),
+        Binding("N", "node_view", "Node rows / every rank", show=False),
     ]
 
     class RankChosen(Message):
@@ -146,13 +90,17 @@ class RankTable(Vertical):
         super().__init__(**kwargs)
         self._last: Snapshot | None = None
         self._rows_for = -1
-        self._header_for: tuple[int, tuple[str, ...], str, bool] | None = None
+        self._header_for: tuple[int, tuple[str, ...], str, bool, bool] | None = None
         self._subtitle: Text | None = None
         self.sort_key = "rank"
-        self._items: list[int | Text] = []
+        self._items: list[Row] = []
         self.sort_descending = False
         self.border_title = TITLE
         self._shown_cols: list[str] = [k for k, *_ in COLUMNS]
+        self._node_cols: list[str] = [k for k, *_ in NODE_COLUMNS]
+        self.node_view: bool | None = None  # one row per node (None: above NODE_VIEW_ABOVE ranks)
+        self.opened: set[int | None] = set()  # the nodes shown with their ranks, in the node view
+        self._keys_for: tuple[bool, bool] | None = None  # (multi-node, node view) the footer shows keys for
 
     def sort_label(self) -> str:
         return f"{LABELS[self.sort_key]} {ARROWS[self.sort_descending]}"
@@ -170,9 +118,46 @@ class RankTable(Vertical):
         self.sort_by(keys[(keys.index(self.sort_key) + delta) % len(keys)])
 
     def action_choose(self) -> None:
+        if isinstance(self._cursor_item(), NodeFigures):
+            self.action_toggle_node()
+            return
         rank = self.cursor_rank
         if rank is not None:
             self.post_message(self.RankChosen(rank))
+
+    def nodes_shown(self, snap: Snapshot) -> bool:
+        """One row per node: a multi-node run above NODE_VIEW_ABOVE ranks, unless `N` said otherwise."""
+        auto = len(snap.state.ranks) > NODE_VIEW_ABOVE
+        return bool(snap.nodes) and (auto if self.node_view is None else self.node_view)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """`n` and `N` on a multi-node run only (`n` in the node view): hidden otherwise."""
+        if action not in ("toggle_node", "node_view"):
+            return True
+        snap = self._last
+        return snap is not None and bool(snap.nodes) and (action == "node_view" or self.nodes_shown(snap))
+
+    def action_toggle_node(self) -> None:
+        """Open or close the cursor's node; from one of its rank rows, close it (the cursor
+        goes to the node's row)."""
+        snap, item = self._last, self._cursor_item()
+        if snap is None or not self.nodes_shown(snap):
+            return
+        rank = self.cursor_rank
+        nf = item if isinstance(item, NodeFigures) else node_of(snap, rank) if rank is not None else None
+        if nf is not None:
+            self.opened ^= {nf.node}
+            self._show_keeping(("node", nf.node))
+
+    def action_node_view(self) -> None:
+        """Switch between one row per node and every rank (grouped by node); the cursor stays
+        on its node, or its rank where that rank is shown."""
+        snap = self._last
+        if snap is None or not snap.nodes:
+            return
+        key = self._cursor_key(snap)
+        self.node_view = not self.nodes_shown(snap)
+        self._show_keeping(key)
 
     def action_invert_sort(self) -> None:
         self.sort_by(self.sort_key, not self.sort_descending)
@@ -186,13 +171,17 @@ class RankTable(Vertical):
         if event.widget is not header:
             return
         x, edge = event.x, 0
-        widths = {k: w for k, _, w, _ in COLUMNS}
-        for key in self._shown_cols:
-            edge += (widths[key] or self.bar_width()) + len(GAP)
+        if self._last is not None and self.nodes_shown(self._last):  # node columns, each sorting by a rank column's key
+            spans = [(w, sort) for k, _, w, _, sort in NODE_COLUMNS if k in self._node_cols]
+        else:
+            widths = {k: w for k, _, w, _ in COLUMNS}
+            spans = [(widths[k] or self.bar_width(), k) for k in self._shown_cols]
+        for width, key in spans:
+            edge += width + len(GAP)
             if x < edge:
                 if key == self.sort_key:
                     self.action_invert_sort()
-                else:
+                elif key is not None:
                     self.sort_by(key)
                 return
 
@@ -204,14 +193,54 @@ class RankTable(Vertical):
     def body(self) -> LinesView:
         return self.query_one("#rank-rows", LinesView)
 
+    def _cursor_item(self) -> Row | None:
+        cursor = self.body.cursor
+        return self._items[cursor] if 0 <= cursor < len(self._items) else None
+
     @property
     def cursor_rank(self) -> int | None:
-        """The rank on the cursor's row; on a node's header row, that node's first rank
-        (None before any row)."""
+        """The rank on the cursor's row; on a node's header row, that node's first rank; on
+        a node's row, its straggler or else its first rank (None before any row)."""
+        item = self._cursor_item()
+        if isinstance(item, NodeFigures):
+            return item.straggler if item.straggler is not None else next(iter(item.ranks), None)
         cursor = self.body.cursor
-        if not 0 <= cursor < len(self._items):
-            return None
-        return next((item for item in self._items[cursor:] if isinstance(item, int)), None)
+        return next((item for item in self._items[cursor:] if isinstance(item, int)), None) if item is not None else None
+
+    def _cursor_key(self, snap: Snapshot) -> tuple[str, int | None] | None:
+        """What the cursor's row stands for: a node (its row or header line) or a rank."""
+        item = self._cursor_item()
+        if isinstance(item, NodeFigures):
+            return ("node", item.node)
+        if isinstance(item, int):
+            return ("rank", item)
+        nf = node_of(snap, self.cursor_rank) if self.cursor_rank is not None else None
+        return ("node", nf.node) if nf is not None else None
+
+    def _index_of(self, key: tuple[str, int | None], snap: Snapshot) -> int | None:
+        """The row of `key` now: a rank's (else its node's); a node's row, or its header line."""
+        kind, ident = key
+        for i, item in enumerate(self._items):
+            if (kind == "rank" and isinstance(item, int) and item == ident) or (
+                    kind == "node" and isinstance(item, NodeFigures) and item.node == ident):
+                return i
+        if kind == "rank":
+            nf = node_of(snap, ident) if ident is not None else None
+            return self._index_of(("node", nf.node), snap) if nf is not None else None
+        members = next((set(nf.ranks) for nf in snap.nodes if nf.node == ident), set())
+        firsts = [i for i, item in enumerate(self._items) if isinstance(item, int) and item in members]
+        return min(firsts) - 1 if firsts else None  # the header line above the node's first rank
+
+    def _show_keeping(self, key: tuple[str, int | None] | None) -> None:
+        """Show the rows again after they changed (a node opened or closed, the view switched),
+        the cursor on the row of `key`."""
+        snap = self._last
+        if snap is None:
+            return
+        self.show(snap)
+        index = self._index_of(key, snap) if key is not None else None
+        if index is not None:
+            self.body.move_cursor(index)
 
     def row_texts(self) -> list[str]:
         """The rows as plain text (tests, screen readers of a sort)."""
@@ -227,6 +256,12 @@ class RankTable(Vertical):
         widths = {k: w or MIN_BAR for k, _, w, _ in COLUMNS}
         return fit_columns([k for k, *_ in COLUMNS], widths, room, DROP, len(GAP))
 
+    def node_columns(self) -> list[str]:
+        """The node view's columns that fit the table's width."""
+        room = (self.body.content_region.width or 100) - 1 + len(GAP)
+        widths = {k: w for k, _, w, *_ in NODE_COLUMNS}
+        return fit_columns(list(widths), widths, room, NODE_DROP, len(GAP))
+
     def bar_width(self) -> int:
         width = self.body.content_region.width or 100
         widths = {k: w for k, _, w, _ in COLUMNS}
@@ -239,40 +274,41 @@ class RankTable(Vertical):
 
     def show(self, snap: Snapshot) -> None:
         self._last = snap
-        state = snap.state
-        groups = node_groups(state)
-        height = self._fit_height(len(state.ranks) + (len(groups) if groups else 0))
+        nodes = self.nodes_shown(snap)
+        if (bool(snap.nodes), nodes) != self._keys_for:  # `n` and `N` come and go with them
+            self._keys_for = (bool(snap.nodes), nodes)
+            self.refresh_bindings()
+        cols = self._shown_cols = self.columns()
+        node_cols = self._node_cols = self.node_columns()
+        bar_w = self.bar_width()
+        # a row is a rank, a node's header line (Text), or on the node view a node
+        items = self._items = self._ordered(snap, nodes, cols, bar_w)
+        height = self._fit_height(len(items))
         if height != self._rows_for:
             self._rows_for = height
             self.styles.height = height
-        cols = self._shown_cols = self.columns()
-        bar_w = self.bar_width()
-        if (bar_w, tuple(cols), self.sort_key, self.sort_descending) != self._header_for:
-            self._header_for = (bar_w, tuple(cols), self.sort_key, self.sort_descending)
-            self.query_one("#rank-header", Static).update(self._header(cols, bar_w))
+        if (bar_w, tuple(cols), self.sort_key, self.sort_descending, nodes) != self._header_for:
+            self._header_for = (bar_w, tuple(cols), self.sort_key, self.sort_descending, nodes)
+            arrow = ARROWS[self.sort_descending]
+            self.query_one("#rank-header", Static).update(
+                node_header(node_cols, self.sort_key, arrow) if nodes else self._header(cols, bar_w))
+            self.border_title = NODE_TITLE if nodes else TITLE
         subtitle = legend(snap.phase_names, phase_shares_last50(snap.ranks, snap.phase_names)) + eval_key(snap) + Text("▲ straggler", style=SLOW_STYLE)
         if subtitle != self._subtitle:  # the shares move by a percent now and then
             self.border_subtitle = self._subtitle = subtitle
-        slow = snap.slowest if state.world_size > 1 else None
+        slow = snap.slowest if snap.state.world_size > 1 else None
         flags = rank_flags(snap)
-        # a row is a rank, or a node's header line (Text) on a multi-node run
-        items = self._items = self._ordered(snap, groups)
 
         def line(i: int) -> Text:
             item = items[i]
+            if isinstance(item, NodeFigures):
+                return node_row(item, node_cols, item.node in self.opened)
             return item if isinstance(item, Text) else rank_row(item, snap, item == slow, cols, bar_w, flags.get(item))
 
         self.body.set_lines(self.body.lines_in_view(len(items), line))
 
     def _header(self, cols: list[str], bar_w: int) -> Text:
-        """The column titles; the sorted one in reverse with its arrow, as htop's."""
-        spec = {k: (w or bar_w, right) for k, _, w, right in COLUMNS}
-        cells = []
-        for key in cols:
-            sorted_here = key == self.sort_key and (key != "rank" or self.sort_descending)
-            label = LABELS[key] + (ARROWS[self.sort_descending] if sorted_here else "")
-            cells.append(Text(label, style="bold reverse" if sorted_here else "bold"))
-        return join_cells(cells, [spec[k][0] for k in cols], [spec[k][1] for k in cols])
+        return rank_header(cols, bar_w, self.sort_key, self.sort_descending)
 
     def _fit_height(self, rows: int) -> int:
         """The rows plus the border, at most MAX_SHARE of the tab and never so much that
@@ -286,60 +322,15 @@ class RankTable(Vertical):
             height = min(height, int(pane * MAX_SHARE), pane - CHARTS_MIN - (TIMELINE_ROWS + LANES_MIN if tall else 0))
         return max(height, 5)
 
-    def _ordered(self, snap: Snapshot, groups: list[tuple[Text, list[int]]] | None) -> list[int | Text]:
-        """The rows in order: ranks sorted as asked, under their node's header line on a
-        multi-node run (sorted within each node)."""
-        if groups is None:
-            return list(sorted_ranks(sorted(snap.state.ranks), snap, self.sort_key, self.sort_descending))
-        items: list[int | Text] = []
-        for head, ranks in groups:
-            items += [head, *sorted_ranks(ranks, snap, self.sort_key, self.sort_descending)]
-        return items
+    def _ordered(self, snap: Snapshot, nodes: bool, cols: list[str], bar_w: int) -> list[Row]:
+        """The rows in order: ranks sorted as asked; on a multi-node run under their node's
+        header line (sorted within each node), or on the node view each node, sorted as
+        asked, and the ranks of those opened under theirs."""
+        def ranks_in(ranks: list[int]) -> list[int]:
+            return sorted_ranks(ranks, snap, self.sort_key, self.sort_descending)
 
-
-
-def rank_row(r: int, snap: Snapshot, is_slow: bool, cols: list[str], bar_w: int, flag: str | None = None) -> Text:
-    """One rank's row: plain string formatting plus a few spans (a Text per cell, truncated
-    and aligned, cost ~4x more at 64 ranks)."""
-    rs, f = snap.state.ranks[r], snap.ranks[r]
-    status = flag or snap.status[r]
-    values = {
-        "rank": f"{('▲' if is_slow else ' ') + str(r):<5.5}",
-        "where": f"{truncate(rank_location(rs), 12):<12}",
-        "step": f"{rs.last_step + 1 if rs.last_step >= 0 else '-':>6}",
-        "p50": f"{fmt(f.p50, '.1f', '-'):>7}", "p95": f"{fmt(f.p95, '.1f', '-'):>7}",
-        "own": f"{fmt(f.own_ms, '.1f', '-'):>7}",
-        "samples": f"{fmt(snap.rank_samples_per_s.get(r), '.0f', '-'):>10}",
-        "status": f"{status:<9.9}",
-    }
-    row = Text(no_wrap=True, overflow="crop")
-    for i, key in enumerate(cols):
-        if i:
-            row.append(GAP)
-        if key == "phases":
-            row.append_text(phase_bar(f.phases, bar_w))
-        elif key == "status":
-            row.append(values[key], STATUS_STYLES.get(status, ""))
-        else:
-            row.append(values[key], SLOW_STYLE if is_slow and key in ("rank", "own") else None)
-    return row
-
-
-def eval_key(snap: Snapshot) -> Text:
-    """Forwards without grad (validation, generation), outside the phases: their mean ms a
-    measured step over the ranks that ran some; nothing when none did."""
-    ms = eval_ms_per_step_run(snap.state.ranks.values())
-    if ms is None:
-        return Text()
-    return Text(f"no-grad fwd {ms:.1f} ms/step (not in phases)  ", style="dim")
-
-
-def rank_flags(snap: Snapshot) -> dict[int, str]:
-    """rank -> what the status column says instead: the ranks a stall suspects, the
-    straggler (a suspect wins: a hang matters more than a slow rank)."""
-    flags = {}
-    if snap.straggler is not None:
-        flags[snap.straggler.rank] = "straggler"
-    if snap.stall is not None:
-        flags.update(dict.fromkeys(snap.stall.suspects, "suspect"))
-    return flags
+        if nodes:
+            sub_header = self._header(cols, bar_w)
+            sub_header.stylize("dim")
+            return node_items(snap, self.opened, self.sort_key, self.sort_descending, ranks_in, sub_header)
+        return grouped_items(snap, ranks_in) if snap.nodes else list(ranks_in(sorted(snap.state.ranks)))
