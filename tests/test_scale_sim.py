@@ -97,3 +97,22 @@ def test_a_crashed_and_a_stalled_simulated_rank_are_seen_as_such_and_the_rest_st
     ends = {r.rank: (r.ended, r.last_step) for r in results}
     assert ends[3] == ("crashed", 4) and ends[13] == ("stalled", 4)
     assert {ends[r] for r in others} == {("stopped", at)}
+
+
+def test_the_agreed_stop_step_allows_for_how_late_records_reach_the_state():
+    """1,024 simulated ranks on one core (docs/BENCHMARKS.md, 2026-11-26): records reached the
+    state 0.8 s late at p99 and the old margin (0.4 s of steps) was passed before the command
+    arrived. Now: at least 0.4 s worth of steps, or twice the ranks' median report lag."""
+    from ddptop.wire.protocol import Steps
+
+    def state_with(lag_s: float) -> RunState:
+        state = RunState(run_id="lag", config={}, world_size=2)
+        now = 1000.0
+        for r in (0, 1):
+            recs = [{"step": s, "t": now - lag_s - (99 - s) * 0.05, "step_ms": 50.0} for s in range(100)]
+            state.apply(Steps(r, recs), now)
+        return state
+
+    assert agreed_step(state_with(0.05)) == 99 + 2 + 8  # 0.4 s of 50 ms steps
+    assert agreed_step(state_with(0.8)) == 99 + 2 + 32  # 2 x 0.8 s
+    assert agreed_step(state_with(60.0)) == 99 + 2 + 400  # a lag beyond 10 s counts as 10 s

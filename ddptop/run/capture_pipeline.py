@@ -26,11 +26,18 @@ DRAIN_TIMEOUT_S = 30.0  # summaries still being made when the run ends
 
 
 def agreed_step(state: RunState) -> int:
-    """A step no rank has reached yet, allowing for the probes' report delay."""
-    latest = max((rs.last_step for rs in state.ranks.values()), default=-1)
-    p50 = max((rs.recent_pct(50) or 0.0 for rs in state.ranks.values()), default=0.0)
-    margin = 2 + (math.ceil(2000.0 * 0.2 / p50) if p50 > 0 else 0)
-    return latest + min(margin, 200)
+    """A step no rank has reached yet: the latest step seen, plus the steps the ranks make
+    while the command travels: at least 0.4 s worth (the probes batch records for 0.2 s), or
+    twice how late their records reach the state now (a hub backed up by a thousand ranks:
+    0.8 s at p99 on one core), whichever is more."""
+    ranks = state.ranks.values()
+    latest = max((rs.last_step for rs in ranks), default=-1)
+    p50 = max((rs.recent_pct(50) or 0.0 for rs in ranks), default=0.0)
+    lags = sorted(rs.last_seen - rs.last_t for rs in ranks if rs.last_t > 0)
+    lag = min(max(lags[len(lags) // 2], 0.0), 10.0) if lags else 0.0
+    ahead_ms = 1000.0 * max(0.4, 2 * lag)
+    margin = 2 + (math.ceil(ahead_ms / p50) if p50 > 0 else 0)
+    return latest + min(margin, 1000)
 
 
 class CapturePipeline:
