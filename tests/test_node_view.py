@@ -95,6 +95,10 @@ def test_enter_n_and_shift_n_open_and_close_nodes_keeping_the_cursor(tmp_path: P
             await pilot.press("n")  # from one of its ranks: the node closes, the cursor on its row
             await pilot.pause()
             assert len(table.row_texts()) == 9 and table.body.cursor == 2 and table.cursor_rank == 16
+            # the step timeline under the table says what Enter does on a node's row
+            app.refresh_views()
+            await pilot.pause()
+            assert table.cursor_on_node and any("(⏎ opens the node)" in line for line in screen(app)), screen(app)
             await pilot.press("N")  # every rank, grouped: the cursor on node 2's header line
             await pilot.pause()
             rows = table.row_texts()

@@ -99,7 +99,8 @@ class ViewRouter:
             for widget in (query("#timelines", Widget), query(RankLanes)):
                 if widget.display != tall:
                     widget.display = tall
-            show_cursor_rank(query("#overview-timeline", StepTimelineView), snap, table.cursor_rank, tall)
+            show_cursor_rank(query("#overview-timeline", StepTimelineView), snap, table.cursor_rank, tall,
+                             "node" if table.cursor_on_node else "cursor")
             show_cursor_rank(query("#fastest-timeline", StepTimelineView), snap, snap.lightest, tall, "fastest")
             table.show(snap)
             query(ThroughputPanel).show(snap)

@@ -207,6 +207,11 @@ class RankTable(Vertical):
         cursor = self.body.cursor
         return next((item for item in self._items[cursor:] if isinstance(item, int)), None) if item is not None else None
 
+    @property
+    def cursor_on_node(self) -> bool:
+        """The cursor is on a node's row (the node view): Enter opens the node."""
+        return isinstance(self._cursor_item(), NodeFigures)
+
     def _cursor_key(self, snap: Snapshot) -> tuple[str, int | None] | None:
         """What the cursor's row stands for: a node (its row or header line) or a rank."""
         item = self._cursor_item()

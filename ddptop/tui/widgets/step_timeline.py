@@ -97,7 +97,8 @@ def show_cursor_rank(view: StepTimelineView, snap: Snapshot, rank: int | None, t
                      role: str = "cursor") -> None:
     """A ranks tab's timeline: `rank` (the cursor row's; the straggler, else the rank with the
     most own work, before the cursor is on one), shown only in a terminal of
-    TIMELINE_MIN_HEIGHT rows or more. `role` "fastest": the rank with the least own work."""
+    TIMELINE_MIN_HEIGHT rows or more. `role` "fastest": the rank with the least own work;
+    "node": the cursor is on a node's row (its straggler, else its first rank)."""
     if not tall:
         return
     ranks = snap.state.ranks
@@ -106,6 +107,8 @@ def show_cursor_rank(view: StepTimelineView, snap: Snapshot, rank: int | None, t
     rs = ranks.get(rank) if rank is not None else None
     if role == "fastest":
         title = f"rank {rank}: least own work (last 50), its last step" if rs else "fastest rank"
+    elif role == "node":  # the cursor on a node's row: Enter opens the node, not the rank
+        title = f"rank {rank} of the cursor's node (⏎ opens the node)" if rs else "step timeline"
     else:
         title = f"rank {rank}: the cursor's row, its last step (⏎ opens it)" if rs else "step timeline"
     if view.border_title != title:
