@@ -371,6 +371,7 @@ class Instrument:
         the process ends)."""
         if not self.probe.connected:
             return
+        self.cost.run_ends()
         self._call(self.cost.write, os.environ.get(protocol.ENV_CONFIG))
         self._call(self._last_steps)  # a dying CUDA context may refuse: a note says so
         self.probe.flush()
