@@ -238,7 +238,7 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int) -> Finding | 
     cost = Paired(windows, _unhidden).diffs[worst] if who is waits else who.diffs[worst]
     d = sorted(cost[s] for s in steps if s in cost)
     signs = list(who.diffs[worst].values())
-    own = Paired(windows, _own)
+    own = who if who is not waits else Paired(windows, _own)
     step_ms = [median_nonempty(sorted(w[s]["step_ms"] for r, w in windows.items() if r != worst and s in w)) for s in steps]
     low, high = _median_ci(d)
     return Finding(
