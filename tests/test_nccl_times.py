@@ -136,3 +136,35 @@ def test_a_capture_under_a_hook_reports_the_hook_span_beside_the_collectives_tim
     assert "(ddptop timer / trace = 1.05; hook span 1.00)" in text
     baseline = final_report(json.loads(lines[0]), "/runs/x")
     assert "(ddptop timer / trace = 1.00)" in baseline and "hook span" not in baseline
+
+
+def test_a_fast_steps_record_waits_for_nccls_report_by_time_not_by_a_count_of_steps(monkeypatch):
+    """8 ms steps: NCCL's watchdog reports ~0.1 s after a kernel ends, so a record released
+    after 4 more steps (32 ms) mostly went without comm_ms (a toy model on 2x H200: 35 of 130
+    steps timed). A record now waits up to HOLD_S for its report."""
+    from ddptop.rank import ddp_comm
+    from ddptop.rank.ddp_comm import HOLD_S, DdpComm
+    from ddptop.rank.steps import StepTracker
+
+    monkeypatch.setenv("TORCH_NCCL_ENABLE_TIMING", "1")
+    clock = {"now": 100.0}
+    monkeypatch.setattr(ddp_comm.time, "monotonic", lambda: clock["now"])
+    group = Group()
+    times = NcclTimes.attach(dist_for(group), group)
+    comm = DdpComm(torch, StepTracker(None), True, 10, cuda=lambda: True, capturing=lambda: False,
+                   guard=lambda f: f, send_facts=lambda facts: None, note=lambda text: None, script=None)
+    comm.nccl_times[id(group)] = times
+    out = []
+    for step in range(10):  # ten 8 ms steps, NCCL silent meanwhile
+        clock["now"] += 0.008
+        comm._closed_at[step] = clock["now"]
+        out += comm.with_nccl_times([{"step": step}], flush=False)
+    assert out == []  # 80 ms: every record still waits (it was let go after 4 steps before)
+    group.hook(info(100.001, 1.5))  # step 0's all-reduce, reported now
+    group.hook(info(100.010, 1.0))  # step 1's: step 0 is complete, step 1 maybe not
+    clock["now"] += 0.001
+    (first,) = comm.with_nccl_times([], flush=False)
+    assert first["step"] == 0 and first["comm_ms"] == pytest.approx(1.5)
+    clock["now"] += HOLD_S  # nothing more reported: the rest go without comm_ms
+    rest = comm.with_nccl_times([], flush=False)
+    assert [r["step"] for r in rest] == list(range(1, 10)) and all("comm_ms" not in r for r in rest)
