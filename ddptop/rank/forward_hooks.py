@@ -89,6 +89,11 @@ class ModuleHooks:
             handle.remove()
         self._handles = []
 
+    def release(self) -> None:
+        """The run is over: hooks off, the modules let go (freed when the script lets go)."""
+        self.detach()
+        self.modules = []
+
     def attach(self) -> None:
         self.detach()
         for module in self.modules:

@@ -118,8 +118,7 @@ class Instrument:
         patches.wrap_os_exit(self._guard(self._os_exit))
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """`fn(...)`, never raising into the user's code (except the agreed stop): an error is
-        a note for the user, once per occurrence."""
+        """`fn(...)`, never raising into the user's code (but the agreed stop): an error is a note, once."""
         if self.off:
             return None
         try:
@@ -367,8 +366,7 @@ class Instrument:
         self.probe.close("crashed")  # at once: its peers fail next
 
     def flush(self) -> None:
-        """Every step so far to the hub now (training is over: the process group goes, or
-        the process ends)."""
+        """Every step so far to the hub now (training is over: the process group goes, or the process ends)."""
         if not self.probe.connected:
             return
         self.cost.run_ends()
@@ -389,6 +387,8 @@ class Instrument:
             stopped = self._stopping and not self._limit_reached
             reason = "crashed" if self.crashed else ("stopped" if stopped else "completed")
         self.probe.close(reason, ddp_timing(self.ddps[0]) if self.ddps else None)
+        self.ddps, self.replicas, self.comm.timers = [], {}, {}
+        self.hooked.release()
 
     def _os_exit(self, status: int) -> None:
         self.exit_status = status
