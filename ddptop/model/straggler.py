@@ -176,7 +176,7 @@ def _window(rs: RankRecords, end: int, warmup: int) -> dict[int, dict[str, float
     return out
 
 
-def _own(rec: dict[str, float]) -> float | None:
+def _own(rec: dict[str, float]) -> float:
     return rec["step_ms"] - rec.get("exposed_comm_ms", 0.0)
 
 
@@ -228,8 +228,10 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int) -> Finding | 
     """One check over the WINDOW steps up to `end`; None with fewer than MIN_STEPS paired."""
     windows = {r: _window(rs, end, warmup) for r, rs in ranks.items()}
     waits = Paired(windows, _late)
-    who = waits if len(waits.medians()) == len(windows) else Paired(windows, _own)
-    medians = who.medians()
+    medians = waits.medians()
+    who = waits if len(medians) == len(windows) else Paired(windows, _own)
+    if who is not waits:
+        medians = who.medians()
     if not medians:
         return None
     worst = max(sorted(medians), key=lambda r: medians[r])
@@ -243,7 +245,7 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int) -> Finding | 
     low, high = _median_ci(d)
     return Finding(
         rank=worst, step=end, n=len(steps), ranks=len(medians),
-        own_ms=median_nonempty(sorted(o for s in steps if (o := _own(windows[worst][s])) is not None)),
+        own_ms=median_nonempty(sorted(_own(windows[worst][s]) for s in steps)),
         others_ms=median_nonempty(sorted(own.others[worst].values())), step_ms=median_nonempty(sorted(step_ms)),
         excess_ms=median_nonempty(d), ci_low_ms=low, ci_high_ms=high,
         p=min(1.0, _sign_p(sum(x > 0 for x in signs), sum(x != 0 for x in signs)) * len(medians)),

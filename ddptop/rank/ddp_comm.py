@@ -23,6 +23,7 @@ Guard = Callable[[Callable[..., Any]], Callable[..., Any]]
 HOLD_S = 0.5  # a closed step's record waits this long at most for NCCL to report its all-reduces
 HOLD_MAX = 1000  # ...and never more records than this (a run of sub-ms steps)
 
+
 class DdpComm:
     def __init__(self, torch: Any, tracker: StepTracker, enabled: bool, every: int, *,
                  cuda: Callable[[], bool], capturing: Callable[[], bool], guard: Guard,
