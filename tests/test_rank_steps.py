@@ -2,7 +2,7 @@
 
 import pytest
 
-from ddptop.rank.steps import MAX_SPANS, StepTracker, bounded_spans, phase_of, summarize_comm
+from ddptop.rank.steps import MAX_SPANS, StepTracker, bounded_spans, offsets, phase_of, record, summarize_comm
 
 
 class FakeClock:
@@ -151,13 +151,36 @@ def test_comm_summary_with_and_without_completion_stamps():
     elapsed = lambda a, b: b - a  # noqa: E731
     marks = [("start", 0.0, 0), ("fwd", 1.0, 0), ("bwd", 5.0, 0), ("bwd_end", 60.0, 0), ("bwd_ret", 75.0, 0)]
     both = [[10.0, 30.0, 100], [50.0, 70.0, 300]]  # hand-over, completion, bytes
-    out = summarize_comm(both, marks, elapsed)
+    at = offsets(marks, elapsed)
+    out = summarize_comm(both, marks, elapsed, at)
     assert out["comm_ms"] == pytest.approx(40.0) and out["exposed_comm_ms"] == pytest.approx(20.0)
     assert out["buckets"] == 2 and out["comm_bytes"] == 400
     assert out["comm_spans"] == [[10.0, 30.0], [50.0, 70.0]]  # for the live timeline, in hand-over order
     untimed = [[None, None, 100], [None, None, 300]]
-    out = summarize_comm(untimed, marks, elapsed)
+    out = summarize_comm(untimed, marks, elapsed, at)
     assert "comm_ms" not in out and out["exposed_comm_ms"] == pytest.approx(15.0)
+
+
+def test_a_stamp_is_read_once_and_exposed_comes_from_the_backward_that_waited():
+    reads = []
+
+    def elapsed(a, b):
+        reads.append((a, b))
+        return b - a
+
+    same = 40.0
+    # two micro-batches: the first under no_sync (no return mark), the second waited for DDP
+    marks = [("start", 0.0, 0), ("fwd", 1.0, 8), ("fwd_end", 3.0, 0), ("bwd", 4.0, 0), ("bwd_end", 9.0, 0),
+             ("fwd", 10.0, 8), ("fwd_end", 12.0, 0), ("bwd", 13.0, 0), ("bwd_end", 20.0, 0), ("bwd_ret", 26.0, 0),
+             ("opt", same, 0), ("opt_end", same, 0)]
+    rec = record(3, marks, [], {}, elapsed, comm_elsewhere=True)
+    assert len(reads) == len(marks) - 2  # every stamp but the start, the shared one once
+    assert rec["step_ms"] == 40.0 and rec["exposed_comm_ms"] == pytest.approx(6.0)
+    assert rec["data_ms"] + rec["forward_ms"] + rec["backward_ms"] + rec["optimizer_ms"] == pytest.approx(40.0)
+    assert rec["data_ms"] == pytest.approx(1.0 + 1.0) and rec["samples"] == 16
+    # a last backward under no_sync (the script syncs by hand): no exposed wait is made up
+    lone = [*marks[:5], ("opt", 11.0, 0), ("opt_end", 12.0, 0)]
+    assert "exposed_comm_ms" not in record(0, lone, [], {}, lambda a, b: b - a, comm_elsewhere=True)
 
 
 def test_comm_entries_go_with_the_step_they_were_handed_over_in():

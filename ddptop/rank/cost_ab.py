@@ -143,7 +143,10 @@ class CostAB:
             self.gc_s += time.perf_counter() - self._gc_at
 
     def use_clock(self, clock: Any, cuda: bool) -> None:
-        """The instrument's clock (CUDA events on the script's stream, or the host's)."""
+        """The instrument's clock (CUDA events on the script's stream, or the host's); its
+        calls are profiled as parts (a stamp's host cost, a record's reads)."""
+        if self.enabled:
+            self.profile_parts({"clock.stamp": clock, "clock.elapsed": clock, "clock.done": clock})
         self.clock, self._cuda = clock, cuda
 
     def bypassed_opt(self, begin: bool, cycle: int = 1) -> bool:

@@ -83,6 +83,7 @@ class Instrument:
         if self.cost.enabled:
             self.cost.profile_parts({"tracker.mark": self.tracker, "tracker.ready": self.tracker, "probe.record_step": probe,
                                      "comm.with_nccl_times": self.comm, "cost.step_ended": self.cost,
+                                     "samples.forward": self.samples, "backward.watch": self.backward,
                                      "_captures_after": self, "_report": self, "_after_close": self})
 
     def forked(self) -> None:
@@ -161,6 +162,7 @@ class Instrument:
         else:
             self.clock = HostClock()
         self.cost.use_clock(self.clock, isinstance(self.clock, CudaClock))
+        self.tracker.clock.chosen(self.clock)
         self.captures = CaptureRunner(self.torch, self.probe, self.rank, isinstance(self.clock, CudaClock))
 
     # --- DDP ----------------------------------------------------------------------------
@@ -216,7 +218,7 @@ class Instrument:
             self.tracker.mark("eval_end")
             return
         self.tracker.mark("fwd_end")
-        self.backward.watch(loss_like(self.torch, output))
+        self.backward.watch(loss_like(self.torch, output), getattr(module, "require_backward_grad_sync", True))
 
     # --- optimizer steps = step boundaries -----------------------------------------------
     def _opt_pre_safe(self, optimizer: Any, *_: Any) -> None:  # torch.optim's hook, GradScaler.step
@@ -285,9 +287,7 @@ class Instrument:
 
     def _after_close(self, step: int) -> None:
         tracker = self.tracker
-        closed = tracker.last_closed
-        if closed is None:
-            closed = {}
+        closed = {} if tracker.last_closed is None else tracker.last_closed
         compressing = self.comm.compressing()
         if compressing is not None:
             closed["compressing"] = compressing

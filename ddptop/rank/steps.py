@@ -191,18 +191,19 @@ def read_stamps(marks: list[tuple[str, Any, float]]) -> list[Any]:
 def record(step: int, marks: list[tuple[str, Any, float]], comm: list[list[Any]], extra: dict[str, Any],
            elapsed: Callable[[Any, Any], float], comm_elsewhere: bool = False) -> dict[str, Any]:
     rec: dict[str, Any] = dict.fromkeys(PHASE_KEYS.values(), 0.0)
-    for (kind, a, _), (following, b, _) in zip(marks, marks[1:]):
-        rec[PHASE_KEYS[phase_of(kind, following)]] += elapsed(a, b)
+    at = offsets(marks, elapsed)
+    for i, ((kind, _, _), (following, _, _)) in enumerate(zip(marks, marks[1:])):
+        rec[PHASE_KEYS[phase_of(kind, following)]] += at[i + 1] - at[i]
     if not rec["eval_ms"]:
         del rec["eval_ms"]
-    rec["step_ms"] = elapsed(marks[0][1], marks[-1][1])
+    rec["step_ms"] = at[-1]
     samples = sum(s for _, _, s in marks)
     if samples:
         rec["samples"] = samples
     if comm:
-        rec.update(summarize_comm(comm, marks, elapsed))
+        rec.update(summarize_comm(comm, marks, elapsed, at))
     elif comm_elsewhere:
-        exposed = exposed_from_marks(marks, elapsed)
+        exposed = exposed_from_marks(marks, at)
         if exposed is not None:
             rec["exposed_comm_ms"] = exposed
     for key, value in extra.items():
@@ -212,13 +213,25 @@ def record(step: int, marks: list[tuple[str, Any, float]], comm: list[list[Any]]
     return rec
 
 
+def offsets(marks: list[tuple[str, Any, float]], elapsed: Callable[[Any, Any], float]) -> list[float]:
+    """Each mark's time in ms from the step's start: one read per stamp (a CUDA event's
+    elapsed_time costs the host ~3 us), a stamp shared by two marks read once."""
+    start = marks[0][1]
+    out, last, last_at = [0.0], start, 0.0
+    for _, stamp, _ in marks[1:]:
+        if stamp is not last:
+            last, last_at = stamp, elapsed(start, stamp)
+        out.append(last_at)
+    return out
+
+
 def summarize_comm(entries: list[list[Any]], marks: list[tuple[str, Any, float]],
-                   elapsed: Callable[[Any, Any], float]) -> dict[str, Any]:
+                   elapsed: Callable[[Any, Any], float], at: list[float]) -> dict[str, Any]:
     """Buckets, bytes, exposed_comm_ms (communication backward could not hide) and, when
     every bucket's hand-over and completion were stamped, comm_ms (time any all-reduce was
     in flight) and comm_spans (each bucket's [hand-over, completion], ms from the step's
     start, in hand-over order). Exposed: from the last hand-over to the last completion when
-    stamped; else from backward's events (`exposed_from_marks`)."""
+    stamped; else from backward's events (`exposed_from_marks`). `at`: the marks' offsets."""
     start = marks[0][1]
     out: dict[str, Any] = {"buckets": float(len(entries)), "comm_bytes": float(sum(e[2] for e in entries))}
     if all(e[0] is not None and e[1] is not None for e in entries):
@@ -227,19 +240,23 @@ def summarize_comm(entries: list[list[Any]], marks: list[tuple[str, Any, float]]
         out["exposed_comm_ms"] = max(0.0, max(b for _, b in spans) - max(a for a, _ in spans))
         out["comm_spans"] = bounded_spans(spans)
         return out
-    exposed = exposed_from_marks(marks, elapsed)
+    exposed = exposed_from_marks(marks, at)
     if exposed is not None:
         out["exposed_comm_ms"] = exposed
     return out
 
 
-def exposed_from_marks(marks: list[tuple[str, Any, float]], elapsed: Callable[[Any, Any], float]) -> float | None:
+def exposed_from_marks(marks: list[tuple[str, Any, float]], at: list[float]) -> float | None:
     """From the end of backward's compute to backward's return, which DDP holds until every
-    all-reduce is done (and copied back: a bound a little above the true end)."""
-    ends = [stamp for kind, stamp, _ in marks if kind == "bwd_end"]
-    rets = [stamp for kind, stamp, _ in marks if kind == "bwd_ret"]
-    if ends and rets:
-        return max(0.0, elapsed(ends[-1], rets[-1]))
+    all-reduce is done (and copied back: a bound a little above the true end): the last
+    backward that waited for DDP (a micro-batch under no_sync has no return mark)."""
+    end = None
+    for i in range(len(marks) - 1, -1, -1):
+        kind = marks[i][0]
+        if kind == "bwd_ret" and end is None:
+            end = at[i]
+        elif kind == "bwd_end" and end is not None:
+            return max(0.0, end - at[i])
     return None
 
 
