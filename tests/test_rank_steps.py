@@ -2,7 +2,15 @@
 
 import pytest
 
-from ddptop.rank.steps import MAX_SPANS, StepTracker, bounded_spans, offsets, phase_of, record, summarize_comm
+from ddptop.rank.steps import (
+    MAX_SPANS,
+    StepTracker,
+    bounded_spans,
+    offsets,
+    phase_of,
+    record,
+    summarize_comm,
+)
 
 
 class FakeClock:
