@@ -347,6 +347,14 @@ clockcost() {  # issue 27: a GPU stamp's host cost and its parts, inside an NCCL
   TORCH_NCCL_ENABLE_TIMING=1 timeout 120 torchrun --standalone --nproc_per_node="$N" bench/clock_cost.py 2>&1 | grep -E "^rank|Error" | tee -a "$OUT/clock_cost.txt"
 }
 
+stampcost() {  # issue 27: a stamp's host cost inside the HF Trainer, under ddptop and plain: CUDA, or the GIL's handoff?
+  STAMP_OUT=$OUT/stamp_cost_live.jsonl timeout 150 $PY -m ddptop --headless --json --interval 60 --nproc "$N" \
+    --runs-dir "$RUNS/stamp" -- $PY bench/stamp_cost_live.py --steps 60 2>&1 | tail -1 | cut -c1-300
+  STAMP_OUT=$OUT/stamp_cost_live.jsonl timeout 150 torchrun --standalone --nproc_per_node="$N" \
+    bench/stamp_cost_live.py --steps 60 2>&1 | grep -E "hf_train|Error" | tail -3
+  cat "$OUT/stamp_cost_live.jsonl"
+}
+
 straggler() {  # issue 27: symmetric GPT script, rank 1's loader +5 ms a step, rank 1's GPU shared with a side process's matmuls
   for case in ${STRAG_CASES:-sym slow side}; do
     extra=""; side=""

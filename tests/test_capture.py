@@ -81,7 +81,9 @@ def test_headless_capture_window_on_cpu(tmp_path):
 def test_timer_is_compared_with_the_trace_on_the_same_steps():
     from ddptop.analysis.capture import compare_with_timer
 
-    summary = {"ranks": {"0": {"comm_ms": 30.0, "comm_call_ms": 33.0}, "1": {"comm_ms": 20.0}, "2": {"note": "nsys"}}}
+    # rank 0's trace also holds a collective of the script's own (HF's token count all_gather)
+    summary = {"ranks": {"0": {"comm_ms": 35.0, "allreduce_ms": 30.0, "comm_call_ms": 33.0}, "1": {"comm_ms": 20.0},
+                         "2": {"note": "nsys"}}}
     recs = {
         0: [{"step": s, "comm_ms": 11.0} for s in range(8, 15)],  # only 10-12 count
         1: [{"step": 10, "comm_ms": 8.0}, {"step": 11, "comm_ms": 8.0}, {"step": 12}],
@@ -90,10 +92,12 @@ def test_timer_is_compared_with_the_trace_on_the_same_steps():
     compare_with_timer(summary, recs, range(10, 13))
     r0, r1 = summary["ranks"]["0"], summary["ranks"]["1"]
     assert r0["timer_comm_ms"] == 33.0 and r0["timer_steps"] == 3 and r0["timer_vs_trace"] == 1.1
-    assert r1["timer_comm_ms"] == 16.0 and r1["timer_steps"] == 2 and r1["timer_vs_trace"] == 0.8
+    assert r0["other_comm_ms"] == 5.0  # compared with the all-reduces only: what the timer times
+    # 2 of 3 steps timed: no ratio (it would read 0.8 of a trace of 3 steps)
+    assert r1["timer_comm_ms"] == 16.0 and r1["timer_steps"] == 2 and "timer_vs_trace" not in r1
     assert r0["timer_vs_call"] == 1.0 and "timer_vs_call" not in r1 and summary["timer_vs_call_mean"] == 1.0
     assert summary["ranks"]["2"] == {"note": "nsys", "timer_comm_ms": 1.0, "timer_steps": 1}
-    assert summary["timer_vs_trace_mean"] == 0.95
+    assert summary["timer_vs_trace_mean"] == 1.1
 
 
 def test_nsys_outputs_are_grouped_by_rank(tmp_path):
@@ -187,3 +191,19 @@ def test_capture_window_of_a_tui_run_and_its_summary_on_disk_says_done(tmp_path)
     assert (cap.status, cap.steps, cap.profiler) == ("done", "6-7", "torch"), cap.error
     on_disk = json.loads((run_dir / "captures" / "1" / "summary.json").read_text())
     assert on_disk["status"] == "done" and on_disk["steps"] == "6-7"
+
+
+def test_the_trace_side_of_the_comparison_is_its_all_reduces():
+    """HF's Trainer all-gathers its token count every step, on the same NCCL stream: ddptop's
+    timer times all-reduces, so the trace's figure it is compared with is theirs alone."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from trace_builders import GpuTrace
+
+    from ddptop.analysis.rank_trace import rank_trace
+
+    t = GpuTrace(0)
+    t.kernel("gemm", 0, 5000)
+    t.kernel("ncclDevKernel_AllGather_RING_LL", 5000, 3000, stream=20, **{"Collective name": "_allgather_base"})
+    t.allreduce(8000, 1000).allreduce(9500, 1500)
+    s = rank_trace(t.trace()).summary
+    assert s["comm_ms"] == pytest.approx(5.5) and s["allreduce_ms"] == pytest.approx(2.5)

@@ -161,10 +161,40 @@ def test_a_fast_steps_record_waits_for_nccls_report_by_time_not_by_a_count_of_st
         out += comm.with_nccl_times([{"step": step}], flush=False)
     assert out == []  # 80 ms: every record still waits (it was let go after 4 steps before)
     group.hook(info(100.001, 1.5))  # step 0's all-reduce, reported now
-    group.hook(info(100.010, 1.0))  # step 1's: step 0 is complete, step 1 maybe not
+    group.hook(info(100.010, 1.0))  # step 1's: step 0 is complete (one all-reduce a step)...
     clock["now"] += 0.001
-    (first,) = comm.with_nccl_times([], flush=False)
+    first, second = comm.with_nccl_times([], flush=False)  # ...so step 1's one is all of it
     assert first["step"] == 0 and first["comm_ms"] == pytest.approx(1.5)
+    assert second["step"] == 1 and second["comm_ms"] == pytest.approx(1.0)
     clock["now"] += HOLD_S  # nothing more reported: the rest go without comm_ms
     rest = comm.with_nccl_times([], flush=False)
-    assert [r["step"] for r in rest] == list(range(1, 10)) and all("comm_ms" not in r for r in rest)
+    assert [r["step"] for r in rest] == list(range(2, 10)) and all("comm_ms" not in r for r in rest)
+
+
+def test_a_step_is_complete_when_its_count_of_all_reduces_is_reported(monkeypatch):
+    """HF's Trainer gathers its token count before the next step's gradients: no later
+    all-reduce comes for a step's time, so a step is complete once it has as many reported
+    all-reduces as the last step proven complete (but never with fewer)."""
+    from ddptop.rank import ddp_comm
+    from ddptop.rank.ddp_comm import DdpComm
+    from ddptop.rank.steps import StepTracker
+
+    monkeypatch.setenv("TORCH_NCCL_ENABLE_TIMING", "1")
+    clock = {"now": 200.0}
+    monkeypatch.setattr(ddp_comm.time, "monotonic", lambda: clock["now"])
+    group = Group()
+    times = NcclTimes.attach(dist_for(group), group)
+    comm = DdpComm(torch, StepTracker(None), True, 10, cuda=lambda: True, capturing=lambda: False,
+                   guard=lambda f: f, send_facts=lambda facts: None, note=lambda text: None, script=None)
+    comm.nccl_times[id(group)] = times
+    comm._closed_at.update({0: 200.1, 1: 200.2})
+    for start in (200.01, 200.02, 200.11, 200.12, 200.21):  # two buckets a step; step 2 began
+        group.hook(info(start, 1.0))
+    group.hook(info(200.15, 5.0, OpType.ALLGATHER))  # not gradients
+    out = comm.with_nccl_times([{"step": 0}, {"step": 1}], flush=False)
+    assert [r["comm_ms"] for r in out] == pytest.approx([2.0, 2.0])
+    comm._closed_at[2] = 200.3
+    group.hook(info(200.25, 5.0, OpType.ALLGATHER))
+    assert comm.with_nccl_times([{"step": 2}], flush=False) == []  # one of two: it waits
+    group.hook(info(200.22, 1.0))
+    assert [r["comm_ms"] for r in comm.with_nccl_times([], flush=False)] == pytest.approx([2.0])

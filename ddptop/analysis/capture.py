@@ -50,7 +50,9 @@ def compare_with_timer(summary: dict[str, Any], records: dict[int, list[dict[str
                        steps: range) -> None:
     """Put ddptop's own comm timer for the window's steps next to what the trace saw, per rank
     (`timer_comm_ms`, and `timer_vs_trace` = timer / trace): the live comm figure checked
-    against the profiler on exactly the same steps. The timer runs from DDP's hand-over of a
+    against the profiler on exactly the same steps: the trace's all-reduce kernels (what the
+    timer times; the script's other collectives are `other_comm_ms`), and only where the
+    timer timed every step of the window (`timer_steps` says how many it did). The timer runs from DDP's hand-over of a
     bucket to the end of its all-reduce, so where the host launches late (one GPU: the kernel
     starts ~0.4 ms after the bucket is ready) it is also compared with the trace's span from
     each collective's call to its kernel's end (`timer_vs_call`)."""
@@ -62,11 +64,14 @@ def compare_with_timer(summary: dict[str, Any], records: dict[int, list[dict[str
         ours = sum(r["comm_ms"] for r in window)
         entry["timer_comm_ms"] = round(ours, 3)
         entry["timer_steps"] = len(window)
-        trace = entry.get("comm_ms")
-        if trace:
+        # like with like: the timer times all-reduces, on every step of the window or it is no match
+        trace = entry.get("allreduce_ms", entry.get("comm_ms"))
+        if entry.get("allreduce_ms") is not None and entry.get("comm_ms"):
+            entry["other_comm_ms"] = round(max(0.0, entry["comm_ms"] - entry["allreduce_ms"]), 3)
+        if trace and len(window) == len(steps):
             entry["timer_vs_trace"] = round(ours / trace, 3)
         _compare_hook(entry, window, ours)
-        if entry.get("comm_call_ms"):
+        if entry.get("comm_call_ms") and len(window) == len(steps):
             entry["timer_vs_call"] = round(ours / entry["comm_call_ms"], 3)
     for key in ("timer_vs_trace", "timer_vs_call", "timer_vs_trace_hook"):
         ratios = [r[key] for r in summary.get("ranks", {}).values() if key in r]

@@ -311,6 +311,9 @@ def summarize(events: Sequence[Any], meta: dict[str, Any] | None, acts: list[Act
         "comm_call_ms": _ms(union_length((a.start if a.call is None else min(a.call, a.start), a.end)
                                          for a in acts if a.kind == "comm"))
         if any(a.call is not None for a in acts if a.kind == "comm") else None,
+        # the collectives ddptop's comm timer times (DDP's gradients, a comm hook's): all-reduces;
+        # a script's other collectives (HF's token-count all_gather, Lightning's broadcasts) apart
+        "allreduce_ms": _ms(length(merge((a.start, a.end) for a in acts if a.kind == "comm" and is_all_reduce(a)))),
         "counts": {k: sum(1 for a in acts if a.kind == k) for k in ("compute", "comm", "memory")},
         "comm_by": _count(a.comm_by for a in acts if a.kind == "comm"),
     })
@@ -319,6 +322,17 @@ def summarize(events: Sequence[Any], meta: dict[str, Any] | None, acts: list[Act
         out["streams"] = _streams(acts)
     out["top"] = kernel_stats(acts, top)
     return out
+
+
+OTHER_COLLECTIVES = ("allgather", "broadcast", "reduce", "alltoall", "send", "recv", "barrier", "gather", "scatter")
+
+
+def is_all_reduce(a: Activity) -> bool:
+    """Communication of an all-reduce: the collective its args name ("0/allreduce") or its
+    kernel's name (ncclDevKernel_AllReduce_Sum_f32_RING_LL) says so, or names no other one (a
+    memset NCCL launches inside the call)."""
+    text = (a.group or a.name).lower().replace("_", "")
+    return "allreduce" in text or not any(other in text for other in OTHER_COLLECTIVES)
 
 
 def _count(values: Iterable[str]) -> dict[str, int]:

@@ -162,6 +162,15 @@ class NcclTimes:
     def reported_after(self, t: float) -> bool:
         return self.latest > t
 
+    def count_until(self, until: float) -> int:
+        """All-reduces issued up to host time `until` that are reported and not yet taken."""
+        n = 0
+        for start, _ in self._done:
+            if start > until:
+                break
+            n += 1
+        return n
+
     def take(self, until: float) -> list[float]:
         """Durations (ms) of the all-reduces issued up to host time `until`, oldest first."""
         out = []

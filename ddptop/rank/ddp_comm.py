@@ -43,6 +43,7 @@ class DdpComm:
         self._exposed_only: set[int] = set()  # id(ddp): DDP's C++ all-reduce, exposed comm only
         self._untimed: set[int] = set()  # timers that only carry a hook ddptop set (comm_timing off)
         self._closed_at: dict[int, float] = {}  # step -> host time it closed (steady clock)
+        self._per_step = 0  # all-reduces of the last step known complete (a later one was reported)
         self._held: list[dict[str, Any]] = []  # records waiting for NCCL to report their all-reduces
 
     # --- a new DDP module -----------------------------------------------------------------
@@ -175,6 +176,9 @@ class DdpComm:
     def with_nccl_times(self, records: list[dict[str, Any]], flush: bool) -> list[dict[str, Any]]:
         """Records whose all-reduces NCCL has reported (one issued after the step closed has
         been: they complete in order), with comm_ms (the kernels' time), buckets and bytes.
+        A step is also complete once as many of its all-reduces are reported as the last
+        complete step had (the next all-reduce may come late: HF's Trainer gathers its token
+        count first, and a capture window's end writes traces for seconds).
         A record waits at most HOLD_S (NCCL's watchdog reports every ~0.1 s: an 8 ms step's
         record that waited 4 steps, as before, mostly went without; on 2x H200 a toy model
         had 35 of 130 steps timed); one still unreported then goes without comm_ms, like a
@@ -189,21 +193,25 @@ class DdpComm:
             rec = self._held[0]
             closed = self._closed_at.get(int(rec["step"]))
             times = list(self.nccl_times.values())
-            reported = closed is not None and all(t.reported_after(closed) for t in times)
+            proven = closed is not None and all(t.reported_after(closed) for t in times)
+            reported = proven or (closed is not None and 0 < self._per_step <= sum(t.count_until(closed) for t in times))
             late = closed is not None and time.monotonic() - closed > HOLD_S
             if not (reported or flush or late or len(self._held) > HOLD_MAX or closed is None):
                 break
             self._held.pop(0)
             self._closed_at.pop(int(rec["step"]), None)
             if closed is not None and (reported or flush):
-                self._add_times(rec, times, closed)
+                taken = self._add_times(rec, times, closed)
+                if proven:
+                    self._per_step = taken
             elif closed is not None:
                 for t in times:
                     t.take(closed)  # too late for this step: its all-reduces are dropped
             out.append(rec)
         return out
 
-    def _add_times(self, rec: dict[str, Any], times: list[NcclTimes], closed: float) -> None:
+    def _add_times(self, rec: dict[str, Any], times: list[NcclTimes], closed: float) -> int:
+        """comm_ms of the all-reduces issued before the step closed; returns how many."""
         durations = [d for t in times for d in t.take(closed)]
         if durations:
             if "comm_ms" in rec:  # a comm hook's stamped span: hand-over to its future's end
@@ -217,3 +225,4 @@ class DdpComm:
             per_step = list(self._nccl_timed.values())
             if all(per_step):
                 rec["comm_bytes"] = float(sum(per_step))
+        return len(durations)

@@ -152,12 +152,6 @@ class BackwardMarks:
         self.tracker.mark("bwd_ret")
 
 
-def batch_size(torch: Any, args: Any, kwargs: Any) -> int | None:
-    """The first dimension of the first tensor the forward was given."""
-    tensor = first_tensor(torch, (args, kwargs or {}), depth=0, want_grad=False)
-    return int(tensor.shape[0]) if tensor is not None and tensor.dim() >= 1 else None
-
-
 def loss_like(torch: Any, output: Any) -> Any:
     """The tensor in a forward's output whose gradient arrives first in backward: a scalar
     that requires grad (a loss computed inside the model), else the first that does."""

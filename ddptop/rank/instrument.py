@@ -217,7 +217,6 @@ class Instrument:
         if not self.torch.is_grad_enabled():
             self.tracker.mark("eval_end")
             return
-        self.tracker.mark("fwd_end")
         self.backward.watch(loss_like(self.torch, output), getattr(module, "require_backward_grad_sync", True))
 
     # --- optimizer steps = step boundaries -----------------------------------------------

@@ -20,7 +20,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ddptop.rank.forward_hooks import batch_size
+from ddptop.rank.forward_hooks import first_tensor
 
 CHECKS = 3  # counted forwards after a DataLoader batch that are compared with its batch size
 
@@ -38,6 +38,7 @@ class SampleCount:
         self._checks = CHECKS
         self.unknown = False
         self._batch_sent = False
+        self._where: int | str | None = None  # where the last forward's first tensor was
         self.off = False  # a forked child's copy
 
     def install(self) -> None:
@@ -65,6 +66,21 @@ class SampleCount:
     def backward(self) -> None:
         self._armed = True
 
+    def _batch(self, args: Any, kwargs: dict[str, Any]) -> int | None:
+        """`batch_size`, taken where an earlier forward had it (the first tensor was an
+        argument itself, at that position or keyword): a model's call has one shape, so in
+        the steady state this is one lookup, not a search of its arguments."""
+        where, tensor = self._where, self.torch.Tensor
+        value = kwargs.get(where) if isinstance(where, str) else (
+            args[where] if where is not None and where < len(args) else None)
+        if isinstance(value, tensor) and value.dim() >= 1:
+            return int(value.shape[0])
+        found = first_tensor(self.torch, (args, kwargs), depth=0, want_grad=False)
+        self._where = next((i for i, a in enumerate(args) if a is found), None)
+        if self._where is None:
+            self._where = next((k for k, a in kwargs.items() if a is found), None)
+        return int(found.shape[0]) if found is not None and found.dim() >= 1 else None
+
     def forward(self, module: Any, args: Any, kwargs: Any, step: int, in_optimizer: bool) -> float:
         """Samples a grad-enabled forward of `module` counts (0.0: none) in step `step`."""
         if step != self._step:
@@ -74,7 +90,7 @@ class SampleCount:
         if id(module) != self._module or not self._armed or (in_optimizer and self._counted):
             return 0.0
         self._armed, self._counted = False, True
-        batch = batch_size(self.torch, args, kwargs)
+        batch = self._batch(args, kwargs or {})
         if not batch or self.unknown:
             return 0.0
         loader = self.loader_batch

@@ -13,7 +13,11 @@ Events, in the order a plain loop makes them:
     opt      an optimizer step begins             opt_end  it ended
     eval     a forward without grad begins        eval_end it returned (validation, generation)
 The time between two events belongs to a phase decided by the event that opens it and the
-one that closes it (`phase_of`), so the phases of a step always add up to its time. Forwards
+one that closes it (`phase_of`), so the phases of a step always add up to its time. An event
+that would close no phase of its own is not stamped (a GPU stamp costs the host ~16 us in a
+real script, docs/BENCHMARKS.md): `fwd_end` of a forward with grad (forward runs on to
+backward's start: the loss is computed in it), `opt` (the time before it, since backward
+returned, and in it are both the optimizer's) and `bwd_ret` of a backward under no_sync. Forwards
 without grad, and the time between two of them (a validation loop's own batches and
 metrics), are `eval`: apart from the training step's four phases (`eval_ms`, sent only when
 some).
@@ -93,7 +97,6 @@ class StepTracker:
         if key in self._stepped and self._last_end is not None:
             closed = self._close(self._last_end)
         self._stepped.add(key)
-        self.mark("opt")
         return closed
 
     def opt_end(self, key: Hashable) -> int | None:  # noqa: ARG002 - symmetric with opt_begin
