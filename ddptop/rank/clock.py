@@ -43,6 +43,7 @@ class CudaClock:
         self._raw: Any = getattr(torch._C, "_cuda_getCurrentStream", None)
         self._streams: dict[Any, Any] = {}
         self._free: list[Any] = []
+        self.created = 0  # events made (not reused): each cost the host ~140 us on an H100
 
     def _stream(self) -> Any:
         if self._raw is None:
@@ -56,7 +57,11 @@ class CudaClock:
         return stream
 
     def stamp(self) -> Any:
-        event = self._free.pop() if self._free else self._event(enable_timing=True)
+        if self._free:
+            event = self._free.pop()
+        else:
+            event = self._event(enable_timing=True)
+            self.created += 1
         event.record(self._stream())
         return event
 

@@ -29,6 +29,7 @@ import gc
 import json
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +39,7 @@ from ddptop.rank.clock import HostClock
 
 ARMS = ("on", "off", "aa", "busy")
 CALIBRATION_STEPS = 10
+SLOW_S = 20e-6  # a part's call slower than this is counted apart (a new CUDA event: ~140 us)
 SEED = 20261125
 STORE_KEY = "ddptop_cost_ab_steps"
 
@@ -70,7 +72,7 @@ class CostAB:
         self._spins: list[tuple[Any, Any]] = []  # the busy arm's spins in the open block
         self._stamps: list[Any] = []  # the open block's step boundaries
         self.hook_s = 0.0  # host seconds inside the layer's hooks (timed), all arms
-        self.per_hook: dict[str, dict[str, list[float]]] = {}  # arm -> hook -> [calls, seconds]
+        self.per_hook: dict[str, dict[str, list[float]]] = {}  # arm -> hook -> [calls, seconds, slow calls]
         self._inside = False
         self.gc_n, self.gc_s = 0, 0.0  # collections and their seconds, since calibration
         self._gc_at = 0.0
@@ -99,9 +101,10 @@ class CostAB:
                 self.hook_s += took
                 self._inside = False
                 if self._opened is not None and not self._over:
-                    row = self.per_hook.setdefault(self._arm, {}).setdefault(name, [0, 0.0])
+                    row = self.per_hook.setdefault(self._arm, {}).setdefault(name, [0, 0.0, 0])
                     row[0] += 1
                     row[1] += took
+                    row[2] += took > SLOW_S
 
         name = getattr(hook, "__name__", "hook")
         return run
@@ -122,6 +125,10 @@ class CostAB:
                 setattr(owner, attr, self._part(name, method))
 
     def _part(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        """`method` timed as part `name` (`name@autograd` when another thread calls it: the
+        backward hooks run on autograd's device thread); row: [calls, seconds, calls > SLOW_S]."""
+        main = threading.get_ident()
+
         @functools.wraps(method)
         def run(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
@@ -129,9 +136,12 @@ class CostAB:
                 return method(*args, **kwargs)
             finally:
                 if self._opened is not None and not self._over:
-                    row = self.per_hook.setdefault(self._arm, {}).setdefault(name, [0, 0.0])
+                    took = time.perf_counter() - start
+                    key = name if threading.get_ident() == main else f"{name}@autograd"
+                    row = self.per_hook.setdefault(self._arm, {}).setdefault(key, [0, 0.0, 0])
                     row[0] += 1
-                    row[1] += time.perf_counter() - start
+                    row[1] += took
+                    row[2] += took > SLOW_S
 
         return run
 
@@ -288,8 +298,9 @@ class CostAB:
         return {"rank": self.rank, "arms": self.arms, "block_s": self.block_s, "steps_per_block": self.steps_per_block,
                 "calibration_step_ms": self.step_ms, "busy_pct": self.busy_pct, "busy_ms": self.busy_ms,
                 "device": "cuda" if self._cuda else "cpu", "blocks": self.blocks,
-                "hooks": {arm: {name: {"calls": n, "ms": s * 1000.0} for name, (n, s) in hooks.items()}
-                          for arm, hooks in self.per_hook.items()}}
+                "hooks": {arm: {name: {"calls": n, "ms": s * 1000.0, "slow": slow} for name, (n, s, slow) in hooks.items()}
+                          for arm, hooks in self.per_hook.items()},
+                "events_created": getattr(self.clock, "created", None)}
 
     def write(self, config_path: str | None) -> None:
         if not self.enabled or not self.blocks or not config_path:

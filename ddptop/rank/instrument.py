@@ -51,7 +51,8 @@ class Instrument:
         self.rank = rank
         self.comm_timing = bool(settings.get("comm_timing", True))
         self.clock: Any = None
-        self.tracker = StepTracker(LazyClock(self._current_clock))
+        self._lazy = LazyClock(self._current_clock)
+        self.tracker = StepTracker(self._lazy)
         self.captures: CaptureRunner | None = None
         self.ddps: list[Any] = []
         self.replicas: dict[int, Any] = {}  # id of a module composable replicate() wraps -> its DDP
@@ -162,7 +163,7 @@ class Instrument:
         else:
             self.clock = HostClock()
         self.cost.use_clock(self.clock, isinstance(self.clock, CudaClock))
-        self.tracker.clock.chosen(self.clock)
+        self._lazy.chosen(self.clock)
         self.captures = CaptureRunner(self.torch, self.probe, self.rank, isinstance(self.clock, CudaClock))
 
     # --- DDP ----------------------------------------------------------------------------
