@@ -51,6 +51,7 @@ def run_one(name: str, args: argparse.Namespace, arms: str, runs_dir: str) -> di
            "--warmup", str(args.warmup), "--runs-dir", runs_dir,
            "--set", f"cost_ab={args.block_s}", "--set", f"cost_ab_blocks={args.blocks}",
            "--set", f"cost_ab_arms={arms}", "--set", f"cost_ab_busy_pct={args.busy_pct}"]
+    cmd += ["--set", "cost_ab_parts=true"] if args.parts else []
     cmd += ["--steps", BIG] if name == "demo" else WORKLOADS[name]
     env = {**os.environ, **{k: os.environ.get(k, v) for k, v in MULTICAST_OFF.items()}, "PYTHONUNBUFFERED": "1"}
     t0 = time.monotonic()
@@ -106,7 +107,8 @@ def show(row: dict) -> None:
     for r in (row.get("raw") or [])[:1]:
         on = (r.get("hooks") or {}).get("on") or {}
         slow = {k: h["slow"] for k, h in on.items() if h.get("slow")}
-        print(f"        rank {r['rank']}: CUDA events made {r.get('events_created')}; calls over 20 us: "
+        print(f"        rank {r['rank']}: CUDA events made {r.get('events_created')}, recorded by the driver "
+              f"{r.get('driver_record')}; calls over 20 us: "
               + (", ".join(f"{k} {n} of {on[k]['calls']}" for k, n in sorted(slow.items(), key=lambda kv: -kv[1])[:6])
                  or "none"))
     if row.get("tail"):
@@ -122,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arms", default="on,off")
     p.add_argument("--self-check", default="", help="workloads also run with arms off,aa,busy")
     p.add_argument("--busy-pct", type=float, default=0.5)
+    p.add_argument("--parts", action="store_true", help="also time the hooks' parts (a diagnosis: it costs the on arm)")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--json-out")

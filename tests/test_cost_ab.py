@@ -213,3 +213,44 @@ def test_each_hook_s_time_is_kept_per_arm_inside_blocks_only(monkeypatch):
     cost.run_ends()
     hook()
     assert sum(n for arm in cost.per_hook.values() for n, *_ in arm.values()) == 1
+
+
+def test_a_reused_event_is_recorded_by_the_driver_with_the_gil_held_and_torch_takes_over_if_refused():
+    """CudaClock: a new event is made and recorded by torch (that creates it); an event read
+    and given back is recorded again by cuEventRecord (driver_record, GIL held); if the driver
+    refuses once, torch records from then on."""
+    from types import SimpleNamespace
+
+    from ddptop.rank.clock import CudaClock
+
+    class Event:
+        made = 0
+
+        def __init__(self, enable_timing=False):
+            Event.made += 1
+            self.cuda_event, self.by = 1000 + Event.made, []
+
+        def record(self, stream):
+            self.by.append(("torch", stream.name))
+
+    stream = SimpleNamespace(name="s7", cuda_stream=77)
+    torch = SimpleNamespace(cuda=SimpleNamespace(Event=Event, current_stream=lambda device: stream),
+                            _C=SimpleNamespace(_cuda_getCurrentStream=lambda index: (7, 0, 1)))
+    clock = CudaClock(torch, SimpleNamespace(index=0))
+    calls, answer = [], {"rc": 0}
+
+    def driver(event, handle):
+        calls.append((event, handle))
+        return answer["rc"]
+
+    clock._record = driver
+    first = clock.stamp()
+    assert first.by == [("torch", "s7")] and calls == [] and clock.created == 1
+    clock.release([first])
+    assert clock.stamp() is first and calls == [(first.cuda_event, 77)] and first.by == [("torch", "s7")]
+    clock.release([first])
+    answer["rc"] = 201  # CUDA_ERROR_INVALID_CONTEXT
+    assert clock.stamp() is first and first.by[-1] == ("torch", "s7") and clock._record is None
+    clock.release([first])
+    clock.stamp()
+    assert len(calls) == 2 and clock.created == 1

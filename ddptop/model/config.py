@@ -43,7 +43,7 @@ SCRIPT_KNOBS = tuple(k for k in DDP_KNOBS if k != "ddp")
 # applied to its DDP (their values are added by script_dict).
 SCRIPT_FIELDS = ("preset", "script", "nproc", "warmup", "script_steps", "backend", "comm_timing",
                  "comm_timing_every", "nccl_timing", "nccl_env", "ddp_apply", "cost_ab", "cost_ab_arms",
-                 "cost_ab_blocks", "cost_ab_busy_pct", "capture_memory")
+                 "cost_ab_blocks", "cost_ab_busy_pct", "cost_ab_parts", "capture_memory")
 
 
 # What `nccl_env` may set in the ranks' environment: communication and device settings, never
@@ -113,6 +113,7 @@ class RunConfig:
     cost_ab_arms: str = "on,off"
     cost_ab_blocks: int = 0  # the run stops after this many blocks (0: at the script's own end)
     cost_ab_busy_pct: float = 0.5
+    cost_ab_parts: bool = False  # also time the hooks' parts (tracker, clock...): a diagnosis, it costs ~1.5 us a call
     # Fault injection for tests and demos: slow or crash one rank on purpose.
     delay_rank: int = -1
     delay_ms: float = 0.0

@@ -53,6 +53,7 @@ class CostAB:
         self.arms = [a for a in arms if a in ARMS] or ["on", "off"]
         self.max_blocks = int(settings.get("cost_ab_blocks") or 0)
         self.busy_pct = float(settings.get("cost_ab_busy_pct") or 0.5)
+        self.parts = self.enabled and bool(settings.get("cost_ab_parts"))  # profile_parts applies
         self.start = int(settings.get("warmup") or 0) + 1
         self._engage = engage
         self._rng = random.Random(SEED)
@@ -117,7 +118,10 @@ class CostAB:
 
     def profile_parts(self, owners: dict[str, Any]) -> None:
         """Time these methods too, inside the hooks (`owner.method` names, e.g.
-        "tracker.mark"): where a hook's host time goes, per arm."""
+        "tracker.mark"): where a hook's host time goes, per arm (with cost_ab_parts only: the
+        timing costs ~1.5 us a call, which the engaged arm would carry)."""
+        if not self.parts:
+            return
         for name, owner in owners.items():
             attr = name.rsplit(".", 1)[-1]
             method = getattr(owner, attr, None)
@@ -155,7 +159,7 @@ class CostAB:
     def use_clock(self, clock: Any, cuda: bool) -> None:
         """The instrument's clock (CUDA events on the script's stream, or the host's); its
         calls are profiled as parts (a stamp's host cost, a record's reads)."""
-        if self.enabled:
+        if self.parts:
             self.profile_parts({"clock.stamp": clock, "clock.elapsed": clock, "clock.done": clock})
         self.clock, self._cuda = clock, cuda
 
@@ -300,7 +304,8 @@ class CostAB:
                 "device": "cuda" if self._cuda else "cpu", "blocks": self.blocks,
                 "hooks": {arm: {name: {"calls": n, "ms": s * 1000.0, "slow": slow} for name, (n, s, slow) in hooks.items()}
                           for arm, hooks in self.per_hook.items()},
-                "events_created": getattr(self.clock, "created", None)}
+                "events_created": getattr(self.clock, "created", None),
+                "driver_record": getattr(self.clock, "_record", None) is not None}
 
     def write(self, config_path: str | None) -> None:
         if not self.enabled or not self.blocks or not config_path:
