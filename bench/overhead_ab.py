@@ -107,8 +107,7 @@ def show(row: dict) -> None:
     for r in (row.get("raw") or [])[:1]:
         on = (r.get("hooks") or {}).get("on") or {}
         slow = {k: h["slow"] for k, h in on.items() if h.get("slow")}
-        print(f"        rank {r['rank']}: CUDA events made {r.get('events_created')}, recorded by the driver "
-              f"{r.get('driver_record')}; calls over 20 us: "
+        print(f"        rank {r['rank']}: CUDA events made {r.get('events_created')}; calls over 20 us: "
               + (", ".join(f"{k} {n} of {on[k]['calls']}" for k, n in sorted(slow.items(), key=lambda kv: -kv[1])[:6])
                  or "none"))
     if row.get("tail"):

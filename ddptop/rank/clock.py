@@ -2,13 +2,11 @@
 (recorded on the device's current stream, read back once they have run, so timing never
 makes the host wait for the GPU). A GPU stamp reuses an event already read (`release`) and
 the stream object of the current stream, so a stamp is one record call: a new event and a
-new Stream object per stamp cost the host ~100 us a stamp on an H100 under NCCL; a reused
-event is recorded by the driver's cuEventRecord with the GIL held (torch's record lets go of
-it, and taking it back inside a step is what a stamp cost) (docs/BENCHMARKS.md)."""
+new Stream object per stamp cost the host ~100 us a stamp on an H100 under NCCL
+(docs/BENCHMARKS.md)."""
 
 from __future__ import annotations
 
-import ctypes
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,21 +29,6 @@ class HostClock:
         pass
 
 
-def driver_record() -> Callable[[int, int], int] | None:
-    """The CUDA driver's cuEventRecord(event, stream), called with the GIL held (ctypes.PyDLL).
-    torch's Event.record lets go of the GIL around the same call; inside a training step,
-    where other threads wait for it (NCCL's completion hook, autograd's device thread), taking
-    it back cost 15-40 us a stamp against 2-3 us alone (2x H200, docs/BENCHMARKS.md). None
-    where the driver cannot be loaded (torch's record then)."""
-    try:
-        fn = ctypes.PyDLL("libcuda.so.1").cuEventRecord
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-    fn.restype = ctypes.c_int
-    return fn
-
-
 POOL = 512  # events kept for reuse at most
 STREAMS = 64  # stream objects remembered at most
 
@@ -61,34 +44,25 @@ class CudaClock:
         self._streams: dict[Any, Any] = {}
         self._free: list[Any] = []
         self.created = 0  # events made (not reused): each cost the host ~140 us on an H100
-        self._record = driver_record()
 
-    def _stream(self) -> tuple[Any, int]:
-        """The current stream's object and its CUDA handle."""
+    def _stream(self) -> Any:
         if self._raw is None:
-            stream = self._cuda.current_stream(self.device)
-            return stream, stream.cuda_stream
+            return self._cuda.current_stream(self.device)
         key = self._raw(self._index)
-        found = self._streams.get(key)
-        if found is None:
+        stream = self._streams.get(key)
+        if stream is None:
             if len(self._streams) >= STREAMS:
                 self._streams.clear()
-            stream = self._cuda.current_stream(self.device)
-            found = self._streams[key] = (stream, stream.cuda_stream)
-        return found
+            stream = self._streams[key] = self._cuda.current_stream(self.device)
+        return stream
 
     def stamp(self) -> Any:
-        stream, handle = self._stream()
         if self._free:
             event = self._free.pop()
-            if self._record is not None:  # an event torch made and recorded once: the driver's call
-                if self._record(event.cuda_event, handle) == 0:
-                    return event
-                self._record = None  # refused: torch's record from now on
         else:
             event = self._event(enable_timing=True)
             self.created += 1
-        event.record(stream)
+        event.record(self._stream())
         return event
 
     def release(self, stamps: list[Any]) -> None:

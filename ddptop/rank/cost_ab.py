@@ -304,8 +304,7 @@ class CostAB:
                 "device": "cuda" if self._cuda else "cpu", "blocks": self.blocks,
                 "hooks": {arm: {name: {"calls": n, "ms": s * 1000.0, "slow": slow} for name, (n, s, slow) in hooks.items()}
                           for arm, hooks in self.per_hook.items()},
-                "events_created": getattr(self.clock, "created", None),
-                "driver_record": getattr(self.clock, "_record", None) is not None}
+                "events_created": getattr(self.clock, "created", None)}
 
     def write(self, config_path: str | None) -> None:
         if not self.enabled or not self.blocks or not config_path:
