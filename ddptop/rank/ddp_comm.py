@@ -164,10 +164,10 @@ class DdpComm:
         self._closed_at.clear()
         self.set_timed(step)
 
-    def compressing(self) -> float | None:
-        """The compression the timers' hooks reported for the step just closed."""
-        compressing = [t.compressing() for t in self.timers.values()]
-        return max((c for c in compressing if c is not None), default=None)
+    def compressing(self) -> dict[str, float]:
+        """The compression the timers' hooks reported for the step just closed, for its record."""
+        compressing = [c for c in (t.compressing() for t in self.timers.values()) if c is not None]
+        return {"compressing": max(compressing)} if compressing else {}
 
     def step_closed(self, step: int) -> None:
         if self.nccl_times:

@@ -8,14 +8,12 @@ Attached once torch is imported (ddptop.rank.attach); from then on:
 - backward: a hook on the forward's output marks its start; autograd callbacks mark the
   end of its compute and, chained after DDP's own, its return (all-reduces done);
 - communication: a CommTimer or NCCL's own timing on each DDP module (ddptop.rank.ddp_comm);
-- a user script's run settings: the DDP knobs the run applies (ddp_apply) go into the
-  script's own DDP() call and comm hook registration (ddptop.rank.ddp_settings), conflicts
-  are notes;
+- the run's DDP knobs (ddp_apply) go into the script's own DDP() call and comm hook
+  registration (ddptop.rank.ddp_settings), conflicts are notes;
 - the run's stop and capture commands act at step boundaries, inside the optimizer hook (and
   a user script's step limit, warmup + script_steps); cost_ab bypasses the rest in blocks.
 This module wires those together. Nothing here may raise into the user's code except the
-agreed stop (what Ctrl-C would raise, ddptop.rank.stop).
-"""
+agreed stop (what Ctrl-C would raise, ddptop.rank.stop)."""
 
 from __future__ import annotations
 
@@ -42,6 +40,9 @@ from ddptop.rank.values import HostCopy, read_values
 from ddptop.wire import protocol
 
 SPANS_EVERY_S = 0.5  # bucket spans go to the hub at most this often: the live timeline's rate
+# closed steps are read (their stamps' times, the record built) in batches, at most this often
+# (the probe sends every 0.2 s): the events of several steps read at once, not at every step's end
+READ_EVERY_S, READ_MAX = 0.1, 64
 
 
 class Instrument:
@@ -69,7 +70,7 @@ class Instrument:
         self.step_limit = self.script.last_step if self.script is not None else None
         self._limit_reached = False
         self._left = False  # the instrument destroyed the process group at the step limit
-        self._spans_due = AtMostEvery(SPANS_EVERY_S)
+        self._spans_due, self._read_due = AtMostEvery(SPANS_EVERY_S), AtMostEvery(READ_EVERY_S)
         self.cost = CostAB(torch, rank, settings, self._engage)  # --set cost_ab=S: engaged vs bypassed
         self.memory = MemorySampler()
         self.comm = DdpComm(
@@ -112,8 +113,7 @@ class Instrument:
         patches.wrap_destroy(torch.distributed, self._guard(self.flush), lambda: self._left)
         self.outermost.install()
         self._call(self.samples.install)
-        facts: dict[str, Any] = {"torch": str(torch.__version__)}
-        self.send_facts(facts)
+        self.send_facts({"torch": str(torch.__version__)})
         patches.chain_excepthook(self._on_crash)
         patches.watch_exit(functools.partial(setattr, self, "exit_status"))  # sys.exit(2) is not a completed rank
         atexit.register(self._at_exit)
@@ -288,14 +288,13 @@ class Instrument:
     def _after_close(self, step: int) -> None:
         tracker = self.tracker
         closed = {} if tracker.last_closed is None else tracker.last_closed
-        compressing = self.comm.compressing()
-        if compressing is not None:
-            closed["compressing"] = compressing
+        closed.update(self.comm.compressing())
         if step == 0 and not self.ddps:
             self._first_step_without_ddp()
         if self.memory.due(step):
             closed.update(memory_sample(self.torch, self._cuda()))
-        self._report(tracker.ready(keep_last=self.api_used))
+        if self._read_due.ready() or len(tracker.pending) >= READ_MAX:
+            self._report(tracker.ready(keep_last=self.api_used))
         self._captures_after(step)
         self.comm.set_timed(step + 1)
 
@@ -363,6 +362,7 @@ class Instrument:
             return  # the agreed stop's Ctrl-C, which the script did not catch: stopped, not crashed
         self.crashed = True
         self._call(blame_settings, exc, self.ddps, self.note)
+        self._call(lambda: self._report(self.tracker.ready()))  # steps closed, not yet read (READ_EVERY_S)
         self.probe.close("crashed")  # at once: its peers fail next
 
     def flush(self) -> None:
