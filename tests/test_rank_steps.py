@@ -232,3 +232,33 @@ def test_many_buckets_are_merged_pairwise_to_what_the_wire_takes():
     assert len(out) <= MAX_SPANS and out[0][0] == 0.0 and out[-1][1] == 300.512
     assert all(a <= b for a, b in out) and all(out[i][1] <= out[i + 1][0] for i in range(len(out) - 1))
     assert bounded_spans([(1.23456789, 2.0)]) == [[1.235, 2.0]]
+
+
+def test_a_backward_under_no_sync_gets_no_return_mark_unless_a_syncing_forward_feeds_it():
+    """BackwardMarks on real autograd (CPU): a backward waits for DDP (a return mark) when any
+    forward watched since the last backward syncs; under no_sync alone its compute end ends it."""
+    torch = pytest.importorskip("torch")
+    from ddptop.rank.forward_hooks import BackwardMarks
+
+    class Clock:
+        n = 0
+
+        def stamp(self):
+            Clock.n += 1
+            return float(Clock.n)
+
+    tracker = StepTracker(Clock())
+    marks = BackwardMarks(torch, tracker, guard=lambda fn: fn)
+    w = torch.ones(3, requires_grad=True)
+
+    def micro_batch(*waits):
+        losses = [(w * 2).sum() for _ in waits]
+        for loss, wait in zip(losses, waits):
+            marks.watch(loss, wait)
+        sum(losses).backward()
+        return [kind for kind, _, _ in tracker.marks]
+
+    assert micro_batch(False)[-2:] == ["bwd", "bwd_end"]  # no_sync: no return
+    assert micro_batch(True)[-3:] == ["bwd", "bwd_end", "bwd_ret"]
+    assert micro_batch(True, False)[-3:] == ["bwd", "bwd_end", "bwd_ret"]  # two models, one syncs
+    assert micro_batch(False)[-2:] == ["bwd", "bwd_end"]

@@ -109,7 +109,9 @@ class BackwardMarks:
         self._on_start = on_start  # the sample count: a micro-batch ended
         self.tracker = tracker
         self._in_backward = False
-        self._waits = True  # the coming backward waits for DDP's all-reduces (not under no_sync)
+        # the backward waits for DDP's all-reduces (not under no_sync): a forward watched since the
+        # last backward syncs (a GAN's two DDPs: either one)
+        self._waits = self._will_wait = False
         self._engine = torch.autograd.Variable._execution_engine
         # guarded once (a wrapper made per step costs more than the mark itself)
         self._compute_end, self._returned = guard(self._bwd_end), guard(self._bwd_ret)
@@ -122,7 +124,7 @@ class BackwardMarks:
         stamp less, ~10 us of host time on a GPU)."""
         if tensor is None:
             return
-        self._waits = waits
+        self._will_wait = self._will_wait or waits
         node = tensor.grad_fn
         if node is not None and hasattr(node, "register_prehook"):
             node.register_prehook(self.hook)
@@ -133,6 +135,7 @@ class BackwardMarks:
         if self._in_backward:
             return None
         self._in_backward = True
+        self._waits, self._will_wait = self._will_wait, False
         self._on_start()
         self.tracker.mark("bwd")
         self._engine.queue_callback(self._compute_end)
