@@ -275,7 +275,14 @@ async def show_tab(app: DdpTopApp, pilot: Any, tab: str) -> None:
         await pilot.pause()
         await pilot.wait_for_scheduled_animations()
     # a table whose rows just widened its columns redraws its header on a later refresh: on a
-    # loaded machine the picture could be taken between the two (the runs tab, seen in CI)
-    app.screen.refresh(layout=True)
-    await pilot.pause(0.05)
-    await pilot.wait_for_scheduled_animations()
+    # loaded machine the picture could be taken between the two (the runs tab, seen in CI, also
+    # after one forced refresh): refreshed until two pictures in a row are the same
+    previous = None
+    for _ in range(20):
+        app.screen.refresh(layout=True)
+        await pilot.pause(0.05)
+        await pilot.wait_for_scheduled_animations()
+        shot = app.export_screenshot()
+        if shot == previous:
+            break
+        previous = shot
