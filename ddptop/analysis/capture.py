@@ -52,10 +52,10 @@ def compare_with_timer(summary: dict[str, Any], records: dict[int, list[dict[str
     (`timer_comm_ms`, and `timer_vs_trace` = timer / trace): the live comm figure checked
     against the profiler on exactly the same steps: the trace's all-reduce kernels (what the
     timer times; the script's other collectives are `other_comm_ms`), and only where the
-    timer timed every step of the window (`timer_steps` says how many it did). The timer runs from DDP's hand-over of a
-    bucket to the end of its all-reduce, so where the host launches late (one GPU: the kernel
-    starts ~0.4 ms after the bucket is ready) it is also compared with the trace's span from
-    each collective's call to its kernel's end (`timer_vs_call`)."""
+    timer timed every step of the window (`timer_steps` says how many it did). The timer runs
+    from DDP's hand-over of a bucket to the end of its all-reduce, so where the host launches
+    late (one GPU: the kernel starts ~0.4 ms after the bucket is ready) it is also compared
+    with the trace's span from each collective's call to its kernel's end (`timer_vs_call`)."""
     for rank, recs in records.items():
         entry = summary.get("ranks", {}).get(str(rank))
         window = [r for r in recs if int(r.get("step", -1)) in steps and "comm_ms" in r]
