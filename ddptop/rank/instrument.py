@@ -47,15 +47,14 @@ READ_EVERY_S, READ_MAX = 0.1, 64
 
 class Instrument:
     def __init__(self, torch: Any, probe: Probe, rank: int, settings: dict[str, Any]) -> None:
-        self.torch = torch
-        self.probe = probe
-        self.rank = rank
+        self.torch, self.probe, self.rank = torch, probe, rank
         self.comm_timing = bool(settings.get("comm_timing", True))
         self.clock: Any = None
         self._lazy = LazyClock(self._current_clock)
         self.tracker = StepTracker(self._lazy)
         self.captures: CaptureRunner | None = None
         self.ddps: list[Any] = []
+        self._ddp_timing: dict[str, float] | None = None  # DDP's own logger, for the goodbye
         self.replicas: dict[int, Any] = {}  # id of a module composable replicate() wraps -> its DDP
         self._stopping = False
         self._from_script: BaseException | None = None  # raised by the script's SIGINT handler at the stop
@@ -82,11 +81,10 @@ class Instrument:
         self.hooked = ModuleHooks(self._guard(self._fwd_pre), self._guard(self._fwd_post))
         self.engaged = True
         self.off = False  # a forked child's copy (forked()): every hook does nothing
-        if self.cost.enabled:
-            self.cost.profile_parts({"tracker.mark": self.tracker, "tracker.ready": self.tracker, "probe.record_step": probe,
-                                     "comm.with_nccl_times": self.comm, "cost.step_ended": self.cost,
-                                     "samples.forward": self.samples, "backward.watch": self.backward,
-                                     "_captures_after": self, "_report": self, "_after_close": self})
+        self.cost.profile_parts({"tracker.mark": self.tracker, "tracker.ready": self.tracker, "probe.record_step": probe,
+                                 "comm.with_nccl_times": self.comm, "cost.step_ended": self.cost,
+                                 "samples.forward": self.samples, "backward.watch": self.backward,
+                                 "_captures_after": self, "_report": self, "_after_close": self})
 
     def forked(self) -> None:
         """In a child forked from this rank: the hooks stay installed (they are torch's) but
@@ -98,19 +96,17 @@ class Instrument:
     # --- installation -------------------------------------------------------------------
     def install(self) -> None:
         torch = self.torch
-        from torch.optim.optimizer import (
-            register_optimizer_step_post_hook,
-            register_optimizer_step_pre_hook,
-        )
+        from torch.optim import optimizer
 
-        register_optimizer_step_pre_hook(self._guard(self._opt_pre_safe))
-        register_optimizer_step_post_hook(self._guard(self._opt_post_safe))
+        optimizer.register_optimizer_step_pre_hook(self._guard(self._opt_pre_safe))
+        optimizer.register_optimizer_step_post_hook(self._guard(self._opt_post_safe))
         patches.wrap_grad_scaler(torch, self._guard(self._opt_pre_safe), self._guard(self._opt_post_safe))
         register = patches.wrap_ddp(torch.nn.parallel.DistributedDataParallel, self._ddp_args,
                                     self._guard(self._on_ddp), self.comm.on_register, self.comm.on_builtin)
         if register is not None:
             self.comm.register = register
-        patches.wrap_destroy(torch.distributed, self._guard(self.flush), lambda: self._left)
+        patches.wrap_destroy(torch.distributed, self._guard(self.flush), lambda: self._left,
+                             self._guard(self._let_go))
         self.outermost.install()
         self._call(self.samples.install)
         self.send_facts({"torch": str(torch.__version__)})
@@ -303,15 +299,13 @@ class Instrument:
         caps = self.captures
         if caps is None:
             return
-        after = False
-        if caps.end_step(step):
-            after = True
+        after = caps.end_step(step)
+        if after:
             self.tracker.restart()
         caps.poll(step + 1)
         caps.begin_step(step + 1)
         if caps.active is not None or after:
-            # a window's steps, and the one after it (which may wait for a peer still
-            # writing its trace), are not typical steps
+            # a window's steps, and the one after it (a peer may still write its trace), are not typical
             self.tracker.extra["profiled"] = 1
 
     def _first_step_without_ddp(self) -> None:
@@ -386,7 +380,13 @@ class Instrument:
         if reason is None or (reason == "stopped" and self._limit_reached):  # the run's own limit: completed
             stopped = self._stopping and not self._limit_reached
             reason = "crashed" if self.crashed else ("stopped" if stopped else "completed")
-        self.probe.close(reason, ddp_timing(self.ddps[0]) if self.ddps else None)
+        self._let_go()
+        self.probe.close(reason, self._ddp_timing)
+
+    def _let_go(self) -> None:
+        """The script's process groups are gone (or the run ends): its DDPs are let go of, freed
+        when the script lets go, as without ddptop (gloo torn down after its peer left aborts)."""
+        self._ddp_timing = ddp_timing(self.ddps[0]) if self.ddps else self._ddp_timing
         self.ddps, self.replicas, self.comm.timers = [], {}, {}
         self.hooked.release()
 
@@ -395,6 +395,5 @@ class Instrument:
         self._at_exit()
 
     def _at_exit(self) -> None:
-        status = self.exit_status
-        failed = status not in (None, 0) and not self._stopping and not self.crashed
+        failed = self.exit_status not in (None, 0) and not self._stopping and not self.crashed
         self.finish("failed" if failed else None)

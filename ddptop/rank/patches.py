@@ -74,9 +74,13 @@ def wrap_ddp(ddp_class: Any, change_args: Callable[..., Any], on_init: Callable[
     return register
 
 
-def wrap_destroy(dist: Any, before: Callable[[], None], left: Callable[[], bool]) -> None:
+def wrap_destroy(dist: Any, before: Callable[[], None], left: Callable[[], bool],
+                 after: Callable[[], None] = lambda: None) -> None:
     """`before()` ahead of destroy_process_group; a no-op when `left()` (the instrument
-    destroyed the group already) and no group is left."""
+    destroyed the group already) and no group is left. `after()` once no group is left: the
+    instrument lets go of the script's DDPs then, so their groups are freed when the script
+    lets go of them, as without ddptop (a gloo group torn down after its peer has left can
+    abort the process: "terminate called without an active exception" under load)."""
     original = getattr(dist, "destroy_process_group", None)
     if original is None or _wrapped(original):
         return
@@ -86,7 +90,10 @@ def wrap_destroy(dist: Any, before: Callable[[], None], left: Callable[[], bool]
         before()
         if left() and not dist.is_initialized():
             return None
-        return original(*args, **kwargs)
+        out = original(*args, **kwargs)
+        if not dist.is_initialized():
+            after()
+        return out
 
     _mark(destroy_process_group)
     dist.destroy_process_group = destroy_process_group
