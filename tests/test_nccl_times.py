@@ -138,22 +138,30 @@ def test_a_capture_under_a_hook_reports_the_hook_span_beside_the_collectives_tim
     assert "(ddptop timer / trace = 1.00)" in baseline and "hook span" not in baseline
 
 
+def nccl_timed_comm(monkeypatch, now: float):
+    """A DdpComm timed by NCCL's completion hook on a fake group, its clock stopped at `now`:
+    (the clock, the group whose hook reports, the DdpComm)."""
+    from ddptop.rank import ddp_comm
+    from ddptop.rank.ddp_comm import DdpComm
+    from ddptop.rank.steps import StepTracker
+
+    monkeypatch.setenv("TORCH_NCCL_ENABLE_TIMING", "1")
+    clock = {"now": now}
+    monkeypatch.setattr(ddp_comm.time, "monotonic", lambda: clock["now"])
+    group = Group()
+    comm = DdpComm(torch, StepTracker(None), True, 10, cuda=lambda: True, capturing=lambda: False,
+                   guard=lambda f: f, send_facts=lambda facts: None, note=lambda text: None, script=None)
+    comm.nccl_times[id(group)] = NcclTimes.attach(dist_for(group), group)
+    return clock, group, comm
+
+
 def test_a_fast_steps_record_waits_for_nccls_report_by_time_not_by_a_count_of_steps(monkeypatch):
     """8 ms steps: NCCL's watchdog reports ~0.1 s after a kernel ends, so a record released
     after 4 more steps (32 ms) mostly went without comm_ms (a toy model on 2x H200: 35 of 130
     steps timed). A record now waits up to HOLD_S for its report."""
-    from ddptop.rank import ddp_comm
-    from ddptop.rank.ddp_comm import HOLD_S, DdpComm
-    from ddptop.rank.steps import StepTracker
+    from ddptop.rank.ddp_comm import HOLD_S
 
-    monkeypatch.setenv("TORCH_NCCL_ENABLE_TIMING", "1")
-    clock = {"now": 100.0}
-    monkeypatch.setattr(ddp_comm.time, "monotonic", lambda: clock["now"])
-    group = Group()
-    times = NcclTimes.attach(dist_for(group), group)
-    comm = DdpComm(torch, StepTracker(None), True, 10, cuda=lambda: True, capturing=lambda: False,
-                   guard=lambda f: f, send_facts=lambda facts: None, note=lambda text: None, script=None)
-    comm.nccl_times[id(group)] = times
+    clock, group, comm = nccl_timed_comm(monkeypatch, 100.0)
     out = []
     for step in range(10):  # ten 8 ms steps, NCCL silent meanwhile
         clock["now"] += 0.008
@@ -175,18 +183,7 @@ def test_a_step_is_complete_when_its_count_of_all_reduces_is_reported(monkeypatc
     """HF's Trainer gathers its token count before the next step's gradients: no later
     all-reduce comes for a step's time, so a step is complete once it has as many reported
     all-reduces as the last step proven complete (but never with fewer)."""
-    from ddptop.rank import ddp_comm
-    from ddptop.rank.ddp_comm import DdpComm
-    from ddptop.rank.steps import StepTracker
-
-    monkeypatch.setenv("TORCH_NCCL_ENABLE_TIMING", "1")
-    clock = {"now": 200.0}
-    monkeypatch.setattr(ddp_comm.time, "monotonic", lambda: clock["now"])
-    group = Group()
-    times = NcclTimes.attach(dist_for(group), group)
-    comm = DdpComm(torch, StepTracker(None), True, 10, cuda=lambda: True, capturing=lambda: False,
-                   guard=lambda f: f, send_facts=lambda facts: None, note=lambda text: None, script=None)
-    comm.nccl_times[id(group)] = times
+    clock, group, comm = nccl_timed_comm(monkeypatch, 200.0)
     comm._closed_at.update({0: 200.1, 1: 200.2})
     for start in (200.01, 200.02, 200.11, 200.12, 200.21):  # two buckets a step; step 2 began
         group.hook(info(start, 1.0))

@@ -101,14 +101,19 @@ class CostAB:
                 took = time.perf_counter() - start
                 self.hook_s += took
                 self._inside = False
-                if self._opened is not None and not self._over:
-                    row = self.per_hook.setdefault(self._arm, {}).setdefault(name, [0, 0.0, 0])
-                    row[0] += 1
-                    row[1] += took
-                    row[2] += took > SLOW_S
+                self._count(name, took)
 
         name = getattr(hook, "__name__", "hook")
         return run
+
+    def _count(self, name: str, took: float) -> None:
+        """One call of hook or part `name` in the open block's arm (none outside blocks or after
+        the run's end): [calls, seconds, calls over SLOW_S]."""
+        if self._opened is not None and not self._over:
+            row = self.per_hook.setdefault(self._arm, {}).setdefault(name, [0, 0.0, 0])
+            row[0] += 1
+            row[1] += took
+            row[2] += took > SLOW_S
 
     def run_ends(self) -> None:
         """The run's end: what the instrument does now (its flush waits 0.25 s for NCCL's last
@@ -139,13 +144,8 @@ class CostAB:
             try:
                 return method(*args, **kwargs)
             finally:
-                if self._opened is not None and not self._over:
-                    took = time.perf_counter() - start
-                    key = name if threading.get_ident() == main else f"{name}@autograd"
-                    row = self.per_hook.setdefault(self._arm, {}).setdefault(key, [0, 0.0, 0])
-                    row[0] += 1
-                    row[1] += took
-                    row[2] += took > SLOW_S
+                took = time.perf_counter() - start
+                self._count(name if threading.get_ident() == main else f"{name}@autograd", took)
 
         return run
 
