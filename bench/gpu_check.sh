@@ -286,7 +286,7 @@ print(f'memory_sample on {torch.cuda.get_device_name()}: {(time.perf_counter() -
 
 ab() {  # issue 27: the rank-side layer's cost inside one run per workload, engaged vs bypassed blocks (bench/overhead_ab.py)
   timeout ${AB_TIMEOUT:-560} $PY bench/overhead_ab.py --workloads ${AB_WORKLOADS:-demo,gpt} --nproc "$N" \
-    --block-s ${AB_BLOCK_S:-0.5} --blocks ${AB_BLOCKS:-200} --arms ${AB_ARMS:-on,off} --self-check "${AB_CHECK:-}" --timeout ${AB_RUN_TIMEOUT:-400} ${AB_PARTS:+--parts} \
+    --block-s ${AB_BLOCK_S:-0.001} --blocks ${AB_BLOCKS:-2000} --arms ${AB_ARMS:-on,off,aa,busy} --self-check "${AB_CHECK:-}" --timeout ${AB_RUN_TIMEOUT:-400} ${AB_PARTS:+--parts} \
     --json-out "$OUT/ab_${AB_TAG:-1}.json" 2>&1 | tee -a "$OUT/ab.txt" | grep -v "^\s*$" | tail -40
 }
 

@@ -9,8 +9,16 @@ of the same group; the groups' ratios give a median with a bootstrap 95% interva
 (ddptop.analysis.cost_ab). Machine drift cancels inside a group; whole-run noise (5-10% on
 the lent GPU machines) never enters.
 
+Blocks are one step long by default (BLOCK_S 0.001 is shorter than any step): the scripts'
+step times drift slowly (on the lent machines a step's time correlates 0.75-0.9 with the
+next's and still ~0.4 with the one 12 steps on), so the closer in time two arms' steps are,
+the more of the drift their ratio cancels. Cut one run's steps into blocks of L steps and the
+A/A interval widens with L: 0.3-0.5% at L = 1, 1.5-2% at L = 12 (`bench/ab_block_length.py`,
+docs/BENCHMARKS.md). The switch between arms (hooks removed or put back) happens between two
+stamps, in no block's time.
+
     python bench/overhead_ab.py --workloads demo,gpt,gpt-compile,hf,lightning --nproc 2 \
-        --block-s 0.5 --blocks 200 [--arms on,off] [--self-check demo] [--json-out ab.json]
+        --blocks 2000 --arms on,off,aa,busy [--self-check demo] [--json-out ab.json]
 
 What it does not see, by design: the launch environment (NCCL_DEBUG, the flight recorder,
 TORCH_NCCL_ENABLE_TIMING, the sitecustomize import): bench/nccl_timing_cost.py measures NCCL's
@@ -118,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workloads", default="demo")
     p.add_argument("--nproc", type=int, default=2)
-    p.add_argument("--block-s", type=float, default=0.5)
+    p.add_argument("--block-s", type=float, default=0.001,
+                   help="seconds a block; the default, shorter than any step, makes every block one step")
     p.add_argument("--blocks", type=int, default=200, help="blocks per run (all arms together)")
     p.add_argument("--arms", default="on,off")
     p.add_argument("--self-check", default="", help="workloads also run with arms off,aa,busy")

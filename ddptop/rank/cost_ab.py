@@ -2,7 +2,8 @@
 
 After warmup and a short calibration the run's steps are cut into blocks of about S seconds
 (the same number of steps on every rank: rank 0 decides and tells the others through the
-process group's store). Each group of blocks runs every arm once, in a random order that every
+process group's store); an S shorter than a step makes blocks of one step, the arms then
+alternate step by step (bench/overhead_ab.py's default: the step-to-step drift cancels best). Each group of blocks runs every arm once, in a random order that every
 rank draws from the same seed:
     on    the rank-side layer engaged, as in any run
     off   bypassed: every hook that can be removed is removed, the optimizer hooks only count
