@@ -40,7 +40,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from ddptop.analysis.cost_ab import analyse, verdict  # noqa: E402
+from ddptop.analysis.cost_ab import analyse, verdicts  # noqa: E402
 
 PY = sys.executable
 BIG = "1000000"  # a script's own step count: the cost blocks end the run
@@ -72,11 +72,12 @@ def run_one(name: str, args: argparse.Namespace, arms: str, runs_dir: str) -> di
     except (ValueError, IndexError):
         pass
     costs = analyse(results)
+    said = verdicts(costs, args.busy_pct)
     out = {"workload": name, "arms": arms, "rc": proc.returncode, "wall_s": round(wall, 1),
            "status": summary.get("status"), "model": summary.get("model"), "ranks": len(results),
            "steps_per_block": results[0]["steps_per_block"] if results else None,
            "blocks": len(results[0]["blocks"]) if results else 0, "device": results[0]["device"] if results else None,
-           "costs": [c.as_dict() | {"verdict": verdict(c, args.busy_pct)} for c in costs], "raw": results}
+           "costs": [c.as_dict() | {"verdict": said[c.arm]} for c in costs], "raw": results}
     if not results:
         out["tail"] = (proc.stdout + proc.stderr)[-3000:]
     return out

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptop.analysis.cost_ab import analyse, median_ci, verdict
+from ddptop.analysis.cost_ab import analyse, median_ci, verdict, verdicts
 from ddptop.rank.attach import flight_recorder_env
 from ddptop.rank.cost_ab import CostAB
 
@@ -39,6 +39,21 @@ def test_a_known_cost_is_read_back_within_its_interval_and_identical_arms_read_o
     assert busy.ratio.hi < 1.0
     assert "within" in verdict(on) and "NOT" not in verdict(on)
     assert "reads 1.000" in verdict(aa) and "is seen" in verdict(busy)
+
+
+def test_the_engaged_verdict_stands_only_where_the_runs_own_checks_pass():
+    good = analyse([{"rank": r, "blocks": blocks_with({"on": 1.001, "off": 1.0, "aa": 1.0, "busy": 1.005}, 150, 0.002, r)}
+                    for r in range(2)])
+    assert "NOT TRUSTED" not in verdicts(good)["on"]
+    # identical arms that differ by 1% (a run noisier than its intervals): the engaged verdict is withdrawn
+    bad = analyse([{"rank": r, "blocks": blocks_with({"on": 1.001, "off": 1.0, "aa": 1.01}, 150, 0.002, r)}
+                   for r in range(2)])
+    said = verdicts(bad)
+    assert "within" in said["on"] and "NOT TRUSTED: this run's own check failed (aa read 0.99" in said["on"]
+    assert "off by more than 0.002" in said["aa"]
+    unseen = analyse([{"rank": r, "blocks": blocks_with({"on": 1.0, "off": 1.0, "busy": 1.0}, 150, 0.002, r)}
+                      for r in range(2)])
+    assert "NOT TRUSTED" in verdicts(unseen)["on"] and "busy read" in verdicts(unseen)["on"]
 
 
 def test_drift_between_groups_cancels_in_the_pairs():

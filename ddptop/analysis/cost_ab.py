@@ -154,3 +154,16 @@ def verdict(cost: ArmCost, busy_pct: float = 0.5) -> str:
         typical = t.median >= 0.995 and t.lo >= 0.99
         line += f"; on the typical step {'within' if typical else 'NOT within'} 0.5% ({t.median:.4f} [{t.lo:.4f}, {t.hi:.4f}])"
     return line
+
+
+def verdicts(costs: list[ArmCost], busy_pct: float = 0.5) -> dict[str, str]:
+    """Each arm's verdict; the engaged arm's stands only where the same run's own checks
+    passed (A/A within ±0.002, the busy wait seen): a run whose identical arms differ has
+    intervals narrower than its noise, whatever they say about the layer."""
+    out = {c.arm: verdict(c, busy_pct) for c in costs}
+    failed = [c for c in costs if (c.arm == "aa" and abs(c.ratio.median - 1.0) > 0.002)
+              or (c.arm == "busy" and not c.ratio.hi < 1.0)]
+    if "on" in out and failed:
+        why = ", ".join(f"{c.arm} read {c.ratio.median:.4f}" for c in failed)
+        out["on"] += f"; NOT TRUSTED: this run's own check failed ({why})"
+    return out
