@@ -13,7 +13,7 @@ Blocks are one step long by default (BLOCK_S 0.001 is shorter than any step): th
 step times drift slowly (on the lent machines a step's time correlates 0.75-0.9 with the
 next's and still ~0.4 with the one 12 steps on), so the closer in time two arms' steps are,
 the more of the drift their ratio cancels. Cut one run's steps into blocks of L steps and the
-A/A interval widens with L: 0.3-0.5% at L = 1, 1.5-2% at L = 12 (`bench/ab_block_length.py`,
+A/A interval widens with L: 0.2-0.6% wide at L = 1, 1.5-3.5% at L = 12 (`bench/ab_block_length.py`,
 docs/BENCHMARKS.md). The switch between arms (hooks removed or put back) happens between two
 stamps, in no block's time.
 
