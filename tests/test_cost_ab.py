@@ -173,6 +173,12 @@ def test_a_real_run_of_an_unchanged_script_times_blocks_on_both_ranks_and_ends_a
     assert [b["arm"] for b in r0["blocks"]] == [b["arm"] for b in r1["blocks"]]
     assert len(r0["blocks"]) == 8 and all(b["ms"] > 0 and b["steps"] == r0["steps_per_block"] for b in r0["blocks"])
     assert {c.arm for c in analyse([r0, r1])} == {"on", "aa", "busy"}
+    # the run itself says what the layer cost, in its summary and its closing lines
+    cost = summary["cost"]
+    assert [a["arm"] for a in cost["arms"]] == ["on", "aa", "busy"] and cost["groups"] == 2
+    assert all(a["verdict"] for a in cost["arms"]) and cost["step_ms"] > 0
+    assert "ddptop's own cost (engaged vs bypassed inside this run, 2 groups" in res.stdout
+    assert res.stdout.count(" us a step per rank [") == 3
     # the run stopped itself after its blocks, on both ranks at the same step, and says why
     last = [r["last_step"] for r in summary["ranks"]]
     assert last[0] == last[1] < 100000

@@ -11,49 +11,12 @@ from __future__ import annotations
 
 import random
 import statistics
-from dataclasses import dataclass
 from typing import Any
+
+from ddptop.model.cost import ArmCost, Estimate, RunCost
 
 BOOTSTRAP = 4000
 SEED = 7
-
-
-@dataclass(frozen=True)
-class Estimate:
-    median: float
-    lo: float  # bootstrap 95% interval of the median
-    hi: float
-    n: int  # groups
-
-    def as_dict(self) -> dict[str, float]:
-        return {"median": self.median, "lo": self.lo, "hi": self.hi, "n": self.n}
-
-
-@dataclass(frozen=True)
-class ArmCost:
-    arm: str  # compared with "off"
-    ratio: Estimate  # off's ms per step / this arm's: the arm's throughput relative to off (1: no cost)
-    ms_per_step: Estimate  # this arm's ms per step minus off's, per rank
-    cpu_us_per_step: Estimate  # process CPU time per step (all threads) minus off's, per rank
-    step_ms: float  # off's median ms per step
-    injected_ms: float | None = None  # busy: the spins' own time per step, as timed in the rank
-    # the same on each block's median step (the typical step: a rare long step, whoever caused
-    # it, moves the mean, not this), where the ranks stamped every step
-    typical: Estimate | None = None
-    hook_us_per_step: Estimate | None = None  # host time inside the layer's hooks, minus off's
-    gc: dict[str, float] | None = None  # collections per 1000 steps and their ms per step, per arm
-
-    def as_dict(self) -> dict[str, Any]:
-        out = {"arm": self.arm, "ratio": self.ratio.as_dict(), "ms_per_step": self.ms_per_step.as_dict(),
-               "cpu_us_per_step": self.cpu_us_per_step.as_dict(), "step_ms": self.step_ms,
-               "injected_ms": self.injected_ms}
-        if self.typical is not None:
-            out["typical_ratio"] = self.typical.as_dict()
-        if self.hook_us_per_step is not None:
-            out["hook_us_per_step"] = self.hook_us_per_step.as_dict()
-        if self.gc is not None:
-            out["gc"] = self.gc
-        return out
 
 
 def median_ci(values: list[float], seed: int = SEED) -> Estimate:
@@ -112,6 +75,8 @@ def analyse(results: list[dict[str, Any]]) -> list[ArmCost]:
     """Each arm but off, against off in the same group."""
     groups = group_means(results)
     arms = sorted({arm for g in groups.values() for arm in g if arm != "off"}, key=["on", "aa", "busy"].index)
+    # blocks of one step: a block's median step is the block (the typical-step figure would repeat the ratio)
+    several = any((b.get("steps") or 0) > 1 for r in results for b in r.get("blocks", []))
     off_ms = [g["off"]["ms"] for g in groups.values() if "off" in g]
     spins = [b["busy_ms"] / b["steps"] for r in results for b in r.get("blocks", []) if b.get("busy_ms") and b["steps"]]
     out = []
@@ -125,7 +90,7 @@ def analyse(results: list[dict[str, Any]]) -> list[ArmCost]:
             cpu_us_per_step=_paired(pairs, "cpu", scale=1000.0) or empty,
             step_ms=statistics.median(off_ms) if off_ms else float("nan"),
             injected_ms=statistics.median(spins) if arm == "busy" and spins else None,
-            typical=_paired(pairs, "typical", ratio=True),
+            typical=_paired(pairs, "typical", ratio=True) if several else None,
             hook_us_per_step=_paired(pairs, "hook", scale=1000.0),
             gc={"arm": _gc(groups, arm)["per_1000_steps"], "off": _gc(groups, "off")["per_1000_steps"],
                 "arm_ms_per_step": _gc(groups, arm)["ms_per_step"], "off_ms_per_step": _gc(groups, "off")["ms_per_step"]},
@@ -167,3 +132,10 @@ def verdicts(costs: list[ArmCost], busy_pct: float = 0.5) -> dict[str, str]:
         why = ", ".join(f"{c.arm} read {c.ratio.median:.4f}" for c in failed)
         out["on"] += f"; NOT TRUSTED: this run's own check failed ({why})"
     return out
+
+
+def run_summary(costs: list[ArmCost], busy_pct: float = 0.5) -> RunCost | None:
+    """The run's cost from analyse()'s arms (None: no blocks)."""
+    if not costs:
+        return None
+    return RunCost(max(c.ratio.n for c in costs), costs[0].step_ms, list(costs), verdicts(costs, busy_pct))

@@ -180,7 +180,7 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
         f"(after {summary['warmup']} warmup steps)"
     )
     lines = [head, *script_ddp_lines(summary), rates, ranks_table(summary)]
-    lines += comm_lines(summary) + eval_lines(summary)
+    lines += comm_lines(summary) + eval_lines(summary) + cost_lines(summary)
     verdict = summary.get("straggler_check") or summary.get("straggler")  # older summaries: the latter
     if verdict:
         lines.append(verdict["text"])
@@ -226,6 +226,20 @@ def closing_lines(state: RunState, run_dir: str | os.PathLike[str], summary: dic
     """What a finished run prints last, headless or after the TUI: status, the final
     table, where the records are."""
     return final_report(summary if summary is not None else state.summary(), str(run_dir))
+
+
+def cost_lines(summary: dict[str, Any]) -> list[str]:
+    """`--set cost_ab`: what ddptop's rank-side layer cost this run, each arm against bypassed."""
+    cost = summary.get("cost")
+    if not cost:
+        return []
+    lines = [f"ddptop's own cost (engaged vs bypassed inside this run, {cost['groups']} groups, "
+             f"bypassed step {cost['step_ms']:.2f} ms):"]
+    for arm in cost["arms"]:
+        r, ms = arm["ratio"], arm["ms_per_step"]
+        lines.append(f"  {arm['arm']:<4} {1000 * ms['median']:+.0f} us a step per rank [{1000 * ms['lo']:+.0f}, "
+                     f"{1000 * ms['hi']:+.0f}], ratio {r['median']:.4f} [{r['lo']:.4f}, {r['hi']:.4f}]: {arm['verdict']}")
+    return lines
 
 
 def eval_lines(summary: dict[str, Any]) -> list[str]:

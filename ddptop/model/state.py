@@ -18,6 +18,7 @@ from ddptop.hw.topology import TopologyMatrix
 from ddptop.model import figures, straggler
 from ddptop.model.advice import Advice
 from ddptop.model.capture import Capture
+from ddptop.model.cost import RunCost
 from ddptop.model.figures import STALL_MIN_S, STALL_STEPS, RankFigures, RankWindow
 from ddptop.model.nccl_facts import NcclFacts
 from ddptop.model.rank_state import RECENT, Histogram, RankState
@@ -121,6 +122,7 @@ class RunState:
     straggler_verdict: Verdict = field(default_factory=Verdict)
     captures: dict[int, Capture] = field(default_factory=dict)  # by id
     nsys: dict[str, Any] | None = None  # what nsys wrote and its stats, after an nsys run
+    cost: RunCost | None = None  # --set cost_ab: what the rank-side layer cost this run
     command: list[str] | None = None  # the user's own script (None: ddptop's trainer)
 
     def __post_init__(self) -> None:
@@ -356,6 +358,7 @@ class RunState:
             "advice": self.advice.to_dict() if self.advice is not None else None,
             "captures": [c.to_dict() for c in self.captures.values()],
             "nsys": self.nsys,
+            "cost": self.cost.to_dict() if self.cost is not None else None,
             "dropped_frames": dict(self.dropped),
             "refused_connections": self.refused,
             "ranks": [rank_summary(self.ranks[r], self.world_size) for r in sorted(self.ranks)],

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from ddptop.analysis.capture import Capture
+from ddptop.analysis.cost_ab import analyse, run_summary
 from ddptop.hw.hardware import HardwareSampler
 from ddptop.model.config import RunConfig
 from ddptop.model.failures import last_exception
@@ -30,6 +31,7 @@ from ddptop.model.state import RunState
 from ddptop.run import outcome
 from ddptop.run.capture_pipeline import CapturePipeline, agreed_step
 from ddptop.run.collector import Collector
+from ddptop.run.cost_files import read_cost_blocks
 from ddptop.run.hub import Hub
 from ddptop.run.launcher import SOCKET_DIR_PREFIX, Launcher, build_plan, remove_stale_socket_dirs
 from ddptop.run.multinode import hub_bind_host, join_instructions
@@ -184,7 +186,16 @@ class Session:
         await self.capture_pipeline.drain()
         await self.capture_pipeline.nsys_stats()
         self.watchdog.poll_logs()
+        if self.config.cost_ab > 0:
+            await self._read_costs()
         self._finish(rc)
+
+    async def _read_costs(self) -> None:
+        """`--set cost_ab`: what the rank-side layer cost this run, from the ranks' blocks."""
+        results, problems = read_cost_blocks(self.run_dir, self.state.world_size)
+        self.state.notes.extend(problems)
+        costs = await asyncio.to_thread(analyse, results)  # a few seconds of bootstrap
+        self.state.cost = run_summary(costs, self.config.cost_ab_busy_pct)
 
     async def _close(self) -> None:
         if self.launcher is not None:

@@ -25,6 +25,7 @@ from ddptop.analysis.nccl import (
 )
 from ddptop.hw.samples import GpuProcess, GpuSample, GpuStat
 from ddptop.hw.topology import TopologyMatrix, TopoReading
+from ddptop.model.cost import ArmCost, Estimate, RunCost
 from ddptop.model.state import LOG_LINES, RECENT, Histogram, RankState, RunState, Stall
 from ddptop.model.straggler import Finding, Verdict
 from ddptop.viewer_wire.decode_checks import SCALARS, Dec, bad, int_keys, scalar_types
@@ -80,7 +81,8 @@ _PINNED: dict[tuple[type, str], Any] = {
 _BLANK: dict[tuple[type, str], Any] = {(Hello, "token"): ""}
 
 _CLASSES = (RunState, RankState, Hello, Stall, Verdict, Finding, Capture, GpuSample, GpuStat, GpuProcess, TopologyMatrix,
-            TopoReading, NcclReport, Communicator, RankInfo, Transport, TreeNode, CollectiveStat, Advice)
+            TopoReading, NcclReport, Communicator, RankInfo, Transport, TreeNode, CollectiveStat, Advice,
+            RunCost, ArmCost, Estimate)
 
 
 def _many(tp: Any, path: str) -> Callable[[Iterable[Any], str], list[Any]]:

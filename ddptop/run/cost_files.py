@@ -1,0 +1,39 @@
+"""The cost blocks the ranks wrote (`--set cost_ab=S`, ddptop.rank.cost_ab): read back at the
+run's end for the summary. A rank is trusted for its own file only: one whose name and content
+disagree, or that is not a JSON object of blocks, is left out and said."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+MAX_BYTES = 64 << 20  # 2,000 one-step blocks are ~0.4 MB a rank
+NAME = re.compile(r"rank(\d+)\.json")
+
+
+def read_cost_blocks(run_dir: Path, world_size: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each rank's blocks, and what was left out and why."""
+    results: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for path in sorted((run_dir / "cost_ab").glob("rank*.json")):
+        name = NAME.fullmatch(path.name)
+        if name is None:
+            continue
+        rank = int(name.group(1))
+        try:
+            if path.stat().st_size > MAX_BYTES:
+                raise ValueError(f"over {MAX_BYTES >> 20} MiB")
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict) or data.get("rank") != rank or not isinstance(data.get("blocks"), list):
+                raise ValueError("not this rank's blocks")
+            if not 0 <= rank < max(world_size, 1):
+                raise ValueError(f"rank {rank} is outside the world of {world_size}")
+            if not all(isinstance(b, dict) for b in data["blocks"]):
+                raise ValueError("a block is not an object")
+        except (OSError, ValueError) as exc:  # json's errors are ValueErrors
+            problems.append(f"cost_ab/{path.name} left out: {exc}")
+            continue
+        results.append(data)
+    return results, problems
