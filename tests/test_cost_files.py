@@ -50,6 +50,7 @@ def test_the_summary_and_its_closing_lines_say_each_arm_with_its_verdict():
     json.dumps(cost, allow_nan=False)  # strict JSON
     lines = cost_lines({"cost": cost})
     assert lines[0].startswith("ddptop's own cost (engaged vs bypassed inside this run, 30 groups")
+    assert "the figures above are the engaged steps', 1 in 3 of the measured steps" in lines[0]
     assert lines[1].startswith("  on   +200 us a step per rank [+200, +200], ratio 0.98")
     assert run_summary([]) is None and cost_lines({"cost": None}) == []
 

@@ -233,8 +233,10 @@ def cost_lines(summary: dict[str, Any]) -> list[str]:
     cost = summary.get("cost")
     if not cost:
         return []
+    arms = len(cost["arms"]) + 1  # and off
     lines = [f"ddptop's own cost (engaged vs bypassed inside this run, {cost['groups']} groups, "
-             f"bypassed step {cost['step_ms']:.2f} ms):"]
+             f"bypassed step {cost['step_ms']:.2f} ms; the figures above are the engaged steps', "
+             f"1 in {arms} of the measured steps):"]
     for arm in cost["arms"]:
         r, ms = arm["ratio"], arm["ms_per_step"]
         lines.append(f"  {arm['arm']:<4} {1000 * ms['median']:+.0f} us a step per rank [{1000 * ms['lo']:+.0f}, "
