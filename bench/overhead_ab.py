@@ -18,7 +18,7 @@ docs/BENCHMARKS.md). The switch between arms (hooks removed or put back) happens
 stamps, in no block's time.
 
     python bench/overhead_ab.py --workloads demo,gpt,gpt-compile,hf,lightning --nproc 2 \
-        --blocks 2000 --arms on,off,aa,busy [--self-check demo] [--json-out ab.json]
+        --blocks 2000 [--arms on,off,aa,busy] [--self-check demo] [--json-out ab.json]
 
 What it does not see, by design: the launch environment (NCCL_DEBUG, the flight recorder,
 TORCH_NCCL_ENABLE_TIMING, the sitecustomize import): bench/nccl_timing_cost.py measures NCCL's
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-s", type=float, default=0.001,
                    help="seconds a block; the default, shorter than any step, makes every block one step")
     p.add_argument("--blocks", type=int, default=200, help="blocks per run (all arms together)")
-    p.add_argument("--arms", default="on,off")
+    p.add_argument("--arms", default="on,off,aa,busy")
     p.add_argument("--self-check", default="", help="workloads also run with arms off,aa,busy")
     p.add_argument("--busy-pct", type=float, default=0.5)
     p.add_argument("--parts", action="store_true", help="also time the hooks' parts (a diagnosis: it costs the on arm)")

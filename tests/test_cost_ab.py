@@ -210,7 +210,7 @@ class EventClock:
 
 
 def test_blocks_become_numbers_once_their_stamps_ran_and_give_their_events_back(monkeypatch):
-    cost = CostAB(FakeTorch, 0, {"cost_ab": 0.001, "warmup": 2}, lambda on: None)
+    cost = CostAB(FakeTorch, 0, {"cost_ab": 0.001, "cost_ab_arms": "on,off", "warmup": 2}, lambda on: None)
     clock = EventClock()
     cost.use_clock(clock, cuda=False)
     for step in range(60):  # a step is one stamp: 0.1 "ms", so blocks of 10 steps

@@ -106,11 +106,12 @@ class RunConfig:
     ddp_apply: str = ""
     script_steps: int = 0
     # ddptop's own cost, measured in the ranks (bench/overhead_ab.py): after warmup, blocks of
-    # about cost_ab seconds run each arm once in a random order: "on" (the rank-side layer
-    # engaged), "off" (bypassed), "aa" (bypassed again: the A/A check), "busy" (bypassed plus a
-    # cost_ab_busy_pct % busy wait: the calibration); blocks go to <run dir>/cost_ab/. 0: off.
+    # about cost_ab seconds (shorter than a step: one step) run each arm once in a random order:
+    # "on" (the rank-side layer engaged), "off" (bypassed), "aa" (bypassed again: the A/A check),
+    # "busy" (bypassed plus a cost_ab_busy_pct % busy wait: the calibration); blocks go to
+    # <run dir>/cost_ab/, the verdict to the summary's `cost`. 0: off.
     cost_ab: float = 0.0
-    cost_ab_arms: str = "on,off"
+    cost_ab_arms: str = "on,off,aa,busy"  # the checks by default: a verdict stands only where they pass
     cost_ab_blocks: int = 0  # the run stops after this many blocks (0: at the script's own end)
     cost_ab_busy_pct: float = 0.5
     cost_ab_parts: bool = False  # also time the hooks' parts (tracker, clock...): a diagnosis, it costs ~1.5 us a call

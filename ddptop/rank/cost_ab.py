@@ -50,7 +50,7 @@ class CostAB:
         self.torch = torch
         self.rank = rank
         self.block_s = float(settings.get("cost_ab") or 0.0)
-        arms = [a.strip() for a in str(settings.get("cost_ab_arms") or "on,off").split(",") if a.strip()]
+        arms = [a.strip() for a in str(settings.get("cost_ab_arms") or "on,off,aa,busy").split(",") if a.strip()]
         self.arms = [a for a in arms if a in ARMS] or ["on", "off"]
         self.max_blocks = int(settings.get("cost_ab_blocks") or 0)
         self.busy_pct = float(settings.get("cost_ab_busy_pct") or 0.5)
