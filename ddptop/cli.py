@@ -56,6 +56,10 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("--capture", action="append", default=[], metavar="STEP:COUNT",
                    help="profile COUNT steps from STEP on every rank (repeatable); on a live headless run "
                    "`kill -USR1 <ddptop pid>` captures 3 steps")
+    p.add_argument("--cost", nargs="?", type=int, const=2000, metavar="STEPS",
+                   help="measure what ddptop itself costs this run: after warmup, STEPS steps (default 2000) "
+                   "alternate between the rank-side layer engaged and bypassed, with an A/A and a 0.5%% "
+                   "spin as checks; then the run stops and prints the verdict")
     p.add_argument("--profiler", choices=("auto", "torch", "nsys"), default="auto",
                    help="capture with nsys (auto: when nsys is found) or torch.profiler")
     p.add_argument("--nsys-path", help="nsys binary to use for captures")
@@ -188,6 +192,11 @@ def build_config(args: argparse.Namespace, script: bool = False) -> RunConfig:
         changes["warmup"] = min(base.warmup, max(args.steps, 0) // 4)
     base = base.with_changes(**{k: v for k, v in changes.items() if v is not None})
     config = preset_config(args.preset or ("asis" if script else "baseline"), base)
+    cost = getattr(args, "cost", None)
+    if cost is not None:  # one-step blocks (shorter than any step); --set may still change either
+        if cost < 1:
+            raise UsageError(f"--cost wants a number of steps, 1 or more, got {cost}")
+        config = config.with_changes(cost_ab=0.001, cost_ab_blocks=cost)
     return apply_overrides(config, args.overrides)
 
 

@@ -107,3 +107,23 @@ def test_cli_refuses_a_dangerous_nccl_env_with_one_line(name):
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and res.stdout == ""
     assert len(res.stderr.strip().splitlines()) == 1 and "is not allowed" in res.stderr
+
+
+def test_cost_flag_sets_one_step_blocks_with_the_checks_and_bad_counts_are_one_line_errors(tmp_path):
+    import argparse
+    import subprocess
+    import sys
+
+    from ddptop.cli import build_config
+
+    base = {"nproc": 2, "steps": None, "warmup": None, "batch_size": None, "model": None, "preset": None,
+            "overrides": []}
+    config = build_config(argparse.Namespace(**base, cost=500), script=True)
+    assert (config.cost_ab, config.cost_ab_blocks, config.cost_ab_arms) == (0.001, 500, "on,off,aa,busy")
+    config = build_config(argparse.Namespace(**base | {"overrides": ["cost_ab_arms=on,off"]}, cost=500), script=True)
+    assert config.cost_ab_arms == "on,off"  # --set still has the last word
+    assert build_config(argparse.Namespace(**base, cost=None)).cost_ab == 0.0
+    res = subprocess.run([sys.executable, "-m", "ddptop", "--headless", "--runs-dir", str(tmp_path / "runs"),
+                          "--cost", "0"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and res.stdout == "" and not (tmp_path / "runs").exists()
+    assert res.stderr.strip().splitlines() == ["ddptop: error: --cost wants a number of steps, 1 or more, got 0"]

@@ -160,7 +160,7 @@ def test_a_real_run_of_an_unchanged_script_times_blocks_on_both_ranks_and_ends_a
     import subprocess
 
     cmd = [sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(tmp_path), "--nproc", "2",
-           "--warmup", "3", "--set", "cost_ab=0.05", "--set", "cost_ab_blocks=8", "--set", "cost_ab_arms=on,off,aa,busy",
+           "--warmup", "3", "--cost", "8",  # 8 one-step blocks, arms on, off, aa, busy: two groups
            "--", sys.executable, str(HERE / "scripts" / "plain_ddp.py"), "--steps", "100000"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
