@@ -56,6 +56,19 @@ def test_the_engaged_verdict_stands_only_where_the_runs_own_checks_pass():
     assert "NOT TRUSTED" in verdicts(unseen)["on"] and "busy read" in verdicts(unseen)["on"]
 
 
+def test_the_verdict_says_within_over_or_neither_shown():
+    from ddptop.model.cost import ArmCost, Estimate
+
+    def on(median, lo, hi):
+        e = Estimate(median, lo, hi, 100)
+        return ArmCost("on", e, e, e, 20.0)
+
+    assert verdict(on(0.998, 0.995, 1.001)) == "cost within 0.5% (median ≥ 0.995 and lower bound ≥ 0.99)"
+    assert verdict(on(0.985, 0.980, 0.990)).startswith("cost NOT within 0.5% (the whole interval is below 0.995)")
+    wide = verdict(on(1.000, 0.970, 1.030))  # a noisy run: nothing shown either way
+    assert wide.startswith("cost not shown within 0.5% nor over it") and "reaches 1.0300" in wide
+
+
 def test_drift_between_groups_cancels_in_the_pairs():
     # the machine slows 40% over the run; pairs inside a group still read the true cost
     blocks = []
