@@ -48,10 +48,14 @@ def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001
 
 
 def pytest_collection_modifyitems(config, items):  # noqa: ARG001
-    """Real end-to-end runs (torchrun, gloo, a loaded 2-core CI box) get one more try:
+    """Real end-to-end runs (torchrun, gloo, a loaded 2-core CI box) get two more tries:
     CI has caught races of the machine (torchrun's own failure report missing once, gloo
-    aborting a crashed rank in teardown) that no code change here made. A rerun shows as `R`
-    in the output and a test that fails twice still fails. Unit tests get no second try."""
+    aborting a rank in teardown) that no code change here made. The gloo abort ("terminate
+    called without an active exception", SIGABRT after the script's last line, barrier and
+    destroy_process_group included) hits plain torchrun too: 2026-11-26, the plain run of
+    tests/scripts/no_optimizer.py in test_script_truth aborted so, 1 in ~8 loaded runs, as did
+    ddptop's run of replicate_composable.py. A rerun shows as `R` in the output and a test that
+    fails three times still fails. Unit tests get no second try."""
     for item in items:
         if item.get_closest_marker("e2e") is not None:
-            item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=1))
+            item.add_marker(pytest.mark.flaky(reruns=2, reruns_delay=1))
