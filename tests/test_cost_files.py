@@ -63,3 +63,16 @@ def test_a_run_cost_travels_to_a_viewer_with_the_rest_of_the_state():
     state.cost = run_summary(analyse([blocks(0), blocks(1)]))
     back = vp.load_state(vp.dump_state(state))
     assert back.cost == state.cost and back.summary()["cost"] == state.summary()["cost"]
+
+
+def test_a_malformed_block_is_said_and_never_raised_into_the_runs_end():
+    from ddptop.run.cost_files import cost_of
+
+    good = blocks(0)
+    cost, problem = cost_of([good, blocks(1)], 0.5)
+    assert cost is not None and problem is None
+    for bad in ({"group": 1, "arm": "on", "steps": 1}, {"group": "x", "arm": "on", "steps": 1, "ms": 1},
+                {"group": 1, "arm": "zz", "steps": 1, "ms": 1}, {"group": 1, "arm": "on", "steps": 1, "ms": None}):
+        cost, problem = cost_of([good, {"rank": 1, "blocks": [bad]}], 0.5)
+        assert cost is None and problem.startswith("ddptop's cost not measured: a rank's cost blocks are malformed")
+    assert cost_of([], 0.5) == (None, None)

@@ -9,6 +9,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ddptop.analysis.cost_ab import analyse, run_summary
+from ddptop.model.cost import RunCost
+
 MAX_BYTES = 64 << 20  # 2,000 one-step blocks are ~0.4 MB a rank
 NAME = re.compile(r"rank(\d+)\.json")
 
@@ -37,3 +40,12 @@ def read_cost_blocks(run_dir: Path, world_size: int) -> tuple[list[dict[str, Any
             continue
         results.append(data)
     return results, problems
+
+
+def cost_of(results: list[dict[str, Any]], busy_pct: float) -> tuple[RunCost | None, str | None]:
+    """The run's cost from the ranks' blocks, or why there is none: a block not as a rank
+    writes it (a field missing or of another type) is said, never raised into the run's end."""
+    try:
+        return run_summary(analyse(results), busy_pct), None
+    except (AttributeError, KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        return None, f"ddptop's cost not measured: a rank's cost blocks are malformed ({type(exc).__name__}: {exc})"

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 from ddptop.analysis.capture import Capture
-from ddptop.analysis.cost_ab import analyse, run_summary
 from ddptop.hw.hardware import HardwareSampler
 from ddptop.model.config import RunConfig
 from ddptop.model.failures import last_exception
@@ -31,7 +30,7 @@ from ddptop.model.state import RunState
 from ddptop.run import outcome
 from ddptop.run.capture_pipeline import CapturePipeline, agreed_step
 from ddptop.run.collector import Collector
-from ddptop.run.cost_files import read_cost_blocks
+from ddptop.run.cost_files import cost_of, read_cost_blocks
 from ddptop.run.hub import Hub
 from ddptop.run.launcher import SOCKET_DIR_PREFIX, Launcher, build_plan, remove_stale_socket_dirs
 from ddptop.run.multinode import hub_bind_host, join_instructions
@@ -194,8 +193,10 @@ class Session:
         """`--set cost_ab`: what the rank-side layer cost this run, from the ranks' blocks."""
         results, problems = read_cost_blocks(self.run_dir, self.state.world_size)
         self.state.notes.extend(problems)
-        costs = await asyncio.to_thread(analyse, results)  # a few seconds of bootstrap
-        self.state.cost = run_summary(costs, self.config.cost_ab_busy_pct)
+        # a few seconds of bootstrap, off the event loop
+        self.state.cost, problem = await asyncio.to_thread(cost_of, results, self.config.cost_ab_busy_pct)
+        if problem:
+            self.state.notes.append(problem)
 
     async def _close(self) -> None:
         if self.launcher is not None:
