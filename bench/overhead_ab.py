@@ -29,7 +29,6 @@ removed, so they run in both arms. Exit codes: 0 every run gave blocks, 1 a run 
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import subprocess
@@ -40,7 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from ddptop.analysis.cost_ab import analyse, verdicts  # noqa: E402
+from ddptop.run.cost_files import read_cost_blocks  # noqa: E402
 
 PY = sys.executable
 BIG = "1000000"  # a script's own step count: the cost blocks end the run
@@ -65,19 +64,19 @@ def run_one(name: str, args: argparse.Namespace, arms: str, runs_dir: str) -> di
     t0 = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.timeout)
     wall = time.monotonic() - t0
-    results = [json.loads(Path(p).read_text()) for p in sorted(glob.glob(f"{runs_dir}/*/cost_ab/rank*.json"))]
+    run_dirs = sorted(Path(runs_dir).glob("*/cost_ab"))
+    results = read_cost_blocks(run_dirs[0].parent, args.nproc)[0] if run_dirs else []
     summary = {}
     try:
         summary = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         pass
-    costs = analyse(results)
-    said = verdicts(costs, args.busy_pct)
     out = {"workload": name, "arms": arms, "rc": proc.returncode, "wall_s": round(wall, 1),
            "status": summary.get("status"), "model": summary.get("model"), "ranks": len(results),
            "steps_per_block": results[0]["steps_per_block"] if results else None,
            "blocks": len(results[0]["blocks"]) if results else 0, "device": results[0]["device"] if results else None,
-           "costs": [c.as_dict() | {"verdict": said[c.arm]} for c in costs], "raw": results}
+           # the run analysed its own blocks at its end (ddptop.run.cost_files): its summary's cost
+           "costs": (summary.get("cost") or {}).get("arms") or [], "raw": results}
     if not results:
         out["tail"] = (proc.stdout + proc.stderr)[-3000:]
     return out

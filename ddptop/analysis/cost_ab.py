@@ -98,14 +98,23 @@ def analyse(results: list[dict[str, Any]]) -> list[ArmCost]:
     return out
 
 
+def check_passed(cost: ArmCost) -> bool:
+    """The method's own checks: the A/A reads 1.000 within ±0.002, the busy wait is seen
+    (its interval below 1); any other arm is no check."""
+    if cost.arm == "aa":
+        return abs(cost.ratio.median - 1.0) <= 0.002
+    if cost.arm == "busy":
+        return cost.ratio.hi < 1.0
+    return True
+
+
 def verdict(cost: ArmCost, busy_pct: float = 0.5) -> str:
     """One line on what the arm's interval says."""
     r = cost.ratio
     if cost.arm == "aa":
-        ok = abs(r.median - 1.0) <= 0.002
-        return f"A/A {'reads 1.000 within ±0.002' if ok else 'is off by more than 0.002'}"
+        return f"A/A {'reads 1.000 within ±0.002' if check_passed(cost) else 'is off by more than 0.002'}"
     if cost.arm == "busy":
-        seen = r.hi < 1.0
+        seen = check_passed(cost)
         pct = busy_pct if cost.injected_ms is None else 100 * cost.injected_ms / cost.step_ms
         got = cost.ms_per_step
         inside = cost.injected_ms is not None and got.lo <= cost.injected_ms <= got.hi
@@ -138,8 +147,7 @@ def verdicts(costs: list[ArmCost], busy_pct: float = 0.5) -> dict[str, str]:
     passed (A/A within ±0.002, the busy wait seen): a run whose identical arms differ has
     intervals narrower than its noise, whatever they say about the layer."""
     out = {c.arm: verdict(c, busy_pct) for c in costs}
-    failed = [c for c in costs if (c.arm == "aa" and abs(c.ratio.median - 1.0) > 0.002)
-              or (c.arm == "busy" and not c.ratio.hi < 1.0)]
+    failed = [c for c in costs if not check_passed(c)]
     if "on" in out and failed:
         why = ", ".join(f"{c.arm} read {c.ratio.median:.4f}" for c in failed)
         out["on"] += f"; NOT TRUSTED: this run's own check failed ({why})"
