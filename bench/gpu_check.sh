@@ -326,8 +326,10 @@ for r in d["ranks"]:
     print(f"  rank {r['rank']} steps {r['steps']} p50 {r['step_ms_p50']} comm p50 {r.get('comm_ms_p50')} (timed {r.get('comm_timed_steps')})"
           f" hook p50 {r.get('hook_ms_p50')} exposed p50 {r.get('exposed_comm_ms_p50')} share {r.get('comm_share')} busbw {r.get('busbw_gbps')}"
           f" | trace: timer {t.get('timer_comm_ms')} vs NCCL kernels {t.get('comm_ms')} = {t.get('timer_vs_trace')};"
-          f" hook {t.get('timer_hook_ms')} extra {t.get('hook_extra_ms')} | {(r.get('info') or {}).get('comm_timing')}")
+          f" hook {t.get('timer_hook_ms')} extra {t.get('hook_extra_ms')} | {(r.get('info') or {}).get('comm_timing')}"
+          f" | clock: {(r.get('info') or {}).get('comm_clock')}")
 PYEOF
+    grep -h "PROFILER\|Profiler" $(find "$RUNS/comm" -name 'nccl.*.log' -newer /tmp/comm.mark) 2>/dev/null | sed 's/^.*NCCL INFO //' | sort | uniq -c | head -5
   done
 }
 

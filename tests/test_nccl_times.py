@@ -195,3 +195,25 @@ def test_a_step_is_complete_when_its_count_of_all_reduces_is_reported(monkeypatc
     assert comm.with_nccl_times([{"step": 2}], flush=False) == []  # one of two: it waits
     group.hook(info(200.22, 1.0))
     assert [r["comm_ms"] for r in comm.with_nccl_times([], flush=False)] == pytest.approx([2.0])
+
+
+class FakeClock:
+    """ddptop.rank.kernel_clock.KernelClock's reading, as NcclTimes asks it."""
+
+    def __init__(self, kernels):
+        self.kernels, self.asked = kernels, []
+
+    def kernel_ms(self, issued, comm):
+        self.asked.append((issued, comm))
+        return self.kernels.pop(0), 7
+
+
+def test_the_kernels_own_time_replaces_nccls_span_where_the_plugin_has_it(monkeypatch):
+    monkeypatch.setenv("TORCH_NCCL_ENABLE_TIMING", "1")
+    group = Group()
+    times = NcclTimes.attach(dist_for(group), group)
+    times.clock = FakeClock([0.17, None])
+    group.hook(info(10.0, 0.19))  # NCCL's span: the kernel's launch included
+    group.hook(info(10.1, 0.21))
+    assert times.take(10.5) == pytest.approx([0.17, 0.21])  # no kernel record: the span stands in
+    assert times.clock.asked == [(10.0, None), (10.1, 7)]  # the group's communicator, once known

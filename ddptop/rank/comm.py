@@ -26,6 +26,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ddptop.rank.kernel_clock import KernelClock
+
 KNOWN_COMPRESSING = ("fp16_compress_hook", "bf16_compress_hook", "fp16_compress_wrapper", "bf16_compress_wrapper")
 
 
@@ -129,6 +131,10 @@ class NcclTimes:
         self.latest = float("-inf")  # host time the last reported collective was issued
         self.errors = 0
         self._allreduce: Any = None
+        # the kernels' own time where ddptop's NCCL profiler plugin runs (ddptop.rank.kernel_clock);
+        # NCCL's event span (launch latency included) for an all-reduce it has no record of
+        self.clock: KernelClock | None = None
+        self._comm: int | None = None  # the group's communicator, as the plugin names it
 
     @classmethod
     def attach(cls, dist: Any, pg: Any) -> NcclTimes | None:
@@ -176,5 +182,9 @@ class NcclTimes:
         out = []
         done = self._done
         while done and done[0][0] <= until:
-            out.append(done.popleft()[1])
+            issued, span_ms = done.popleft()
+            if self.clock is not None:
+                kernel_ms, self._comm = self.clock.kernel_ms(issued, self._comm)
+                span_ms = span_ms if kernel_ms is None else kernel_ms
+            out.append(span_ms)
         return out

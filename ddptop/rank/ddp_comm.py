@@ -15,6 +15,7 @@ from typing import Any
 
 from ddptop.rank.comm import CommTimer, NcclTimes
 from ddptop.rank.ddp_settings import ScriptDdp
+from ddptop.rank.kernel_clock import KernelClock
 from ddptop.rank.steps import StepTracker
 
 Guard = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -45,6 +46,9 @@ class DdpComm:
         self._closed_at: dict[int, float] = {}  # step -> host time it closed (steady clock)
         self._per_step = 0  # all-reduces of the last step known complete (a later one was reported)
         self._held: list[dict[str, Any]] = []  # records waiting for NCCL to report their all-reduces
+        self.clock: KernelClock | None = None  # ddptop's NCCL profiler plugin, where NCCL loaded it
+        self._clock_why: str | None = None  # why there is none (None: not looked for yet)
+        self._clock_said = False
 
     # --- a new DDP module -----------------------------------------------------------------
     def choose(self, ddp: Any, hook: tuple[Any, Any] | None) -> str | None:
@@ -92,6 +96,9 @@ class DdpComm:
         times = self.nccl_times.get(id(pg)) or NcclTimes.attach(self.torch.distributed, pg)
         if times is None:
             return False
+        if self._clock_why is None:
+            self.clock, self._clock_why = KernelClock.open()
+        times.clock = self.clock
         self.nccl_times[id(pg)] = times
         self._nccl_timed[id(ddp)] = 0 if hooked else sum(
             p.numel() * p.element_size() for p in ddp.module.parameters() if p.requires_grad)
@@ -152,13 +159,17 @@ class DdpComm:
             timer.timed = timed and key not in self._untimed
 
     def pause(self) -> None:
-        """No bucket is stamped while the instrument is bypassed (cost_ab)."""
+        """No bucket is stamped, no kernel either, while the instrument is bypassed (cost_ab)."""
         for timer in self.timers.values():
             timer.timed = False
+        if self.clock is not None:
+            self.clock.enable(False)
 
     def resume(self, step: int) -> None:
         """Engaged again at `step`: what NCCL reported meanwhile belongs to no record."""
         now = time.monotonic()
+        if self.clock is not None:
+            self.clock.enable(True)
         for times in self.nccl_times.values():
             times.take(now)
         self._closed_at.clear()
@@ -225,4 +236,21 @@ class DdpComm:
             per_step = list(self._nccl_timed.values())
             if all(per_step):
                 rec["comm_bytes"] = float(sum(per_step))
+            if not self._clock_said:
+                self._say_clock()
         return len(durations)
+
+    def _say_clock(self) -> None:
+        """Once the first timed step is in: whose clock its comm_ms is (the facts' comm_clock)."""
+        self._clock_said = True
+        clock = self.clock
+        if clock is not None and clock.matched:
+            how = ("the kernel's own time of each all-reduce (ddptop's NCCL profiler plugin: the "
+                   "GPU's clock at the kernel's start and end)")
+        else:
+            why = self._clock_why or ("NCCL did not load ddptop's profiler plugin: it needs NCCL >= "
+                                      "2.28 (profiler interface v5)" if clock is None or not clock.loaded()
+                                      else "ddptop's NCCL profiler plugin had no record of its all-reduces")
+            how = (f"NCCL's own timing of each all-reduce, start to end event: the kernel's launch "
+                   f"included ({why})")
+        self.send_facts({"comm_clock": how})

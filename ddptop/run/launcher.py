@@ -53,8 +53,10 @@ def build_plan(
     base_env: dict[str, str] | None = None,
     nsys: str | None = None,
     node: NodeOptions | None = None,
+    nccl_plugin: tuple[Path | None, str] = (None, ""),
 ) -> LaunchPlan:
-    """The torchrun command line and environment for this run (pure)."""
+    """The torchrun command line and environment for this run (pure). `nccl_plugin`: ddptop's
+    NCCL profiler plugin as built for the run (ddptop.run.nccl_plugin.build), or why there is none."""
     node = node or NodeOptions()
     argv = [python, "-m", "torch.distributed.run", *rendezvous_args(node)]
     argv += [
@@ -95,6 +97,11 @@ def build_plan(
         # NCCL times each collective itself (CUDA events around its kernels): the instrument
         # reads those times from a completion hook while DDP keeps its C++ all-reduce
         env.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
+        plugin, why = nccl_plugin
+        if plugin is not None:  # ...and the plugin the kernels' own start and end (NCCL >= 2.28)
+            env.setdefault("NCCL_PROFILER_PLUGIN", str(plugin))
+        elif why:
+            env[protocol.ENV_NCCL_PLUGIN_WHY] = why
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, minus its warning
     env.update(config.nccl_env)
     # the boot dir first: its sitecustomize attaches ddptop's instrument to every rank (and

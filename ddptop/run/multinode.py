@@ -22,6 +22,7 @@ from typing import TextIO
 from ddptop.model.config import PRESETS, RunConfig, preset_config
 from ddptop.model.options import WILDCARDS, NodeOptions
 from ddptop.model.run_ids import new_run_id
+from ddptop.run import nccl_plugin
 from ddptop.run.launcher import Launcher, build_plan
 from ddptop.run.logtail import LogTail
 from ddptop.run.recorder import new_run_dir, write_json
@@ -195,7 +196,8 @@ async def run_worker_node(config: RunConfig, node: NodeOptions, runs_dir: Path,
 
     run_id = f"{run_id or new_run_id(config.preset)}-node{node.node_rank}"  # run_id: node 0's (Slurm)
     run_dir = new_run_dir(Path(runs_dir), run_id)
-    plan = build_plan(config, run_dir, node.hub_addr, node.token, run_id, user_cmd, node=node)
+    plan = build_plan(config, run_dir, node.hub_addr, node.token, run_id, user_cmd, node=node,
+                      nccl_plugin=nccl_plugin.build_for(config, run_dir))
     write_json(run_dir / "config.json", {**config.to_dict(), "_launch": {
         "run_id": run_id, "argv": plan.argv, "host": socket.gethostname(), "user_cmd": user_cmd,
         "nnodes": node.nnodes, "node_rank": node.node_rank, "rdzv_endpoint": node.endpoint,

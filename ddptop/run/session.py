@@ -27,7 +27,7 @@ from ddptop.model.failures import last_exception
 from ddptop.model.options import CaptureOptions, NodeOptions
 from ddptop.model.run_ids import new_run_id
 from ddptop.model.state import RunState
-from ddptop.run import outcome
+from ddptop.run import nccl_plugin, outcome
 from ddptop.run.capture_pipeline import CapturePipeline, agreed_step
 from ddptop.run.collector import Collector
 from ddptop.run.cost_files import cost_of, read_cost_blocks
@@ -141,8 +141,9 @@ class Session:
         self.collector.recorder = self.watchdog.recorder = recorder
         self.state.started_at = time.time()
         addr = await self._start_hub()
+        plugin = await asyncio.to_thread(nccl_plugin.build_for, self.config, self.run_dir)
         plan = build_plan(self.config, self.run_dir, addr, self.token, self.run_id, self.user_cmd,
-                          nsys=self.capture.nsys, node=self.node)
+                          nsys=self.capture.nsys, node=self.node, nccl_plugin=plugin)
         recorder.write_config(
             self.config.to_dict(), run_id=self.run_id, argv=plan.argv, host=socket.gethostname(),
             user_cmd=self.user_cmd, **self._node_facts(),
