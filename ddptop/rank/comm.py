@@ -177,14 +177,18 @@ class NcclTimes:
             n += 1
         return n
 
-    def take(self, until: float) -> list[float]:
-        """Durations (ms) of the all-reduces issued up to host time `until`, oldest first."""
+    def take(self, until: float, kernel: bool = False) -> list[float]:
+        """Durations (ms) of the all-reduces issued up to host time `until`, oldest first:
+        the kernels' own (`kernel`: the plugin stamped them) or NCCL's spans."""
         out = []
         done = self._done
+        clock = self.clock if kernel else None
+        if clock is not None:
+            clock.drain()
         while done and done[0][0] <= until:
             issued, span_ms = done.popleft()
-            if self.clock is not None:
-                kernel_ms, self._comm = self.clock.kernel_ms(issued, self._comm)
+            if clock is not None:
+                kernel_ms, self._comm = clock.kernel_ms(issued, self._comm)
                 span_ms = span_ms if kernel_ms is None else kernel_ms
             out.append(span_ms)
         return out

@@ -49,6 +49,9 @@ class DdpComm:
         self.clock: KernelClock | None = None  # ddptop's NCCL profiler plugin, where NCCL loaded it
         self._clock_why: str | None = None  # why there is none (None: not looked for yet)
         self._clock_said = False
+        self._clock_on = True  # the plugin's state as last set (it starts on)
+        self._kernel_steps: set[int] = {0}  # steps whose all-reduces the plugin stamped (on at the start)
+        self._plugin_loaded = False
 
     # --- a new DDP module -----------------------------------------------------------------
     def choose(self, ddp: Any, hook: tuple[Any, Any] | None) -> str | None:
@@ -153,10 +156,18 @@ class DdpComm:
         return not self._cuda() or step % self.every == 0 or self._capturing()
 
     def set_timed(self, step: int) -> None:
-        """Whether the timers stamp step `step`'s buckets."""
+        """Whether the timers stamp step `step`'s buckets, and NCCL its kernels (the plugin's
+        kernel stamps keep NCCL's proxy thread polling: 1.3% of a Lightning step when on at
+        every step, docs/BENCHMARKS.md; so one step in `every`, and every step of a capture)."""
         timed = self.timed(step)
         for key, timer in self.timers.items():
             timer.timed = timed and key not in self._untimed
+        if self.clock is not None:
+            if timed != self._clock_on:
+                self._clock_on = timed
+                self.clock.enable(timed)
+            if timed:
+                self._kernel_steps.add(step)
 
     def pause(self) -> None:
         """No bucket is stamped, no kernel either, while the instrument is bypassed (cost_ab)."""
@@ -164,12 +175,11 @@ class DdpComm:
             timer.timed = False
         if self.clock is not None:
             self.clock.enable(False)
+            self._clock_on = False
 
     def resume(self, step: int) -> None:
         """Engaged again at `step`: what NCCL reported meanwhile belongs to no record."""
         now = time.monotonic()
-        if self.clock is not None:
-            self.clock.enable(True)
         for times in self.nccl_times.values():
             times.take(now)
         self._closed_at.clear()
@@ -223,7 +233,14 @@ class DdpComm:
 
     def _add_times(self, rec: dict[str, Any], times: list[NcclTimes], closed: float) -> int:
         """comm_ms of the all-reduces issued before the step closed; returns how many."""
-        durations = [d for t in times for d in t.take(closed)]
+        step = int(rec["step"])
+        kernel = step in self._kernel_steps
+        self._kernel_steps.discard(step)
+        if len(self._kernel_steps) > 64:  # steps that never closed with a record (bypassed)
+            self._kernel_steps = {s for s in self._kernel_steps if s > step}
+        durations = [d for t in times for d in t.take(closed, kernel)]
+        if durations and not kernel and self._kernel_only():
+            return len(durations)  # a step the plugin did not stamp: NCCL's span is not the kernel's
         if durations:
             if "comm_ms" in rec:  # a comm hook's stamped span: hand-over to its future's end
                 rec["hook_ms"] = rec["comm_ms"]
@@ -240,13 +257,20 @@ class DdpComm:
                 self._say_clock()
         return len(durations)
 
+    def _kernel_only(self) -> bool:
+        """comm_ms comes from the plugin alone: NCCL loaded it (asked until it has)."""
+        if not self._plugin_loaded and self.clock is not None:
+            self._plugin_loaded = self.clock.loaded()
+        return self._plugin_loaded
+
     def _say_clock(self) -> None:
         """Once the first timed step is in: whose clock its comm_ms is (the facts' comm_clock)."""
         self._clock_said = True
         clock = self.clock
         if clock is not None and clock.matched:
-            how = ("the kernel's own time of each all-reduce (ddptop's NCCL profiler plugin: the "
-                   "GPU's clock at the kernel's start and end)")
+            how = (f"the kernel's own time of each all-reduce, on one step in {self.every} and every "
+                   "step of a capture (ddptop's NCCL profiler plugin: the GPU's clock at the kernel's "
+                   "start and end)")
         else:
             why = self._clock_why or ("NCCL did not load ddptop's profiler plugin: it needs NCCL >= "
                                       "2.28 (profiler interface v5)" if clock is None or not clock.loaded()

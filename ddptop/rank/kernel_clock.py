@@ -67,7 +67,9 @@ class KernelClock:
         """Kernel stamps on or off for the collectives called from now on (the cost A/B)."""
         self._lib.ddptop_nccl_enable(1 if on else 0)
 
-    def _drain(self) -> None:
+    def drain(self) -> None:
+        """Collects what the plugin finished since the last call (once per read of a step's
+        all-reduces: one ctypes call per 512)."""
         buf = self._buf
         while True:
             n = int(self._lib.ddptop_nccl_take(buf, BATCH))
@@ -80,8 +82,8 @@ class KernelClock:
 
     def kernel_ms(self, issued: float, comm: int | None) -> tuple[float | None, int | None]:
         """The kernel time (ms) of the all-reduce issued at host time `issued` on communicator
-        `comm` (None: not known yet, the nearest record of any decides), and its communicator."""
-        self._drain()
+        `comm` (None: not known yet, the nearest record of any decides), and its communicator,
+        from the records drained so far."""
         found = match(self._by_comm, issued, comm)
         if found is None:
             self.missed += 1

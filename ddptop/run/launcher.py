@@ -94,14 +94,7 @@ def build_plan(
     env.setdefault(protocol.ENV_FR_DUMP_FILE, str(run_dir / "stacks" / "nccl_trace_rank_"))
     env.setdefault("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", str(run_dir / "stacks" / "nccl_pipe_rank_"))
     if config.comm_timing and config.nccl_timing:
-        # NCCL times each collective itself (CUDA events around its kernels): the instrument
-        # reads those times from a completion hook while DDP keeps its C++ all-reduce
-        env.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
-        plugin, why = nccl_plugin
-        if plugin is not None:  # ...and the plugin the kernels' own start and end (NCCL >= 2.28)
-            env.setdefault("NCCL_PROFILER_PLUGIN", str(plugin))
-        elif why:
-            env[protocol.ENV_NCCL_PLUGIN_WHY] = why
+        nccl_timing_env(env, *nccl_plugin)
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, minus its warning
     env.update(config.nccl_env)
     # the boot dir first: its sitecustomize attaches ddptop's instrument to every rank (and
@@ -109,6 +102,17 @@ def build_plan(
     path = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = os.pathsep.join([str(BOOT_DIR), str(PACKAGE_ROOT), *([path] if path else [])])
     return LaunchPlan(argv=argv, env=env, log_path=run_dir / "torchrun.log")
+
+
+def nccl_timing_env(env: dict[str, str], plugin: Path | None, why: str) -> None:
+    """NCCL times each collective itself (CUDA events around its kernels): the instrument
+    reads those times from a completion hook while DDP keeps its C++ all-reduce; and the
+    plugin, where built, the kernels' own start and end (NCCL >= 2.28)."""
+    env.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
+    if plugin is not None:
+        env.setdefault("NCCL_PROFILER_PLUGIN", str(plugin))
+    elif why:
+        env[protocol.ENV_NCCL_PLUGIN_WHY] = why
 
 
 def rendezvous_args(node: NodeOptions) -> list[str]:
