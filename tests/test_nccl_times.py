@@ -250,7 +250,7 @@ def test_the_plugin_stamps_one_step_in_every_and_only_those_steps_carry_comm_ms(
     comm.set_timed(10)  # 10 % 10 == 0: stamped; it starts on, so nothing to switch
     comm.set_timed(11)
     comm.set_timed(12)
-    assert plugin.on == [False] and comm._kernel_steps == {10}
+    assert plugin.on == [False] and comm._kernel_steps == {0, 10}  # on from the start: step 0 too
     comm._closed_at.update({10: 100.05, 11: 100.15})
     for start, dur in ((100.01, 1.0), (100.02, 1.1), (100.11, 1.2), (100.2, 1.3)):
         group.hook(info(start, dur))
