@@ -8,12 +8,13 @@ prints, per L, the median paired ratio with its bootstrap 95% interval and its w
 series' own autocorrelation. The arms' real differences (≤ ~0.3%) stay in the series; they are
 small against the widths compared here.
 
-    python bench/ab_block_length.py docs/measurements/2026-11-26-s3-call1/ab_1.json [--lengths 1,2,4,12]
+    python bench/ab_block_length.py docs/measurements/2026-11-26-s3-call1/ab_1.json [more.json.gz ...] [--lengths 1,2,4,12]
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import random
 import statistics
@@ -61,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ab_block_length: --lengths wants integers, got {args.lengths!r}", file=sys.stderr)
         return 2
     for path in args.json:
-        for workload in json.loads(Path(path).read_text()):
+        raw = Path(path).read_bytes()
+        for workload in json.loads(gzip.decompress(raw) if path.endswith(".gz") else raw):
             x = step_series(workload)
             if len(x) < 4 * max(lengths):
                 continue

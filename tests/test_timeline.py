@@ -110,3 +110,18 @@ def test_only_the_labels_are_dim_not_the_bars():
     for line in timeline_lines(step_timeline(STEP, SPANS), LABEL_W + 50)[1:3]:
         assert "dim" not in str(line.style)
         assert all("dim" not in str(span.style) for span in line.spans if span.start >= LABEL_W)
+
+
+def test_without_spans_a_rank_shows_the_newest_step_whose_all_reduce_was_timed():
+    """ddptop's NCCL plugin stamps one step in 10: the nine between carry no comm_ms, and the
+    timeline of the newest of them could only say the all-reduce was not timed."""
+    from ddptop.model.rank_state import RankState
+
+    rs = RankState(0)
+    untimed = {k: v for k, v in STEP.items() if k != "comm_ms"}
+    for step in range(12):
+        rs.add({**(STEP if step % 10 == 0 else untimed), "step": step}, warmup=0, now=0.0)
+    rec, spans = rs.timeline_record()
+    assert rec["step"] == 10 and "comm_ms" in rec and spans == ()
+    lines = timeline_lines(step_timeline(untimed), 80)
+    assert "a GPU times one step in comm_timing_every" in lines[2].plain

@@ -86,13 +86,15 @@ class RunConfig:
     data: str = "loader"  # device: like the reference recipe, no input pipeline at all
     comm_timing: bool = True  # time each bucket's all-reduce (wraps the comm hook); off: DDP's C++ path
     # On GPU, when each bucket's all-reduce completes is timed every Nth step (1: every step):
-    # that CUDA event costs 1.5-3% of a ViT-L step; hand-over and exposed comm are timed every step
+    # that CUDA event costs 1.5-3% of a ViT-L step; hand-over and exposed comm are timed every step.
+    # ddptop's NCCL plugin stamps the all-reduce kernels on the same steps (on every step: +1.3%)
     comm_timing_every: int = 10
-    # On NCCL: NCCL times every collective itself (TORCH_NCCL_ENABLE_TIMING: one more CUDA event
-    # a collective, read on NCCL's own threads), so comm_ms, its hidden share and bus bandwidth
-    # are live with DDP's C++ all-reduce, and a comm hook's collectives are told from its own
-    # work; cost per collective in docs/BENCHMARKS.md (bench/nccl_timing_cost.py). Off: exposed
-    # communication only.
+    # On NCCL: each all-reduce kernel's own time from ddptop's NCCL profiler plugin (NCCL >= 2.28,
+    # built with cc at launch: ddptop/run/nccl_plugin.c), matched to the all-reduces NCCL's own
+    # timing reports (TORCH_NCCL_ENABLE_TIMING: one more CUDA event a collective, read on NCCL's
+    # threads; its start-to-end span, launch included, where the plugin cannot run): comm_ms, its
+    # hidden share and bus bandwidth with DDP's C++ all-reduce, and a comm hook's collectives
+    # told from its own work (docs/GPU.md). Off: exposed communication only.
     nccl_timing: bool = True
     # torch.profiler captures also record memory (profile_memory: HTA's memory timeline);
     # the trace is larger and the profiled steps slower

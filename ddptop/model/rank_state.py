@@ -98,14 +98,16 @@ class RankState:
 
     def timeline_record(self) -> tuple[dict[str, float] | None, tuple[tuple[float, float], ...]]:
         """The step to draw as a timeline and its bucket spans: the newest step that has
-        them while it is still among the recent records, else the newest step (no spans)."""
+        them while it is still among the recent records, else the newest step whose all-reduce
+        was timed (on a GPU one step in comm_timing_every is), else the newest step."""
         if not self.recent:
             return None, ()
         if self.bucket_spans and self.recent[0]["step"] <= self.spans_step:
             for rec in reversed(self.recent):
                 if rec["step"] == self.spans_step:
                     return rec, self.bucket_spans
-        return self.recent[-1], ()
+        timed = next((rec for rec in reversed(self.recent) if "comm_ms" in rec), None)
+        return timed or self.recent[-1], ()
 
     def recent_values(self, key: str = "step_ms") -> list[float]:
         return [r[key] for r in self.recent if key in r]

@@ -75,7 +75,7 @@ HELP = {
     "script_steps": "stop after this many steps after warmup (0: the script's own end)",
     "comm_timing": "time each gradient bucket's all-reduce",
     "comm_timing_every": "read comm completions every N steps (GPU)",
-    "nccl_timing": "NCCL times every all-reduce: total comm live (~1%; off: exposed only)",
+    "nccl_timing": "NCCL times the all-reduce kernels: total comm live (off: exposed only)",
 }
 _DEFAULTS = RunConfig()
 
