@@ -18,11 +18,13 @@ from ddptop.model.config import RunConfig
 
 SOURCE = Path(__file__).with_name("nccl_plugin.c")
 LIBRARY = "ddptop_nccl_profiler.so"
+NVIDIA_DEVICE = "/dev/nvidiactl"  # what every NVIDIA driver makes, in a container too
 
 
 def build_for(config: RunConfig, run_dir: Path) -> tuple[Path | None, str]:
-    """Built where the run has NCCL time its all-reduces (comm_timing and nccl_timing)."""
-    if not (config.comm_timing and config.nccl_timing):
+    """Built where the run has NCCL time its all-reduces (comm_timing and nccl_timing) and the
+    machine has an NVIDIA GPU (NCCL's device node): a CPU run's ranks talk over gloo."""
+    if not (config.comm_timing and config.nccl_timing) or not os.path.exists(NVIDIA_DEVICE):
         return None, ""
     return build(run_dir)
 
