@@ -260,3 +260,33 @@ def test_the_plugin_stamps_one_step_in_every_and_only_those_steps_carry_comm_ms(
     comm.pause()
     comm.resume(20)
     assert plugin.on == [False, False, True]  # bypassed: off; engaged again at a stamped step
+
+
+def test_the_report_says_whose_clock_the_all_reduce_times_are_and_what_it_missed(monkeypatch):
+    from ddptop.model.report import clock_lines
+
+    clock, group, comm = nccl_timed_comm(monkeypatch, 100.0)
+    said = []
+    comm.send_facts = said.append
+    plugin = SampledClock([0.9, None])
+    plugin.dropped = lambda: 0
+    comm.clock = plugin
+    for times in comm.nccl_times.values():
+        times.clock = plugin
+    comm._closed_at[0] = 100.05
+    group.hook(info(100.01, 1.0))
+    group.hook(info(100.02, 1.1))
+    plugin.matched, plugin.missed = 1, 1  # what KernelClock counts as it matches
+    (rec,) = comm.with_nccl_times([{"step": 0}], flush=True)
+    assert rec["comm_ms"] == pytest.approx(2.0)  # 0.9 from the kernel, 1.1 NCCL's span stood in
+    clock_fact, missed_fact = said
+    assert "the kernel's own time of each all-reduce, on one step in 10" in clock_fact["comm_clock"]
+    assert missed_fact == {"comm_clock_missed": "1 of 2 all-reduces on stamped steps had no kernel record "
+                                                 "(NCCL's span stood in); the plugin dropped 0"}
+    ranks = [{"rank": 0, "info": {**clock_fact, **missed_fact}},
+             {"rank": 1, "info": {"comm_clock": "NCCL's own timing (no cc)"}}]
+    assert clock_lines({"ranks": ranks}) == [
+        f"all-reduce time, rank 0: {clock_fact['comm_clock']}",
+        "all-reduce time, rank 1: NCCL's own timing (no cc)",
+        f"rank 0: {missed_fact['comm_clock_missed']}"]
+    assert clock_lines({"ranks": ranks[1:]}) == ["all-reduce time: NCCL's own timing (no cc)"]

@@ -266,6 +266,7 @@ def comm_lines(summary: dict[str, Any]) -> list[str]:
                      + (f"; all-reduce bus bandwidth {min(busbw):.2f}-{max(busbw):.2f} GB/s" if busbw else "")
                      + (" (effective: the gradient's bytes before compression over the compressed collectives' "
                         "time, so it can exceed the link)" if any(r.get("busbw_effective") for r in summary["ranks"]) else ""))
+        lines += clock_lines(summary)
         hooked = [r for r in summary["ranks"] if r.get("hook_ms_p50") is not None and r.get("comm_ms_p50") is not None]
         if hooked:  # the comm hook's own work (cast, divide, decompress) beside its collectives
             lines.append("comm hook, p50 per rank: " + ", ".join(
@@ -282,3 +283,22 @@ def comm_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(f"gradient communication: {100 * summary['exposed_comm_share']:.1f}% of the step exposed "
                      "(not hidden by backward); the all-reduce total is not timed here (nccl_timing is off)")
     return lines
+
+
+def clock_lines(summary: dict[str, Any]) -> list[str]:
+    """Whose clock the all-reduce times are (each rank says, in its facts), and what it missed."""
+    said: dict[str, list[int]] = {}
+    missed = []
+    for r in summary["ranks"]:
+        info = r.get("info") or {}
+        if info.get("comm_clock"):
+            said.setdefault(str(info["comm_clock"]), []).append(int(r["rank"]))
+        if info.get("comm_clock_missed"):
+            missed.append(f"rank {r['rank']}: {info['comm_clock_missed']}")
+    if len(said) == 1:
+        lines = [f"all-reduce time: {next(iter(said))}"]
+    else:
+        lines = [f"all-reduce time, rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))}: {text}"
+                 for text, ranks in said.items()]
+    return lines + missed
+

@@ -229,6 +229,8 @@ class DdpComm:
                 for t in times:
                     t.take(closed)  # too late for this step: its all-reduces are dropped
             out.append(rec)
+        if flush and self.clock is not None:
+            self._say_missed(self.clock)
         return out
 
     def _add_times(self, rec: dict[str, Any], times: list[NcclTimes], closed: float) -> int:
@@ -256,6 +258,15 @@ class DdpComm:
             if not self._clock_said:
                 self._say_clock()
         return len(durations)
+
+    def _say_missed(self, clock: KernelClock) -> None:
+        """At the run's end: the stamped all-reduces that had no kernel record (their NCCL span
+        stood in), where there were any."""
+        dropped = clock.dropped()
+        if clock.missed or dropped:
+            self.send_facts({"comm_clock_missed": (
+                f"{clock.missed} of {clock.missed + clock.matched} all-reduces on stamped steps had no "
+                f"kernel record (NCCL's span stood in); the plugin dropped {dropped}")})
 
     def _kernel_only(self) -> bool:
         """comm_ms comes from the plugin alone: NCCL loaded it (asked until it has)."""
