@@ -290,3 +290,24 @@ def test_the_report_says_whose_clock_the_all_reduce_times_are_and_what_it_missed
         "all-reduce time, rank 1: NCCL's own timing (no cc)",
         f"rank 0: {missed_fact['comm_clock_missed']}"]
     assert clock_lines({"ranks": ranks[1:]}) == ["all-reduce time: NCCL's own timing (no cc)"]
+
+
+def test_a_first_stamped_step_without_a_record_does_not_settle_whose_clock_it_is(monkeypatch):
+    clock, group, comm = nccl_timed_comm(monkeypatch, 100.0)
+    said = []
+    comm.send_facts = said.append
+    plugin = SampledClock([None, 0.5])
+    plugin.matched = 0  # NCCL loaded the plugin; its first record is not in yet
+    comm.clock = plugin
+    for times in comm.nccl_times.values():
+        times.clock = plugin
+    comm._kernel_steps = {0, 1}
+    comm._closed_at.update({0: 100.05, 1: 100.15})
+    group.hook(info(100.01, 1.0))
+    group.hook(info(100.11, 1.1))
+    group.hook(info(100.2, 1.0))
+    comm.with_nccl_times([{"step": 0}], flush=False)
+    plugin.matched = 1
+    comm.with_nccl_times([{"step": 1}], flush=False)
+    assert [f["comm_clock"][:40] for f in said] == ["NCCL's own timing of each all-reduce, st",
+                                                    "the kernel's own time of each all-reduce"]

@@ -52,6 +52,7 @@ class DdpComm:
         self._clock_on = True  # the plugin's state as last set (it starts on)
         self._kernel_steps: set[int] = {0}  # steps whose all-reduces the plugin stamped (on at the start)
         self._plugin_loaded = False
+        self._clock_tries = 0
 
     # --- a new DDP module -----------------------------------------------------------------
     def choose(self, ddp: Any, hook: tuple[Any, Any] | None) -> str | None:
@@ -275,9 +276,12 @@ class DdpComm:
         return self._plugin_loaded
 
     def _say_clock(self) -> None:
-        """Once the first timed step is in: whose clock its comm_ms is (the facts' comm_clock)."""
-        self._clock_said = True
+        """Once the first timed step is in: whose clock its comm_ms is (the facts' comm_clock).
+        Where NCCL loaded the plugin but its first stamped step had no record yet, said again
+        at the next few steps."""
         clock = self.clock
+        self._clock_tries += 1
+        self._clock_said = clock is None or bool(clock.matched) or self._clock_tries >= 5 or not self._kernel_only()
         if clock is not None and clock.matched:
             how = (f"the kernel's own time of each all-reduce, on one step in {self.every} and every "
                    "step of a capture (ddptop's NCCL profiler plugin: the GPU's clock at the kernel's "
