@@ -44,11 +44,14 @@ class KernelClock:
         path = env.get(PLUGIN_ENV, "")
         if not path:
             return None, env.get(protocol.ENV_NCCL_PLUGIN_WHY) or "ddptop's NCCL profiler plugin was not built for this run"
+        other = f"{PLUGIN_ENV} names another profiler plugin ({os.path.basename(path)})"
+        if os.path.basename(path) != protocol.NCCL_PLUGIN_LIBRARY:
+            return None, other  # the user's own: not opened here (NCCL opens it)
         try:
             lib = ctypes.CDLL(path)
             take = lib.ddptop_nccl_take
         except (OSError, AttributeError):
-            return None, f"{PLUGIN_ENV} names another profiler plugin ({os.path.basename(path)})"
+            return None, other
         take.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_int]
         take.restype = ctypes.c_int
         lib.ddptop_nccl_enable.argtypes = [ctypes.c_int]

@@ -15,9 +15,9 @@ import subprocess
 from pathlib import Path
 
 from ddptop.model.config import RunConfig
+from ddptop.wire import protocol
 
 SOURCE = Path(__file__).with_name("nccl_plugin.c")
-LIBRARY = "ddptop_nccl_profiler.so"
 NVIDIA_DEVICE = "/dev/nvidiactl"  # what every NVIDIA driver makes, in a container too
 
 
@@ -39,7 +39,7 @@ def build(run_dir: Path, environ: dict[str, str] | None = None) -> tuple[Path | 
         return None, "no C compiler (cc) to build ddptop's NCCL profiler plugin"
     out_dir = run_dir / "nccl"
     out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    out = out_dir / LIBRARY
+    out = out_dir / protocol.NCCL_PLUGIN_LIBRARY
     cmd = [cc, "-O2", "-shared", "-fPIC", "-o", str(out), str(SOURCE), "-lpthread"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
