@@ -74,7 +74,7 @@ HELP = {
     "fail_step": "step at which fail_rank crashes",
     "script_steps": "stop after this many steps after warmup (0: the script's own end)",
     "comm_timing": "time each gradient bucket's all-reduce",
-    "comm_timing_every": "read comm completions every N steps (GPU)",
+    "comm_timing_every": "GPU: time comm on one step in N (hook completions, NCCL kernel stamps)",
     "nccl_timing": "NCCL times the all-reduce kernels: total comm live (off: exposed only)",
 }
 _DEFAULTS = RunConfig()
