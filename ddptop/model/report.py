@@ -301,4 +301,3 @@ def clock_lines(summary: dict[str, Any]) -> list[str]:
         lines = [f"all-reduce time, rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))}: {text}"
                  for text, ranks in said.items()]
     return lines + missed
-

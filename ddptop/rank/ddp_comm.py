@@ -286,10 +286,10 @@ class DdpComm:
             how = (f"the kernel's own time of each all-reduce, on one step in {self.every} and every "
                    "step of a capture (ddptop's NCCL profiler plugin: the GPU's clock at the kernel's "
                    "start and end)")
-        else:
-            why = self._clock_why or ("NCCL did not load ddptop's profiler plugin: it needs NCCL >= "
-                                      "2.28 (profiler interface v5)" if clock is None or not clock.loaded()
-                                      else "ddptop's NCCL profiler plugin had no record of its all-reduces")
+        else:  # no clock: open() said why; a clock NCCL never loaded, or one with no record yet
+            why = self._clock_why or ("ddptop's NCCL profiler plugin had no record of its all-reduces"
+                                      if self._kernel_only() else "NCCL did not load ddptop's profiler "
+                                      "plugin: it needs NCCL >= 2.28 (profiler interface v5)")
             how = (f"NCCL's own timing of each all-reduce, start to end event: the kernel's launch "
                    f"included ({why})")
         self.send_facts({"comm_clock": how})

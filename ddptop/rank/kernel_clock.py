@@ -22,7 +22,7 @@ from typing import Any
 
 from ddptop.wire import protocol
 
-PLUGIN_ENV = "NCCL_PROFILER_PLUGIN"
+PLUGIN_ENV = protocol.ENV_NCCL_PROFILER_PLUGIN
 SKEW_S = 0.0005  # NCCL starts the collective after its Work was made: a record never precedes it by more
 WINDOW_S = 0.05  # ...and follows within this (the host's launch path, a GIL hand-over)
 BATCH = 512

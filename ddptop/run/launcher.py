@@ -110,7 +110,7 @@ def nccl_timing_env(env: dict[str, str], plugin: Path | None, why: str) -> None:
     plugin, where built, the kernels' own start and end (NCCL >= 2.28)."""
     env.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
     if plugin is not None:
-        env.setdefault("NCCL_PROFILER_PLUGIN", str(plugin))
+        env.setdefault(protocol.ENV_NCCL_PROFILER_PLUGIN, str(plugin))
     elif why:
         env[protocol.ENV_NCCL_PLUGIN_WHY] = why
 

@@ -32,7 +32,7 @@ def build_for(config: RunConfig, run_dir: Path) -> tuple[Path | None, str]:
 def build(run_dir: Path, environ: dict[str, str] | None = None) -> tuple[Path | None, str]:
     """The plugin built into `run_dir`/nccl, or None and why not (one line)."""
     env = os.environ if environ is None else environ
-    if env.get("NCCL_PROFILER_PLUGIN"):
+    if env.get(protocol.ENV_NCCL_PROFILER_PLUGIN):
         return None, "the environment names its own NCCL profiler plugin (NCCL_PROFILER_PLUGIN): kept"
     cc = env.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:

@@ -24,6 +24,7 @@ ENV_NODE = "DDPTOP_NODE"  # the ddptop node (--node-rank) that launched the rank
 ENV_BOOT = "DDPTOP_BOOT"  # set by ddptop for the ranks: the rank-side layer attaches ("0": it stays out)
 ENV_FR_BUFFER_SIZE = "DDPTOP_FR_BUFFER_SIZE"  # the flight recorder's size, under the name the rank's torch reads
 ENV_FR_DUMP_FILE = "DDPTOP_FR_DUMP_FILE"  # ...and where it dumps
+ENV_NCCL_PROFILER_PLUGIN = "NCCL_PROFILER_PLUGIN"  # NCCL's own: the profiler plugin it loads
 NCCL_PLUGIN_LIBRARY = "ddptop_nccl_profiler.so"  # the file name ddptop builds its NCCL plugin as
 ENV_NCCL_PLUGIN_WHY = "DDPTOP_NCCL_PLUGIN_WHY"  # why the ranks run without ddptop's NCCL profiler plugin
 ENV_RANK_PID = "DDPTOP_RANK_PID"  # set by an attached rank: its children (workers, subprocesses) stay out
