@@ -61,7 +61,8 @@ def run_parser() -> argparse.ArgumentParser:
                    "alternate between the rank-side layer engaged and bypassed, with an A/A and a 0.5%% "
                    "spin as checks; then the run stops and prints the verdict")
     p.add_argument("--profiler", choices=("auto", "torch", "nsys"), default="auto",
-                   help="capture with nsys (auto: when nsys is found) or torch.profiler")
+                   help="capture with torch.profiler (auto, torch) or nsys (nsys: every rank then runs "
+                   "inside `nsys profile` for the whole run, which slows kernel launches)")
     p.add_argument("--nsys-path", help="nsys binary to use for captures")
     p.add_argument("--detach", action="store_true",
                    help="start the run with no viewer; it survives this terminal (ddptop ls, ddptop attach)")
@@ -316,8 +317,10 @@ def capture_options(args: argparse.Namespace, config: RunConfig) -> CaptureOptio
     from ddptop.analysis.capture import parse_capture_spec
     from ddptop.run.nsys import find_nsys
 
-    nsys = find_nsys(args.nsys_path) if args.profiler in ("auto", "nsys") and config.backend != "gloo" else None
-    profiler = "nsys" if args.profiler == "nsys" or (args.profiler == "auto" and nsys and has_gpus()) else "torch"
+    # nsys only when asked for: it wraps every rank from its start (its CUDA and NVTX interception
+    # is on whatever the capture range), which slows every kernel launch of the run (issue 42)
+    nsys = find_nsys(args.nsys_path) if args.profiler == "nsys" and config.backend != "gloo" else None
+    profiler = "nsys" if args.profiler == "nsys" else "torch"
     return CaptureOptions(
         windows=[parse_capture_spec(s, config.steps) for s in args.capture],
         profiler=profiler, nsys=nsys if profiler == "nsys" else None,
@@ -326,10 +329,6 @@ def capture_options(args: argparse.Namespace, config: RunConfig) -> CaptureOptio
 
 def _default_nproc() -> int:
     return visible_gpus() or 2  # through this module's name: tests stand in for the GPUs
-
-
-def has_gpus() -> bool:
-    return bool(visible_gpus())
 
 
 def run_subcommand(name: str, argv: list[str]) -> int:

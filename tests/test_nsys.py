@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import stat
 import sys
 from pathlib import Path
@@ -302,3 +303,27 @@ def test_rank_command_and_plan(tools, tmp_path, monkeypatch) -> None:
     env = {nsys_stats.FLAGS_ENV: "--trace=cuda,nvtx,osrt --capture-range-end=stop"}
     cmd = nsys.profile_command(fake, tmp_path / "o", env)
     assert "--trace=cuda,nvtx,osrt" in cmd and "--capture-range-end=stop" in cmd and "--sample=none" not in cmd
+
+
+def test_a_default_run_never_wraps_its_ranks_in_nsys(tools, tmp_path, monkeypatch) -> None:
+    """nsys found on PATH and GPUs present: the default (--profiler auto) still starts every
+    rank plainly, since nsys injects its CUDA and NVTX interception at process start whatever
+    the capture range (issue 42: +7-18% per kernel launch). Only --profiler nsys wraps them."""
+    import argparse
+
+    from ddptop import cli
+    from ddptop.model.config import RunConfig
+    from ddptop.run.launcher import build_plan
+
+    fake, _ = tools
+    monkeypatch.setenv("PATH", f"{Path(fake).parent}:{os.environ.get('PATH', '')}")
+    monkeypatch.setattr(cli, "visible_gpus", lambda: 2)
+    config = RunConfig(nproc=2, backend="nccl")
+    args = argparse.Namespace(capture=["10:3"], profiler="auto", nsys_path=None)
+    assert nsys.find_nsys(None) == fake  # found: the case the old default wrapped
+    options = cli.capture_options(args, config)
+    assert (options.profiler, options.nsys) == ("torch", None)
+    plan = build_plan(config, tmp_path, "unix:/x", "t", "r", base_env={"PATH": os.environ["PATH"]}, nsys=options.nsys)
+    assert not any("nsys" in a for a in plan.argv)
+    options = cli.capture_options(argparse.Namespace(capture=[], profiler="nsys", nsys_path=None), config)
+    assert (options.profiler, options.nsys) == ("nsys", fake)

@@ -27,7 +27,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ddptop.rank.kernel_clock import KernelClock
+from ddptop.rank.quiet_stderr import call_without
 
+DEPRECATION = "OnCompletion hook will be deprecated"
 KNOWN_COMPRESSING = ("fp16_compress_hook", "bf16_compress_hook", "fp16_compress_wrapper", "bf16_compress_wrapper")
 
 
@@ -150,7 +152,8 @@ class NcclTimes:
             times = cls()
             c10d: Any = importlib.import_module("torch._C._distributed_c10d")  # no OpType in its stubs
             times._allreduce = c10d.OpType.ALLREDUCE
-            register(times._on_done)
+            # torch says, once and on fd 2, that this hook will be deprecated: not the script's line
+            call_without(lambda: register(times._on_done), DEPRECATION)
         except Exception:  # noqa: BLE001 - no such hook, or one is set: the Python hook times instead
             return None
         return times
