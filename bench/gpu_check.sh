@@ -378,7 +378,40 @@ while time.time()-t<${STRAG_SIDE_S:-90}: a=(a@a).clamp_(-1,1)" & side=$!
   done
 }
 
+bill() {  # issue 42: the bill of costs, each part's us per launch / per all-reduce vs plain (bench/bill_of_costs.py)
+  timeout ${BILL_TIMEOUT:-300} $PY bench/bill_of_costs.py --nproc "$N" --rounds ${BILL_ROUNDS:-3} \
+    ${BILL_VARIANTS:+--variants $BILL_VARIANTS} --json-out "$OUT/bill.json" 2>&1 | tail -${BILL_TAIL:-60}
+}
+
+nsysps() {  # issue 42: nsys on PATH, a default run: no rank under nsys (ps); then --profiler nsys still captures
+  NSYS=$(ls /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | head -1)
+  mkdir -p /tmp/nsysbin && ln -sf "$NSYS" /tmp/nsysbin/nsys
+  PATH=/tmp/nsysbin:$PATH timeout 90 $PY -m ddptop --headless --json --interval 30 --nproc "$N" --preset baseline \
+    --steps 40 --warmup 5 --capture 20:3 --runs-dir "$RUNS/nsysps" > /tmp/nsysps.out 2>&1 &
+  sleep ${NSYSPS_AT:-25}; echo "== ps during a default run with nsys on PATH (rank processes and any nsys):"
+  ps -eo pid,ppid,args | grep -E "nsys|trainer" | grep -v grep | cut -c1-160
+  wait; tail -1 /tmp/nsysps.out | $PY -c "import json,sys; d=json.loads(sys.stdin.read()); print('default run:', d['status'], 'profiler', [c.get('profiler') for c in d.get('captures') or []])" || tail -5 /tmp/nsysps.out
+  PATH=/tmp/nsysbin:$PATH timeout 120 $PY -m ddptop --headless --json --interval 30 --nproc "$N" --preset baseline \
+    --steps 40 --warmup 5 --capture 20:3 --profiler nsys --runs-dir "$RUNS/nsysasked" > /tmp/nsysasked.out 2>&1
+  echo "== --profiler nsys rc=$?"; grep -E "^capture|nsys" /tmp/nsysasked.out | head -5; ls -la $RUNS/nsysasked/*/captures/* 2>/dev/null | head -8
+}
+
+cost() {  # issue 42: `ddptop cost` (ABBA whole runs vs plain torchrun) on a workload: gpt, vit, hf
+  case ${COST_WORKLOAD:-gpt} in
+    gpt) cmd="$PY bench/gpt_train.py --n-layer 6 --n-head 6 --n-embd 384 --block 256 --batch-size 64 --vocab 65 --accum 2 --steps ${COST_STEPS:-160} --warmup 10";;
+    hf) cmd="$PY bench/hf_train.py --steps ${COST_STEPS:-60}";;
+    vit) cmd="";;
+  esac
+  if [ -n "$cmd" ]; then
+    timeout ${COST_TIMEOUT:-560} $PY -m ddptop cost --nproc "$N" --pairs ${COST_PAIRS:-10} --runs-dir "$RUNS/cost" --json -- $cmd > /tmp/cost.out 2>&1
+  else
+    timeout ${COST_TIMEOUT:-560} $PY -m ddptop cost --nproc "$N" --pairs ${COST_PAIRS:-10} --runs-dir "$RUNS/cost" --json --preset baseline --steps ${COST_STEPS:-60} > /tmp/cost.out 2>&1
+  fi
+  echo "== cost ${COST_WORKLOAD:-gpt} rc=$?"; grep -v '^{' /tmp/cost.out | tail -40
+  tail -1 /tmp/cost.out > "$OUT/cost_${COST_WORKLOAD:-gpt}.json"
+}
+
 facts
 for step in ${@:-topo presets}; do $step; done
-tar czf "$OUT/runs.tgz" --exclude='*.qdstrm' --exclude='*.nsys-rep' --exclude='*.trace.json' --exclude='*.trace.json.gz' -C /tmp ddptop-gpu-runs 2>/dev/null
+[ -z "${SKIP_TAR:-}" ] && tar czf "$OUT/runs.tgz" --exclude='*.qdstrm' --exclude='*.nsys-rep' --exclude='*.trace.json' --exclude='*.trace.json.gz' -C /tmp ddptop-gpu-runs 2>/dev/null
 echo "== done $(date -u +%T)"

@@ -25,7 +25,7 @@ from ddptop.wire import protocol
 if TYPE_CHECKING:
     from ddptop.run.slurm import SlurmStep
 
-SUBCOMMANDS = ("presets", "nccl", "topo", "sweep", "tune", "ls", "attach", "trace")
+SUBCOMMANDS = ("presets", "nccl", "topo", "sweep", "tune", "ls", "attach", "trace", "cost")
 
 
 
@@ -364,6 +364,10 @@ def run_subcommand(name: str, argv: list[str]) -> int:
         from ddptop.commands.tune import main_tune
 
         return main_tune(argv)
+    if name == "cost":
+        from ddptop.commands.cost import main_cost
+
+        return main_cost(argv)
     raise UsageError(f"unknown subcommand {name}")
 
 

@@ -11,7 +11,10 @@ def _chain() -> None:
     import importlib.util
 
     here = os.path.dirname(os.path.abspath(__file__))
-    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    dirs = [os.path.abspath(p or os.curdir) for p in sys.path]
+    # only what stands after this one: the sitecustomize it shadows (two that chain each
+    # other, ddptop's and `ddptop cost`'s stamp, must not find each other again)
+    rest = sys.path[dirs.index(here) + 1:] if here in dirs else sys.path
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is not None and spec.loader is not None:
         module = importlib.util.module_from_spec(spec)

@@ -1,0 +1,62 @@
+"""What one `ddptop cost` measures and of what: the plan of its runs (the command, the ranks,
+each rank's CPUs) and each run's record. Plain data, shared by commands/cost (which runs them)
+and commands/cost_report (which reports them)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ddptop.model.config import RunConfig
+from ddptop.model.usage import UsageError
+
+
+@dataclass(frozen=True)
+class Plan:
+    cmd: list[str]
+    nproc: int
+    pairs: int
+    warmup: int | None
+    cpus: list[list[int]]
+    timeout: float
+    ddptop_args: list[str]
+    config: RunConfig | None  # --preset: the demo's config, written for both arms
+
+
+@dataclass
+class RunRecord:
+    pair: int
+    arm: str
+    rc: int
+    wall_s: float
+    ranks: dict[int, list[float]]
+    stderr: list[str]  # the ranks' stderr (plain: torchrun's whole stderr)
+    summary: dict[str, Any] | None  # ddptop's own summary (ddptop arm)
+    step_ms: float | None = None
+
+
+def cpu_lists(text: str, nproc: int, available: list[int] | None = None) -> list[list[int]]:
+    """Each local rank's CPUs: `auto` splits the CPUs this process may use evenly (none where
+    there are fewer CPUs than ranks), `none` pins nothing, else `;`-separated lists of ranges."""
+    if text == "none":
+        return []
+    if text == "auto":
+        cpus = sorted(available if available is not None else os.sched_getaffinity(0))
+        each = len(cpus) // nproc
+        return [cpus[i * each:(i + 1) * each] for i in range(nproc)] if each else []
+    try:
+        out = [_ranges(part) for part in text.split(";")]
+    except ValueError:
+        raise UsageError(f"--cpus: expected auto, none or lists like '0-7;8-15', got {text!r}") from None
+    if len(out) != nproc or not all(out):
+        raise UsageError(f"--cpus names {len(out)} CPU list(s) for {nproc} rank(s)")
+    return out
+
+
+def _ranges(part: str) -> list[int]:
+    cpus: list[int] = []
+    for item in part.split(","):
+        lo, _, hi = item.strip().partition("-")
+        cpus += range(int(lo), int(hi or lo) + 1)
+    return cpus

@@ -1,0 +1,106 @@
+"""The one measure `ddptop cost` takes in both of its arms, plain torchrun and ddptop: a
+timestamp at the end of every optimizer step, and nothing else.
+
+On the ranks' PYTHONPATH in both arms (under ddptop, its own sitecustomize runs this one
+through its chain). With DDPTOP_STAMP set and RANK set (a torchrun rank), it pins the rank to
+its CPUs (DDPTOP_STAMP_CPUS: one comma list per local rank, `;` between them) so that both arms
+place the ranks alike, and, once the script has imported torch, appends time.perf_counter() to
+a list at every optimizer step (torch's global step post-hook: ~1 µs a step, the same in both
+arms). At exit it writes the list to `$DDPTOP_STAMP.rank<RANK>.json`. It imports nothing of
+ddptop and runs the sitecustomize it shadows, if any, first.
+"""
+
+import os
+import sys
+
+
+def _chain() -> None:
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    dirs = [os.path.abspath(p or os.curdir) for p in sys.path]
+    # only what stands after this one: the sitecustomize it shadows (two that chain each
+    # other, ddptop's and `ddptop cost`'s stamp, must not find each other again)
+    rest = sys.path[dirs.index(here) + 1:] if here in dirs else sys.path
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+
+def _pin(local_rank: int) -> None:
+    lists = [part for part in os.environ.get("DDPTOP_STAMP_CPUS", "").split(";") if part]
+    if lists and hasattr(os, "sched_setaffinity"):
+        cpus = {int(c) for c in lists[local_rank % len(lists)].split(",")}
+        os.sched_setaffinity(0, cpus)
+
+
+def _stamp(prefix: str, rank: str) -> None:
+    import atexit
+    import importlib
+    import importlib.abc
+    import importlib.util
+    import json
+    import time
+
+    stamps: list = []
+    pid = os.getpid()
+
+    def on_step(*_args, **_kwargs) -> None:
+        stamps.append(time.perf_counter())
+
+    def hook_in() -> None:
+        try:
+            importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook(on_step)
+        except Exception as exc:  # noqa: BLE001 - never into the script
+            print(f"ddptop cost: this rank is not stamped: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    def write() -> None:
+        if os.getpid() != pid:
+            return  # a forked child that exits through atexit: the rank writes its own
+        with open(f"{prefix}.rank{rank}.json", "w") as f:
+            json.dump({"rank": int(rank), "pid": os.getpid(), "stamps": stamps}, f)
+
+    class Watcher(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):  # noqa: ARG002
+            if fullname != "torch":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec("torch")
+            loader = getattr(spec, "loader", None)
+            if loader is None or not hasattr(loader, "exec_module"):
+                return spec
+            original = loader.exec_module
+
+            def exec_module(module) -> None:
+                original(module)
+                loader.exec_module = original
+                hook_in()
+
+            loader.exec_module = exec_module
+            return spec
+
+    atexit.register(write)
+    if "torch" in sys.modules:
+        hook_in()
+    else:
+        sys.meta_path.insert(0, Watcher())
+
+
+def _start() -> None:
+    prefix, rank = os.environ.get("DDPTOP_STAMP"), os.environ.get("RANK")
+    if not prefix or rank is None or os.environ.get("DDPTOP_STAMP_PID", str(os.getpid())) != str(os.getpid()):
+        return  # not a rank, or a rank's own child (a DataLoader worker): not stamped
+    os.environ["DDPTOP_STAMP_PID"] = str(os.getpid())
+    try:
+        _pin(int(os.environ.get("LOCAL_RANK", rank)))
+        _stamp(prefix, rank)
+    except Exception as exc:  # noqa: BLE001 - the script runs whatever happens here
+        print(f"ddptop cost: this rank is not stamped: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+try:
+    _chain()
+finally:
+    _start()
