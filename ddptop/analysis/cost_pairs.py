@@ -131,6 +131,8 @@ def verdict(result: CostResult, bar: float = 0.99, floor: float = 0.98, aa_bar: 
         return "not shown: fewer than 2 pairs measured"
     if r.mean >= bar and r.lo >= floor:
         head = f"within {round((1 - bar) * 100)}%"
+        if r.hi > 2 - floor:  # wide on the other side too: the machine's noise, not a resolved figure
+            head += f" by the bar (ratio >= {bar}, lower bound >= {floor}), but the interval is wide"
     elif r.hi < bar:
         head = f"NOT within {round((1 - bar) * 100)}%"
     else:

@@ -121,7 +121,27 @@ def run_one(pair: int, arm: str, plan: Plan, where: Path, env: dict[str, str]) -
                   for line in f.read_text(errors="replace").splitlines()]
     record = RunRecord(pair, arm, rc, wall, ranks, stderr, summary)
     record.step_ms = cost_pairs.run_step_ms(ranks, plan.warmup) if rc == 0 and len(ranks) == plan.nproc else None
+    if arm == DDPTOP:
+        record.allreduces, record.every = _ddptop_counts(out_dir / "runs")
     return record
+
+
+def _ddptop_counts(runs: Path) -> tuple[float | None, int]:
+    """All-reduces a step (the mean of rank 0's `buckets`) and comm_timing_every, from the
+    ddptop arm's own records."""
+    counts: list[float] = []
+    every = 10
+    for run in runs.glob("*/"):
+        try:
+            every = int(json.loads((run / "config.json").read_text()).get("comm_timing_every", every))
+            with open(run / "steps.jsonl") as f:
+                for line in f:
+                    rec = json.loads(line)
+                    if rec.get("rank") == 0 and isinstance(rec.get("buckets"), (int, float)):
+                        counts.append(float(rec["buckets"]))
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+    return (sum(counts) / len(counts) if counts else None), every
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float) -> int:

@@ -34,6 +34,8 @@ class RunRecord:
     stderr: list[str]  # the ranks' stderr (plain: torchrun's whole stderr)
     summary: dict[str, Any] | None  # ddptop's own summary (ddptop arm)
     step_ms: float | None = None
+    allreduces: float | None = None  # DDP's all-reduces a step, as ddptop's records count them (ddptop arm)
+    every: int = 10  # the run's comm_timing_every (ddptop arm)
 
 
 def cpu_lists(text: str, nproc: int, available: list[int] | None = None) -> list[list[int]]:

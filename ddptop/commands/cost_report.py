@@ -10,6 +10,7 @@ from typing import Any
 
 from ddptop.analysis import cost_pairs
 from ddptop.commands.cost_plan import Plan, RunRecord
+from ddptop.model import bill
 
 
 def _fmt(x: cost_pairs.Interval | None, digits: int = 4) -> str:
@@ -66,6 +67,9 @@ def render(records: list[RunRecord], plan: Plan, where: Path) -> dict[str, Any]:
         lines.append(f"  ratio plain / ddptop {_fmt(result.ratio)} (below 1: slower under ddptop)")
         lines.append(f"  A/A, plain / plain of adjacent runs: {_fmt(result.aa)}")
         lines.append(f"  verdict: {cost_pairs.verdict(result)}")
+    predicted = _prediction(records)
+    if predicted is not None:
+        lines.append(f"  {predicted.text()}")
     plain_err = [line for r in records if r.arm == cost_pairs.PLAIN for line in r.stderr]
     our_err = [line for r in records if r.arm == cost_pairs.DDPTOP for line in r.stderr]
     added = cost_pairs.added_lines(plain_err, our_err) if plain_err or our_err else []
@@ -79,8 +83,18 @@ def render(records: list[RunRecord], plan: Plan, where: Path) -> dict[str, Any]:
     lines.append("  (the demo/script's own numbers; the in-run `--cost` measures only the rank-side hooks' share)")
     data = {"cmd": plan.cmd, "nproc": plan.nproc, "pairs": plan.pairs, "cpus": plan.cpus, "dir": str(where),
             "plain": plain, "ddptop": ours, "result": None if result is None else result.as_dict(),
-            "verdict": None if result is None else cost_pairs.verdict(result), "stderr_added": added}
+            "verdict": None if result is None else cost_pairs.verdict(result), "stderr_added": added,
+            "bill": None if predicted is None else {"us": predicted.us, "lo": predicted.lo, "hi": predicted.hi,
+                                                    "allreduces": predicted.allreduces}}
     return {"text": "\n".join(lines), "json": data}
+
+
+def _prediction(records: list[RunRecord]) -> bill.Prediction | None:
+    counts = [r.allreduces for r in records if r.allreduces is not None]
+    if not counts:
+        return None
+    every = next(r.every for r in records if r.allreduces is not None)
+    return bill.predict(statistics.median(counts), every)
 
 
 def _span(cpus: list[int]) -> str:

@@ -241,6 +241,9 @@ def cost_lines(summary: dict[str, Any]) -> list[str]:
         r, ms = arm["ratio"], arm["ms_per_step"]
         lines.append(f"  {arm['arm']:<4} {1000 * ms['median']:+.0f} us a step per rank [{1000 * ms['lo']:+.0f}, "
                      f"{1000 * ms['hi']:+.0f}], ratio {r['median']:.4f} [{r['lo']:.4f}, {r['hi']:.4f}]: {arm['verdict']}")
+    lines.append("  (the rank-side hooks' share only: what is on in every arm (NCCL's timing and hook, the plugin, "
+                 "torchrun's log capture, the monitor) is not in it; `ddptop cost -- CMD` measures the whole "
+                 "against plain torchrun)")
     return lines
 
 

@@ -1,0 +1,79 @@
+"""`ddptop cost`'s pure parts: the ABBA schedule and its A/A pairs, a run's step time from its
+stamps, the paired interval and verdict, the stderr comparison, the CPU lists, the bill."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ddptop.analysis import cost_pairs as cp
+from ddptop.commands.cost_plan import cpu_lists
+from ddptop.model import bill
+from ddptop.model.usage import UsageError
+
+
+def test_schedule_is_abba_and_aa_pairs_are_adjacent_plain_runs() -> None:
+    order = cp.schedule(4)
+    assert [a for _, a in order] == ["plain", "ddptop", "ddptop", "plain", "plain", "ddptop", "ddptop", "plain"]
+    runs = cp.schedule(6)
+    for a, b in cp.aa_pairs(6):
+        assert runs.index((b, "plain")) == runs.index((a, "plain")) + 1  # side by side
+    assert cp.aa_pairs(6) == [(1, 2), (3, 4)] and cp.aa_pairs(4) == [(1, 2)] and cp.aa_pairs(2) == []
+
+
+def test_step_ms_skips_warmup_and_needs_steps() -> None:
+    stamps = [0.0, 1.0] + [1.0 + 0.01 * i for i in range(1, 11)]  # a slow first step, then 10 ms steps
+    assert cp.step_ms(stamps, 2) == pytest.approx(10.0)
+    assert cp.step_ms(stamps[:6], 2) is None
+    assert cp.skip_for(100, None) == 20 and cp.skip_for(10, None) == 5 and cp.skip_for(100, 3) == 3
+    assert cp.run_step_ms({0: stamps, 1: stamps}, 2) == pytest.approx(10.0)
+    assert cp.run_step_ms({0: stamps, 1: stamps[:3]}, 2) is None  # a rank not measured: the run is not
+
+
+def test_interval_ratio_and_verdicts() -> None:
+    ms = {}
+    for i in range(10):  # ddptop 2% slower, with 0.2% noise
+        ms[(i, "plain")] = 100.0 + (0.2 if i % 2 else -0.2)
+        ms[(i, "ddptop")] = 102.0
+    r = cp.analyse(ms, 10)
+    assert r is not None and r.pairs_used == 10
+    assert r.ratio.mean == pytest.approx(100 / 102, rel=1e-3) and r.ratio.lo < r.ratio.mean < r.ratio.hi
+    assert r.extra_ms.mean == pytest.approx(2.0)
+    assert r.aa is not None and r.aa.n == 4
+    assert cp.verdict(r).startswith("NOT within 1%")
+    same = {k: (100.0 if k[1] == "plain" else 100.1) for k in ms}
+    assert cp.verdict(cp.analyse(same, 10)).startswith("within 1%")
+    noisy = {k: v * (1.1 if k[0] % 3 == 0 and k[1] == "plain" else 1.0) for k, v in same.items()}
+    assert "wide" in cp.verdict(cp.analyse(noisy, 10)) or "not shown" in cp.verdict(cp.analyse(noisy, 10))
+    ms[(3, "ddptop")] = None  # a failed run leaves its pair out
+    assert cp.analyse(ms, 10).pairs_used == 9
+    assert cp.analyse({}, 3) is None
+    assert cp.t95(9) == 2.262 and cp.t95(100) == 1.96
+    assert math.isclose(cp.ratio_interval([1.0, 1.0]).mean, 1.0)
+
+
+def test_added_lines_mask_numbers_and_keep_ddptops_own() -> None:
+    plain = ["[W1127 06:32:40.712000 4292 run.py:1] warn port 29500", "loss 2.31"]
+    ours = ["[W1127 07:00:00.100000 5555 run.py:1] warn port 41234", "loss 2.30",
+            "Warning: ProcessGroupNCCL OnCompletion hook will be deprecated", ""]
+    assert cp.added_lines(plain, ours) == ["Warning: ProcessGroupNCCL OnCompletion hook will be deprecated"]
+
+
+def test_cpu_lists() -> None:
+    assert cpu_lists("auto", 2, available=list(range(8))) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert cpu_lists("auto", 4, available=[0, 1]) == []  # fewer CPUs than ranks: no pinning
+    assert cpu_lists("none", 2) == []
+    assert cpu_lists("0-1,4;2-3", 2) == [[0, 1, 4], [2, 3]]
+    for bad in ("0-3", "a-b;c", "0;;1"):
+        with pytest.raises(UsageError):
+            cpu_lists(bad, 2)
+
+
+def test_bill_prediction_adds_hooks_and_all_reduces() -> None:
+    none = bill.predict(0)
+    assert none.us == bill.PER_STEP_HOOKS.us
+    one = bill.predict(1, every=10)
+    assert one.us == pytest.approx(56.0 + 0.9 * 16.6 + 0.1 * 21.7)
+    assert one.lo < one.us < one.hi
+    assert "per kernel launch" in bill.predict(14).text()
