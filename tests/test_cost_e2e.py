@@ -57,3 +57,42 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str]) -> No
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and out.stderr.startswith("ddptop: error:")
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())  # nothing half-started
+
+
+def _ours(marker: str) -> list[int]:
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if any(marker in part for part in p.info["cmdline"] or []):
+                found.append(p.info["pid"])
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_a_killed_cost_run_leaves_nothing_running(tmp_path: Path, sig: str) -> None:
+    """SIGTERM: the run in hand is stopped as torchrun would, what was measured is printed, exit
+    130. SIGKILL: the run's torchrun gets SIGTERM from the kernel (its parent died) and ends."""
+    import signal
+    import time
+
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "ddptop", "cost", "--pairs", "2", "--nproc", "2", "--runs-dir", str(runs), "--",
+           sys.executable, str(SCRIPTS / "endless_ddp.py")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(_ours(str(SCRIPTS / "endless_ddp.py"))) < 3:
+        time.sleep(0.5)  # torchrun and its two ranks are up
+    assert len(_ours(str(SCRIPTS / "endless_ddp.py"))) >= 3
+    proc.send_signal(getattr(signal, sig))
+    out, _ = proc.communicate(timeout=60)
+    if sig == "SIGTERM":
+        assert proc.returncode == 130 and "interrupted; what was measured so far" in out, out[-2000:]
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline and (_ours(str(runs)) or _ours(str(SCRIPTS / "endless_ddp.py"))):
+        time.sleep(0.5)
+    assert _ours(str(runs)) == [] and _ours(str(SCRIPTS / "endless_ddp.py")) == []

@@ -30,6 +30,7 @@ from ddptop.commands.cost_report import render
 from ddptop.hw.devices import visible_gpus
 from ddptop.model.config import ConfigError, RunConfig, apply_overrides, preset_config
 from ddptop.model.usage import USAGE_EXIT, OneLineParser, UsageError
+from ddptop.run.launcher import die_with_parent
 
 STAMP_DIR = Path(__file__).resolve().parents[1] / "rank" / "stamp"
 PLAIN, DDPTOP = cost_pairs.PLAIN, cost_pairs.DDPTOP
@@ -109,8 +110,11 @@ def run_one(pair: int, arm: str, plan: Plan, where: Path, env: dict[str, str]) -
     argv = arm_argv(arm, plan, out_dir / "runs")
     started = time.monotonic()
     with open(out_dir / "stdout.log", "wb") as out, open(out_dir / "stderr.log", "wb") as err:
+        # its own session (a terminal's Ctrl-C reaches this process first, which stops the run
+        # as torchrun would); SIGTERM to it if this process dies, so no run outlives it
         proc = subprocess.Popen(argv, env=arm_env(plan, stamp, env), stdout=out, stderr=err,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=die_with_parent if sys.platform == "linux" else None)
         rc = _wait(proc, plan.timeout)
     wall = time.monotonic() - started
     ranks = read_stamps(out_dir)
@@ -169,6 +173,10 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
+def _interrupt(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def read_stamps(out_dir: Path) -> dict[int, list[float]]:
     ranks: dict[int, list[float]] = {}
     for f in out_dir.glob("stamp.rank*.json"):
@@ -210,6 +218,8 @@ def main_cost(argv: list[str]) -> int:
           f"records in {where}", flush=True)
     records: list[RunRecord] = []
     code = 0
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # the terminal or a kill: end the run in hand, report
+        signal.signal(sig, _interrupt)
     try:
         for pair, arm in cost_pairs.schedule(plan.pairs):
             record = run_one(pair, arm, plan, where, env)

@@ -146,7 +146,7 @@ def become_subreaper() -> bool:
         return False
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child: get SIGTERM if ddptop dies, so no run outlives a killed monitor."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -184,7 +184,7 @@ class Launcher:
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=die_with_parent if sys.platform == "linux" else None,
             )
         self.started_at = time.monotonic()
         self.run_processes()  # torchrun, to the keeper at once
