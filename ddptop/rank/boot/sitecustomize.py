@@ -7,18 +7,9 @@ import sys
 
 
 def _chain() -> None:
-    import importlib.machinery
-    import importlib.util
+    from _ddptop_site_chain import chain  # beside this file, on the ranks' path
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    dirs = [os.path.abspath(p or os.curdir) for p in sys.path]
-    # only what stands after this one: the sitecustomize it shadows (two that chain each
-    # other, ddptop's and `ddptop cost`'s stamp, must not find each other again)
-    rest = sys.path[dirs.index(here) + 1:] if here in dirs else sys.path
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
-    if spec is not None and spec.loader is not None:
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    chain(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _boot() -> None:

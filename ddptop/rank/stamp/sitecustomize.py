@@ -15,18 +15,18 @@ import sys
 
 
 def _chain() -> None:
-    import importlib.machinery
+    """The sitecustomize this one shadows, by ddptop's own chain (loaded by its path: the plain
+    arm's ranks have no ddptop on their path)."""
     import importlib.util
 
     here = os.path.dirname(os.path.abspath(__file__))
-    dirs = [os.path.abspath(p or os.curdir) for p in sys.path]
-    # only what stands after this one: the sitecustomize it shadows (two that chain each
-    # other, ddptop's and `ddptop cost`'s stamp, must not find each other again)
-    rest = sys.path[dirs.index(here) + 1:] if here in dirs else sys.path
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
-    if spec is not None and spec.loader is not None:
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    path = os.path.join(os.path.dirname(here), "boot", "_ddptop_site_chain.py")
+    spec = importlib.util.spec_from_file_location("_ddptop_site_chain", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.chain(here)
 
 
 def _pin(local_rank: int) -> None:
