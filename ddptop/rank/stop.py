@@ -21,6 +21,7 @@ def ctrl_c() -> None:
     frame = sys._getframe(1)
     handler = signal.getsignal(signal.SIGINT)
     if callable(handler):
+        absorb_next_sigint()
         handler(signal.SIGINT, frame)
         return
     term = signal.getsignal(signal.SIGTERM)
@@ -28,6 +29,22 @@ def ctrl_c() -> None:
         term(signal.SIGTERM, frame)
         return
     raise SystemExit(0)
+
+
+def absorb_next_sigint() -> None:
+    """The rank stops at the agreed step: the SIGINT that ddptop sends through torchrun a moment
+    later (where the run has not ended by then) is this same Ctrl-C, not a second one, so it
+    must not interrupt the handler now running (a checkpoint's save). The next SIGINT is
+    absorbed and the script's own handler put back. Only the main thread may set handlers."""
+    handler = signal.getsignal(signal.SIGINT)
+
+    def absorbed(signum: int, frame: Any) -> None:  # noqa: ARG001
+        signal.signal(signal.SIGINT, handler)
+
+    try:
+        signal.signal(signal.SIGINT, absorbed)
+    except (ValueError, TypeError):  # not the main thread; a handler set outside Python
+        pass
 
 
 def limit_reached(rank: int, step: int, why: str) -> None:

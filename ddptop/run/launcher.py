@@ -96,6 +96,9 @@ def build_plan(
     if config.comm_timing and config.nccl_timing:
         nccl_timing_env(env, *nccl_plugin)
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, minus its warning
+    # torchrun's grace for the ranks after it forwards a stop signal: longer than the run's, so
+    # that ddptop, knowing what it kills (ddptop.run.stopping), ends the stragglers itself
+    env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(config.stop_grace + TORCHRUN_MARGIN_S)
     env.update(config.nccl_env)
     # the boot dir first: its sitecustomize attaches ddptop's instrument to every rank (and
     # runs the one it shadows); the package root so that ranks import this very ddptop
@@ -131,6 +134,7 @@ def rendezvous_args(node: NodeOptions) -> list[str]:
     ]
 
 
+TORCHRUN_MARGIN_S = 10  # torchrun's shutdown timeout, past the run's --stop-grace
 PR_SET_CHILD_SUBREAPER = 36
 CENSUS_S = 1.0  # how often the keeper hears of the run's new processes
 
@@ -232,6 +236,13 @@ class Launcher:
     async def wait(self) -> int:
         assert self.proc is not None
         return await self.proc.wait()
+
+    def send(self, sig: int) -> None:
+        """`sig` to torchrun, which forwards a stop signal to every rank's process group."""
+        if self.running:
+            assert self.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
 
     @property
     def running(self) -> bool:
