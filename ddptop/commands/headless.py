@@ -25,7 +25,9 @@ async def run_headless(session: Session, interval: float = 3.0, as_json: bool = 
 
     def stop(name: str) -> None:  # as torchrun: the signal to the ranks; a second one escalates
         if session.stop_requested:
-            session.escalate_stop(f"signal {name}")
+            said = session.escalate_stop(f"signal {name}")
+            if said:
+                print(f"ddptop: {said}", file=out, flush=True)
         else:
             session.request_stop(f"signal {name}", signal.Signals[name])
 

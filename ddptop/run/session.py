@@ -226,12 +226,13 @@ class Session:
     def stop_requested(self) -> bool:
         return self._stop_requested.is_set()
 
-    def escalate_stop(self, reason: str = "stopped by user") -> None:
-        """A second Ctrl-C: SIGTERM to the ranks still running, as torchrun's second does."""
+    def escalate_stop(self, reason: str = "stopped by user") -> str:
+        """A second Ctrl-C: SIGTERM to the ranks still running, as torchrun's second does.
+        Returns what was done ('': nothing)."""
         if self._stop_requested.is_set():
-            self.stopper.escalate()
-        else:
-            self.request_stop(reason)
+            return self.stopper.escalate()
+        self.request_stop(reason)
+        return ""
 
     def stop_step(self) -> int:
         """A step no rank has reached yet, allowing for the probes' report delay."""

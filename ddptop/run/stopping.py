@@ -63,23 +63,26 @@ class Stopper:
         self._log(f"{name} to the ranks (through torchrun); they have {self.grace_s:g} s (--stop-grace) "
                   f"to finish, as under torchrun; a second Ctrl-C sends SIGTERM")
 
-    def escalate(self) -> None:
+    def escalate(self) -> str:
         """A second Ctrl-C: the signal now if not sent yet; else SIGTERM to the ranks still
-        running, as torchrun's second Ctrl-C does; a third: SIGKILL."""
+        running, as torchrun's second Ctrl-C does; a third: SIGKILL. Returns what it did ('':
+        nothing was left to stop), also a note of the run's."""
         self._now.set()
         if self.sent == 0 and self.procs.launcher is not None and self.procs.launcher.running:
             self._send_first(signal.SIGINT)
-            return
+            return "SIGINT to the ranks now"
         live = self._live()
         if not live:
-            return
+            return ""
         self.sent += 1
         sig = signal.SIGTERM if self.sent == 2 else signal.SIGKILL
         for pid in live.values():
             _signal_group(pid, sig)
-        which = "second" if self.sent == 2 else "another"
-        self._log(f"{which} Ctrl-C: {signal.Signals(sig).name} to {_ranks(live)}"
-                  + (", as torchrun's second Ctrl-C does" if sig == signal.SIGTERM else ""))
+        said = (f"{'second' if self.sent == 2 else 'another'} Ctrl-C: {signal.Signals(sig).name} to "
+                f"{_ranks(live)}" + (", as torchrun's second Ctrl-C does" if sig == signal.SIGTERM else ""))
+        self._log(said)
+        self.state.notes.append(said)
+        return said
 
     async def _grace(self) -> None:
         """Until torchrun exits or the grace ends; then the ranks still running are killed."""
