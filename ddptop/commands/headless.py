@@ -23,13 +23,13 @@ async def run_headless(session: Session, interval: float = 3.0, as_json: bool = 
                        out: TextIO = sys.stdout) -> int:
     loop = asyncio.get_running_loop()
 
-    def stop(name: str) -> None:  # as torchrun: the signal to the ranks; a second one escalates
+    def stop(name: str) -> None:  # each a Ctrl-C of torchrun's: the second one escalates
         if session.stop_requested:
             said = session.escalate_stop(f"signal {name}")
             if said:
                 print(f"ddptop: {said}", file=out, flush=True)
         else:
-            session.request_stop(f"signal {name}", signal.Signals[name])
+            session.request_stop(f"signal {name}")
 
     handlers: dict[int, Callable[[str], object]] = dict.fromkeys(STOP_SIGNALS, stop)
     # `kill -USR1 <pid>` on a live headless run captures the next 3 steps on every rank

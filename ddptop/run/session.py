@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import shutil
-import signal
 import socket
 import tempfile
 import time
@@ -81,7 +80,6 @@ class Session:
         self.hub = Hub(self.token, self.collector, world_size=self.state.world_size)
         self._stop_requested = asyncio.Event()
         self._stop_reason = ""
-        self._stop_signal: int = signal.SIGINT
         self.stopper = Stopper(self.state, self.procs, config.stop_grace)
         self.watchdog = Watchdog(self.state, self.procs, hardware or HardwareSampler(), config.nccl_env,
                                  self.request_stop, self._stop_requested.is_set)
@@ -215,11 +213,11 @@ class Session:
             self.recorder.close()
         self._done.set()
 
-    def request_stop(self, reason: str = "stopped by user", sig: int = signal.SIGINT) -> None:
-        """Stop the run as torchrun stops it on `sig` (ddptop.run.stopping): every rank asked to
-        leave its loop at one agreed step, `sig` at once unless that has ended the run."""
+    def request_stop(self, reason: str = "stopped by user") -> None:
+        """Stop the run as torchrun stops it on Ctrl-C (ddptop.run.stopping): every rank asked to
+        leave its loop at one agreed step, SIGINT at once unless that has ended the run."""
         if not self._stop_requested.is_set():
-            self._stop_reason, self._stop_signal = reason, sig
+            self._stop_reason = reason
             self._stop_requested.set()
 
     @property
@@ -259,7 +257,7 @@ class Session:
         # the agreed step's moment: as long as the ranks take to reach it; none where they step
         # not at all (a validation pass, hand-written updates): the signal then follows at once
         agreed_s = (at_step - latest) * p50 / 1000.0 + AGREED_SLACK_S if p50 > 0 else 0.0
-        await self.stopper.run(agreed_s, self._stop_signal)
+        await self.stopper.run(agreed_s)
 
     def _node_facts(self) -> dict[str, object]:
         n = self.node

@@ -38,29 +38,26 @@ class Stopper:
         self.progress = ""  # who is still running their handlers, for a status line
         self._now = asyncio.Event()  # a second Ctrl-C: the agreed step's moment is over
 
-    async def run(self, agreed_s: float, sig: int = signal.SIGINT) -> None:
-        """After the agreed step's moment (`agreed_s`, at most AGREED_MAX_S; none for a signal
-        other than SIGINT, which the agreed stop does not stand for), `sig` to torchrun; then
-        the grace, and SIGKILL for the ranks still running."""
+    async def run(self, agreed_s: float) -> None:
+        """After the agreed step's moment (`agreed_s`, at most AGREED_MAX_S), SIGINT to torchrun;
+        then the grace, and SIGKILL for the ranks still running."""
         launcher = self.procs.launcher
         if launcher is None:
             return
-        wait_s = min(agreed_s, AGREED_MAX_S) if sig == signal.SIGINT else 0.0
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._now.wait(), wait_s)
+            await asyncio.wait_for(self._now.wait(), min(agreed_s, AGREED_MAX_S))
         if not launcher.running:
             return  # the agreed stop came first: every rank has ended
         if self.sent == 0:
-            self._send_first(sig)
+            self._send_first()
         await self._grace()
 
-    def _send_first(self, sig: int) -> None:
+    def _send_first(self) -> None:
         launcher = self.procs.launcher
         assert launcher is not None
         self.signalled_at, self.sent = time.monotonic(), 1
-        name = signal.Signals(sig).name
-        launcher.send(sig)
-        self._log(f"{name} to the ranks (through torchrun); they have {self.grace_s:g} s (--stop-grace) "
+        launcher.send(signal.SIGINT)
+        self._log(f"SIGINT to the ranks (through torchrun); they have {self.grace_s:g} s (--stop-grace) "
                   f"to finish, as under torchrun; a second Ctrl-C sends SIGTERM")
 
     def escalate(self) -> str:
@@ -69,7 +66,7 @@ class Stopper:
         nothing was left to stop), also a note of the run's."""
         self._now.set()
         if self.sent == 0 and self.procs.launcher is not None and self.procs.launcher.running:
-            self._send_first(signal.SIGINT)
+            self._send_first()
             return "SIGINT to the ranks now"
         live = self._live()
         if not live:
