@@ -61,13 +61,12 @@ class Stopper:
                   f"to finish, as under torchrun; a second Ctrl-C sends SIGTERM")
 
     def escalate(self) -> str:
-        """A second Ctrl-C: the signal now if not sent yet; else SIGTERM to the ranks still
-        running, as torchrun's second Ctrl-C does; a third: SIGKILL. Returns what it did ('':
-        nothing was left to stop), also a note of the run's."""
+        """A second Ctrl-C: SIGTERM to the ranks still running, as torchrun's second Ctrl-C does
+        (after the first's SIGINT, if the agreed step's moment had not ended yet); a third:
+        SIGKILL. Returns what it did ('': nothing was left to stop), also a note of the run's."""
         self._now.set()
         if self.sent == 0 and self.procs.launcher is not None and self.procs.launcher.running:
             self._send_first()
-            return "SIGINT to the ranks now"
         live = self._live()
         if not live:
             return ""
