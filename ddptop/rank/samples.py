@@ -52,7 +52,7 @@ class SampleCount:
         iters = self._iters
 
         def __new__(kind: type, *args: Any, **kwargs: Any) -> Any:  # noqa: ARG001 - __init__ takes them
-            it = object.__new__(kind)
+            it: Any = object.__new__(kind)
             with contextlib.suppress(TypeError):  # not weakly referable: not watched
                 iters[it] = 0
             return it

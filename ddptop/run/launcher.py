@@ -30,6 +30,9 @@ from ddptop.wire import protocol
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # holds ddptop/ and trainer/
 BOOT_DIR = Path(__file__).resolve().parents[1] / "rank" / "boot"  # the ranks' sitecustomize
+# torchrun's grace for the ranks after it forwards a stop signal (TORCH_ELASTIC_SHUTDOWN_TIMEOUT):
+# the run's --stop-grace and this, so that ddptop, knowing what it kills, ends those left itself
+TORCHRUN_MARGIN_S = 10
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ def build_plan(
         protocol.ENV_RUN_ID: run_id,
         protocol.ENV_CONFIG: str(run_dir / "config.json"),
         protocol.ENV_NODE: str(node.node_rank),
-        "PYTHONUNBUFFERED": "1",
+        "PYTHONUNBUFFERED": "1", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(config.stop_grace + TORCHRUN_MARGIN_S),
         "NCCL_DEBUG_FILE": str(run_dir / "nccl" / "nccl.%h.%p.log"),
     })
     env.setdefault("NCCL_DEBUG", "INFO")
@@ -96,9 +99,6 @@ def build_plan(
     if config.comm_timing and config.nccl_timing:
         nccl_timing_env(env, *nccl_plugin)
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, minus its warning
-    # torchrun's grace for the ranks after it forwards a stop signal: longer than the run's, so
-    # that ddptop, knowing what it kills (ddptop.run.stopping), ends the stragglers itself
-    env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(config.stop_grace + TORCHRUN_MARGIN_S)
     env.update(config.nccl_env)
     # the boot dir first: its sitecustomize attaches ddptop's instrument to every rank (and
     # runs the one it shadows); the package root so that ranks import this very ddptop
@@ -134,7 +134,6 @@ def rendezvous_args(node: NodeOptions) -> list[str]:
     ]
 
 
-TORCHRUN_MARGIN_S = 10  # torchrun's shutdown timeout, past the run's --stop-grace
 PR_SET_CHILD_SUBREAPER = 36
 CENSUS_S = 1.0  # how often the keeper hears of the run's new processes
 
