@@ -303,5 +303,5 @@ def test_a_stopped_rank_does_not_hold_up_a_stop(tmp_path):
     assert proc.returncode == 130
     assert 3 < took < 12, took
     notes = json.loads(out.strip().splitlines()[-1])["notes"]
-    assert [n for n in notes if n.startswith("rank 1 was killed (SIGKILL) 3 s after the stop signal")], notes
+    assert [n for n in notes if n.startswith("rank 1 was killed (SIGKILL) after the 3 s grace (--stop-grace)")], notes
     assert gone_within(tag, 10) == []

@@ -88,7 +88,7 @@ def test_a_kill_after_the_grace_names_the_ranks_where_they_were_and_what_they_wr
     assert res.returncode == 130, res.stdout[-2000:]
     notes = summary_of(res.stdout)["notes"]
     for rank in (0, 1):
-        said = [n for n in notes if n.startswith(f"rank {rank} was killed (SIGKILL) 2 s after the stop signal")]
+        said = [n for n in notes if n.startswith(f"rank {rank} was killed (SIGKILL) after the 2 s grace (--stop-grace)")]
         assert len(said) == 1, notes
         assert "still running in save_slowly (slow_save.py:" in said[0], said
         assert said[0].endswith(f"it had open for writing: {ckpt / f'rank{rank}.pt.partial'}"), said

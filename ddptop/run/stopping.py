@@ -114,7 +114,7 @@ class Stopper:
             _signal_group(pid, signal.SIGKILL)
             where = handler_frame(stacks.get(rank, ""))
             self.state.notes.append(
-                f"rank {rank} was killed (SIGKILL) {self.grace_s:g} s after the stop signal, still running"
+                f"rank {rank} was killed (SIGKILL) after the {self.grace_s:g} s grace (--stop-grace), still running"
                 + (f" {where}" if where else " its handler")
                 + (f"; it had open for writing: {', '.join(files)}" if files else "; no file open for writing"))
         self._log(f"{_ranks(live)} still running after the {self.grace_s:g} s grace: SIGKILL")
