@@ -21,10 +21,8 @@ takes exposed communication from backward's own events.
 from __future__ import annotations
 
 import collections
-import functools
 import importlib
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -72,7 +70,7 @@ class CommTimer:
             fut, first = self._allreduce(buf), True
         kept = buf if self._raise_later(fut.wait) else None
         if not self.timed:
-            return fut.then(functools.partial(_result, kept, first))
+            return fut.then(lambda f: _result(kept, first, f))
 
         def done(f):
             # a CUDA future's callback runs with the communication's stream current: the
@@ -116,10 +114,9 @@ def _result(kept, first, f):
 
 
 def _engine_queue() -> Callable[[Callable[[], Any]], None] | None:
-    torch = sys.modules.get("torch")
     try:
-        return torch.autograd.Variable._execution_engine.queue_callback  # type: ignore[union-attr]
-    except AttributeError:
+        return importlib.import_module("torch").autograd.Variable._execution_engine.queue_callback
+    except (ImportError, AttributeError):
         return None
 
 
