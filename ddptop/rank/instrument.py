@@ -55,7 +55,7 @@ class Instrument:
         self.captures: CaptureRunner | None = None
         self.ddps: list[Any] = []
         self._ddp_timing: dict[str, float] | None = None  # DDP's own logger, for the goodbye
-        self.replicas: dict[int, Any] = {}  # id of a module composable replicate() wraps -> its DDP
+        self.replicas: dict[int, Any] = {}  # id of a module replicate() or torch.compile wraps -> its DDP
         self._stopping = False
         self._from_script: BaseException | None = None  # raised by the script's SIGINT handler at the stop
         self.api_used = False  # the script calls Probe.tick()/record() itself
@@ -101,6 +101,7 @@ class Instrument:
         optimizer.register_optimizer_step_pre_hook(self._guard(self._opt_pre_safe))
         optimizer.register_optimizer_step_post_hook(stop.armed_after(self._guard(self._opt_post_safe)))
         patches.wrap_grad_scaler(torch, self._guard(self._opt_pre_safe), self._guard(self._opt_post_safe))
+        patches.wrap_compile(torch, self._guard(lambda compiled: self.hooked.follow(compiled, self.replicas)))
         register = patches.wrap_ddp(torch.nn.parallel.DistributedDataParallel, self._ddp_args,
                                     self._guard(self._on_ddp), self.comm.on_register, self.comm.on_builtin)
         if register is not None:
@@ -131,7 +132,6 @@ class Instrument:
 
     def _guard(self, fn: Any) -> Any:
         """`fn` as a hook that never raises into the user's code (`_call`)."""
-
         @functools.wraps(fn)
         def guarded(*args: Any, **kwargs: Any) -> Any:
             return self._call(fn, *args, **kwargs)
