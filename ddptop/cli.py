@@ -45,6 +45,9 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, help="optimizer steps per rank (a script: stopped after this many "
                    "steps after warmup; default: it runs to its own end)")
     p.add_argument("--warmup", type=int, help="steps left out of throughput figures")
+    p.add_argument("--stop-grace", type=int, metavar="SECONDS",
+                   help="after Ctrl-C, seconds the ranks have to finish their handlers (a checkpoint's "
+                   "save) before SIGKILL (default 30, as torchrun)")
     p.add_argument("--batch-size", type=int, help="samples per rank per micro-batch")
     p.add_argument("--model", help="auto, vit_l_32, vit_b_32, vit_b_16, tiny_vit")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -193,6 +196,11 @@ def build_config(args: argparse.Namespace, script: bool = False) -> RunConfig:
         changes["warmup"] = min(base.warmup, max(args.steps, 0) // 4)
     base = base.with_changes(**{k: v for k, v in changes.items() if v is not None})
     config = preset_config(args.preset or ("asis" if script else "baseline"), base)
+    grace = getattr(args, "stop_grace", None)
+    if grace is not None:
+        if not 0 <= grace <= 3600:
+            raise UsageError(f"--stop-grace must be 0-3600 seconds, got {grace}")
+        config = config.with_changes(stop_grace=grace)
     cost = getattr(args, "cost", None)
     if cost is not None:  # one-step blocks (shorter than any step); --set may still change either
         if cost < 1:

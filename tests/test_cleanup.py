@@ -63,12 +63,12 @@ def gone_within(tag: str, seconds: float) -> list:
     return [p.info["cmdline"] for p in tagged(tag)]
 
 
-def start(tmp_path: Path, steps: int) -> tuple[subprocess.Popen, str]:
+def start(tmp_path: Path, steps: int, *opts: str) -> tuple[subprocess.Popen, str]:
     tag = f"ddptop-cleanup-{os.getpid()}-{time.monotonic_ns()}"
     script = tmp_path / "spawner.py"
     script.write_text(SPAWNER)
     proc = subprocess.Popen([sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(tmp_path / "runs"),
-                             "--nproc", "2", "--", sys.executable, str(script), tag, str(steps)],
+                             "--nproc", "2", *opts, "--", sys.executable, str(script), tag, str(steps)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc, tag
 
@@ -289,15 +289,19 @@ def test_a_run_dir_removed_mid_run_stops_the_run_and_says_so(tmp_path):
 
 
 def test_a_stopped_rank_does_not_hold_up_a_stop(tmp_path):
-    proc, tag = start(tmp_path, 100000)
+    """A rank that cannot run its SIGINT handler (stopped) is killed once the stop's grace
+    (--stop-grace, torchrun's 30 s by default) has passed, and the summary says so."""
+    proc, tag = start(tmp_path, 100000, "--stop-grace", "3")
     wait_running(tmp_path, proc)
     ranks = [p for p in tagged(tag) if p.cmdline()[1].endswith("spawner.py")]
     assert len(ranks) == 2
-    ranks[1].suspend()  # SIGSTOP: it will not reach the agreed step, nor handle SIGTERM
+    ranks[1].suspend()  # SIGSTOP: it will not reach the agreed step, nor handle SIGINT
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=60)
+    out, _ = proc.communicate(timeout=60)
     took = time.monotonic() - t0
     assert proc.returncode == 130
-    assert took < 10, took
+    assert 3 < took < 12, took
+    notes = json.loads(out.strip().splitlines()[-1])["notes"]
+    assert [n for n in notes if n.startswith("rank 1 was killed (SIGKILL) after the 3 s grace (--stop-grace)")], notes
     assert gone_within(tag, 10) == []

@@ -22,8 +22,16 @@ from ddptop.run.signals import STOP_SIGNALS, on_signals
 async def run_headless(session: Session, interval: float = 3.0, as_json: bool = False,
                        out: TextIO = sys.stdout) -> int:
     loop = asyncio.get_running_loop()
-    handlers: dict[int, Callable[[str], object]] = dict.fromkeys(
-        STOP_SIGNALS, lambda name: session.request_stop(f"signal {name}"))
+
+    def stop(name: str) -> None:  # each a Ctrl-C of torchrun's: the second one escalates
+        if session.stop_requested:
+            said = session.escalate_stop(f"signal {name}")
+            if said:
+                print(f"ddptop: {said}", file=out, flush=True)
+        else:
+            session.request_stop(f"signal {name}")
+
+    handlers: dict[int, Callable[[str], object]] = dict.fromkeys(STOP_SIGNALS, stop)
     # `kill -USR1 <pid>` on a live headless run captures the next 3 steps on every rank
     handlers[signal.SIGUSR1] = lambda _: loop.create_task(session.request_capture(3))
     print(f"ddptop: run {session.run_id}  preset {session.config.preset}  "
@@ -34,7 +42,9 @@ async def run_headless(session: Session, interval: float = 3.0, as_json: bool = 
         while not runner.done():
             await asyncio.wait({runner}, timeout=interval)
             if not runner.done():
-                print(report.status_line(session.state, time.time()), file=out, flush=True)
+                stopping = session.stopper.progress  # who is still in their handlers, and how long
+                print(report.status_line(session.state, time.time()) + (f"  {stopping}" if stopping else ""),
+                      file=out, flush=True)
         state = runner.result()
     summary = state.summary()
     print(closing_lines(state, session.run_dir, summary), file=out, flush=True)

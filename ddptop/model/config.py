@@ -100,6 +100,9 @@ class RunConfig:
     # the trace is larger and the profiled steps slower
     capture_memory: bool = False
     lr: float = 1e-3
+    # After a stop signal (Ctrl-C, the stop key), seconds the ranks have to finish their handlers
+    # (a checkpoint's save) before SIGKILL: torchrun's own default (its --shutdown-timeout)
+    stop_grace: int = 30
     nccl_env: dict[str, str] = field(default_factory=dict)
     # A user's own script (`ddptop ... -- CMD`): ddptop applies to its DDP only the knobs named
     # in ddp_apply (comma-separated; empty: the script's own DDP arguments, "asis"), and stops it
@@ -333,6 +336,7 @@ def validate(config: RunConfig) -> RunConfig:
         (c.script or c.warmup < c.steps,  # a script's steps are counted after its warmup
          f"warmup ({c.warmup}) must be smaller than steps ({c.steps}); pass --warmup"),
         (c.batch_size >= 1, f"batch_size must be at least 1, got {c.batch_size}"),
+        (0 <= c.stop_grace <= 3600, f"stop_grace must be 0-3600 seconds, got {c.stop_grace}"),
         (c.bucket_cap_mb > 0, f"bucket_cap_mb must be positive, got {c.bucket_cap_mb:g}"),
         (c.powersgd_rank >= 1, f"powersgd_rank must be at least 1, got {c.powersgd_rank}"),
         (c.powersgd_start_iter >= 2, "powersgd_start_iter must be at least 2 (DDP needs two plain iterations)"),

@@ -43,6 +43,20 @@ class CommTimer:
         self.timed = True  # stamp this step's buckets (set per step)
         self.user: tuple[Any, Callable[..., Any]] | None = None  # (state, hook) the script registered
         self._allreduce = _direct_allreduce(dist, group, average_in_nccl)
+        self._queue = _engine_queue()
+
+    def _raise_later(self, wait: Callable[[], Any]) -> bool:
+        """A failed all-reduce raises in backward as DDP's own would: the future's `wait`, a C
+        method, runs as an autograd callback after DDP's (queued at the first bucket), so the
+        script sees the error as it is, from no Python frame of ddptop's. False where it cannot
+        be queued (not inside backward): the error then reaches DDP through the bucket's future."""
+        if self._queue is None:
+            return False
+        try:
+            self._queue(wait)
+        except Exception:  # noqa: BLE001
+            return False
+        return True
 
     def hook(self, state, bucket):  # unannotated: DDP checks the annotations it is given
         buf = bucket.buffer()
@@ -53,21 +67,18 @@ class CommTimer:
             fut = user_hook(user_state, bucket)
             if not self.timed:
                 return fut
-
-            def user_done(f):
-                entry[1] = self._stamp()
-                return f.value()
-
-            return fut.then(user_done)
-        fut = self._allreduce(buf)
+            first = False
+        else:
+            fut, first = self._allreduce(buf), True
+        kept = buf if self._raise_later(fut.wait) else None
         if not self.timed:
-            return fut.then(_first)
+            return fut.then(lambda f: _result(kept, first, f))
 
         def done(f):
             # a CUDA future's callback runs with the communication's stream current: the
             # event marks when the all-reduce finished on the GPU
             entry[1] = self._stamp()
-            return f.value()[0]
+            return _result(kept, first, f)
 
         return fut.then(done)
 
@@ -88,8 +99,27 @@ class CommTimer:
         return getattr(self.user[1], "__qualname__", None) or repr(self.user[1])[:80]
 
 
-def _first(f):
-    return f.value()[0]
+def _result(kept, first, f):
+    """The reduced bucket (the all-reduce's first tensor, or what the script's hook gave).
+    Where the all-reduce failed (a peer died) and its future raises later (`kept`:
+    CommTimer._raise_later), the bucket as it was: an error raised in a callback reaches the
+    script rewrapped by torch, the callback's frame in it ("Got the following error when
+    running the callback: ... At: ddptop/rank/comm.py")."""
+    if kept is None:
+        value = f.value()
+    else:
+        try:
+            value = f.value()
+        except Exception:  # noqa: BLE001 - raised as it is by the all-reduce's own future
+            return kept
+    return value[0] if first else value
+
+
+def _engine_queue() -> Callable[[Callable[[], Any]], None] | None:
+    try:
+        return importlib.import_module("torch").autograd.Variable._execution_engine.queue_callback
+    except (ImportError, AttributeError):
+        return None
 
 
 def _direct_allreduce(dist: Any, group: Any, average: bool) -> Callable[[Any], Any]:

@@ -84,6 +84,18 @@ class ModuleHooks:
         self._handles += [module.register_forward_pre_hook(self._pre, with_kwargs=True),
                           module.register_forward_hook(self._post, always_call=True)]
 
+    def follow(self, wrapper: Any, inner_of: dict[int, Any]) -> None:
+        """torch.compile(module) of a module timed here: its hooks go to the wrapper (an
+        OptimizedModule), which runs them outside the compiled region (on the module itself the
+        compiler traces them: graph breaks, recompiles, its warnings); `inner_of` learns which
+        module the wrapper runs."""
+        inner = getattr(wrapper, "_orig_mod", None)
+        if inner is None or not any(m is inner for m in self.modules):
+            return
+        self.modules = [wrapper if m is inner else m for m in self.modules]
+        inner_of[id(wrapper)] = inner
+        self.attach()
+
     def detach(self) -> None:
         for handle in self._handles:
             handle.remove()

@@ -55,7 +55,7 @@ class Instrument:
         self.captures: CaptureRunner | None = None
         self.ddps: list[Any] = []
         self._ddp_timing: dict[str, float] | None = None  # DDP's own logger, for the goodbye
-        self.replicas: dict[int, Any] = {}  # id of a module composable replicate() wraps -> its DDP
+        self.replicas: dict[int, Any] = {}  # id of a module replicate() or torch.compile wraps -> its DDP
         self._stopping = False
         self._from_script: BaseException | None = None  # raised by the script's SIGINT handler at the stop
         self.api_used = False  # the script calls Probe.tick()/record() itself
@@ -99,8 +99,9 @@ class Instrument:
         from torch.optim import optimizer
 
         optimizer.register_optimizer_step_pre_hook(self._guard(self._opt_pre_safe))
-        optimizer.register_optimizer_step_post_hook(self._guard(self._opt_post_safe))
+        optimizer.register_optimizer_step_post_hook(stop.armed_after(self._guard(self._opt_post_safe)))
         patches.wrap_grad_scaler(torch, self._guard(self._opt_pre_safe), self._guard(self._opt_post_safe))
+        patches.wrap_compile(torch, self._guard(lambda compiled: self.hooked.follow(compiled, self.replicas)))
         register = patches.wrap_ddp(torch.nn.parallel.DistributedDataParallel, self._ddp_args,
                                     self._guard(self._on_ddp), self.comm.on_register, self.comm.on_builtin)
         if register is not None:
@@ -131,7 +132,6 @@ class Instrument:
 
     def _guard(self, fn: Any) -> Any:
         """`fn` as a hook that never raises into the user's code (`_call`)."""
-
         @functools.wraps(fn)
         def guarded(*args: Any, **kwargs: Any) -> Any:
             return self._call(fn, *args, **kwargs)
@@ -267,8 +267,9 @@ class Instrument:
         if at is None or step < at or self._stopping:
             return
         self._limit_reached = is_limit
-        if self.api_used:
-            return  # the script's own tick() stops it (should_stop)
+        if self.api_used:  # the script's own tick() stops it (should_stop): a SIGINT now is this stop
+            self._call(stop.absorb_next_sigint)
+            return
         self._stopping = True
         if not self._limit_reached:  # the user's stop: as Ctrl-C, nothing added to the output
             try:
@@ -352,8 +353,8 @@ class Instrument:
 
     # --- the end ------------------------------------------------------------------------
     def _on_crash(self, exc: BaseException) -> None:
-        if self._stopping and isinstance(exc, KeyboardInterrupt):
-            return  # the agreed stop's Ctrl-C, which the script did not catch: stopped, not crashed
+        if isinstance(exc, KeyboardInterrupt) and (self._stopping or self.probe.stop_at is not None):
+            return  # the stop's Ctrl-C (at the agreed step or the signal), not caught: stopped, not crashed
         self.crashed = True
         self._call(blame_settings, exc, self.ddps, self.note)
         self._call(lambda: self._report(self.tracker.ready()))  # steps closed, not yet read (READ_EVERY_S)
@@ -378,7 +379,7 @@ class Instrument:
             return
         self.flush()
         if reason is None or (reason == "stopped" and self._limit_reached):  # the run's own limit: completed
-            stopped = self._stopping and not self._limit_reached
+            stopped = (self._stopping or self.probe.stop_at is not None) and not self._limit_reached
             reason = "crashed" if self.crashed else ("stopped" if stopped else "completed")
         self._let_go()
         self.probe.close(reason, self._ddp_timing)

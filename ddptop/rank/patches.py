@@ -41,6 +41,23 @@ def wrap_grad_scaler(torch: Any, before: Callable[[Any], None], after: Callable[
     scaler.step = step
 
 
+def wrap_compile(torch: Any, on_module: Callable[[Any], None]) -> None:
+    """torch.compile: `on_module(compiled)` when it wraps a module (in an OptimizedModule)."""
+    original = getattr(torch, "compile", None)
+    if original is None or _wrapped(original):
+        return
+
+    @functools.wraps(original)
+    def compile(model: Any = None, *args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's name
+        compiled = original(model, *args, **kwargs)
+        if isinstance(model, torch.nn.Module) and compiled is not model:
+            on_module(compiled)
+        return compiled
+
+    _mark(compile)
+    torch.compile = compile
+
+
 def wrap_ddp(ddp_class: Any, change_args: Callable[..., Any], on_init: Callable[[Any], None],
              on_register: Callable[..., Any], on_builtin: Callable[..., Any]) -> Any:
     """DDP's __init__ (`change_args(init, ddp, args, kwargs)` may give other arguments;

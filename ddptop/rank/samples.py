@@ -16,7 +16,8 @@ and a note says why, once.
 
 from __future__ import annotations
 
-import functools
+import contextlib
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +36,7 @@ class SampleCount:
         self._counted = False  # in this step
         self._armed = True  # a backward ran since the last count
         self.loader_batch: int | None = None  # the batch size of the DataLoader that yielded last
+        self._iters: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()  # iterator -> batches seen
         self._checks = CHECKS
         self.unknown = False
         self._batch_sent = False
@@ -42,26 +44,36 @@ class SampleCount:
         self.off = False  # a forked child's copy
 
     def install(self) -> None:
-        """Watch the DataLoader's batches (the iterator's __next__, in the rank's process)."""
+        """Know the rank's DataLoader iterators from their making (`__new__`, which returns
+        before the iterator's own code runs): nothing of ddptop's is on the stack while a
+        batch is made, so a DataLoader's error reaches the script with its own frames only."""
         from torch.utils.data import dataloader
 
-        cls = dataloader._BaseDataLoaderIter
-        original = cls.__next__
-        count = self
+        iters = self._iters
 
-        @functools.wraps(original)
-        def __next__(it: Any) -> Any:
-            data = original(it)
-            if not count.off:
-                try:
-                    auto = getattr(it, "_auto_collation", False)
-                    size = getattr(getattr(it, "_index_sampler", None), "batch_size", None) if auto else None
-                    count.loader_batch = size if isinstance(size, int) and size > 0 else None
-                except Exception:  # noqa: BLE001 - never into the script's loop
-                    count.loader_batch = None
-            return data
+        def __new__(kind: type, *args: Any, **kwargs: Any) -> Any:  # noqa: ARG001 - __init__ takes them
+            it: Any = object.__new__(kind)
+            with contextlib.suppress(TypeError):  # not weakly referable: not watched
+                iters[it] = 0
+            return it
 
-        cls.__next__ = __next__  # type: ignore[method-assign,assignment]
+        dataloader._BaseDataLoaderIter.__new__ = staticmethod(__new__)  # type: ignore[method-assign,assignment]
+
+    def _yielded(self) -> int | None:
+        """The batch size of the DataLoader that yielded since the last look (its iterator's
+        count of batches moved on); kept when none did; None when several did, batching
+        differently, or one does not batch with a batch size."""
+        sizes = set()
+        for it, seen in list(self._iters.items()):
+            n = getattr(it, "_num_yielded", seen)
+            if n != seen:
+                self._iters[it] = n
+                auto = getattr(it, "_auto_collation", False)
+                size = getattr(getattr(it, "_index_sampler", None), "batch_size", None) if auto else None
+                sizes.add(size if isinstance(size, int) and size > 0 else None)
+        if sizes:
+            self.loader_batch = sizes.pop() if len(sizes) == 1 else None
+        return self.loader_batch
 
     def backward(self) -> None:
         self._armed = True
@@ -93,7 +105,7 @@ class SampleCount:
         batch = self._batch(args, kwargs or {})
         if not batch or self.unknown:
             return 0.0
-        loader = self.loader_batch
+        loader = self._yielded() if self._checks > 0 and not self.off else None
         if loader is not None and self._checks > 0:
             self._checks -= 1
             if batch != loader:

@@ -30,6 +30,9 @@ from ddptop.wire import protocol
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # holds ddptop/ and trainer/
 BOOT_DIR = Path(__file__).resolve().parents[1] / "rank" / "boot"  # the ranks' sitecustomize
+# torchrun's grace for the ranks after it forwards a stop signal (TORCH_ELASTIC_SHUTDOWN_TIMEOUT):
+# the run's --stop-grace and this, so that ddptop, knowing what it kills, ends those left itself
+TORCHRUN_MARGIN_S = 10
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ def build_plan(
         protocol.ENV_RUN_ID: run_id,
         protocol.ENV_CONFIG: str(run_dir / "config.json"),
         protocol.ENV_NODE: str(node.node_rank),
-        "PYTHONUNBUFFERED": "1",
+        "PYTHONUNBUFFERED": "1", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(config.stop_grace + TORCHRUN_MARGIN_S),
         "NCCL_DEBUG_FILE": str(run_dir / "nccl" / "nccl.%h.%p.log"),
     })
     env.setdefault("NCCL_DEBUG", "INFO")
@@ -232,6 +235,13 @@ class Launcher:
     async def wait(self) -> int:
         assert self.proc is not None
         return await self.proc.wait()
+
+    def send(self, sig: int) -> None:
+        """`sig` to torchrun, which forwards a stop signal to every rank's process group."""
+        if self.running:
+            assert self.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
 
     @property
     def running(self) -> bool:

@@ -36,13 +36,12 @@ from ddptop.run.launcher import SOCKET_DIR_PREFIX, Launcher, build_plan, remove_
 from ddptop.run.multinode import hub_bind_host, join_instructions
 from ddptop.run.rank_procs import RankProcesses
 from ddptop.run.recorder import Recorder, disk_error, new_run_dir, runs_dir_warning
+from ddptop.run.stopping import Stopper
 from ddptop.run.watchdog import Watchdog
 from ddptop.wire import protocol
 
 DRAIN_S = 0.5  # after torchrun exits, let the last frames arrive
-STOP_GRACE_S = 5.0  # after the agreed stop step, before signals
-STOP_DEADLINE_S = 8.0  # a stop never takes longer than this (plus the final sweep of strays)
-STOP_KILL_S = 2.0  # from torchrun's SIGTERM to SIGKILL
+AGREED_SLACK_S = 0.5  # beyond the agreed step's expected time: its report, the ranks' exit
 
 __all__ = ["Session", "last_exception", "new_run_id"]
 
@@ -81,6 +80,7 @@ class Session:
         self.hub = Hub(self.token, self.collector, world_size=self.state.world_size)
         self._stop_requested = asyncio.Event()
         self._stop_reason = ""
+        self.stopper = Stopper(self.state, self.procs, config.stop_grace)
         self.watchdog = Watchdog(self.state, self.procs, hardware or HardwareSampler(), config.nccl_env,
                                  self.request_stop, self._stop_requested.is_set)
         self._sock_dir: str | None = None
@@ -214,10 +214,23 @@ class Session:
         self._done.set()
 
     def request_stop(self, reason: str = "stopped by user") -> None:
-        """Ask every rank to leave its loop at one agreed step; signals follow if not."""
+        """Stop the run as torchrun stops it on Ctrl-C (ddptop.run.stopping): every rank asked to
+        leave its loop at one agreed step, SIGINT at once unless that has ended the run."""
         if not self._stop_requested.is_set():
             self._stop_reason = reason
             self._stop_requested.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_requested.is_set()
+
+    def escalate_stop(self, reason: str = "stopped by user") -> str:
+        """A second Ctrl-C: SIGTERM to the ranks still running, as torchrun's second does.
+        Returns what was done ('': nothing)."""
+        if self._stop_requested.is_set():
+            return self.stopper.escalate()
+        self.request_stop(reason)
+        return ""
 
     def stop_step(self) -> int:
         """A step no rank has reached yet, allowing for the probes' report delay."""
@@ -241,13 +254,10 @@ class Session:
         await self.hub.broadcast(protocol.StopCommand(at_step).to_command())
         p50 = max((rs.recent_pct(50) or 0.0 for rs in self.state.ranks.values()), default=0.0)
         latest = max((rs.last_step for rs in self.state.ranks.values()), default=-1)
-        # one deadline for the whole stop (< 10 s, a stuck rank included): the agreed step,
-        # then torchrun's SIGTERM, then SIGKILL
-        wait_s = min(STOP_GRACE_S + (at_step - latest) * p50 / 1000.0, STOP_DEADLINE_S - STOP_KILL_S)
-        await asyncio.sleep(wait_s)
-        if self.launcher is not None and self.launcher.running:
-            self.state.add_log(-1, "[ddptop] ranks did not stop in time: terminating torchrun")
-            await self.launcher.stop(grace_s=STOP_KILL_S)
+        # the agreed step's moment: as long as the ranks take to reach it; none where they step
+        # not at all (a validation pass, hand-written updates): the signal then follows at once
+        agreed_s = (at_step - latest) * p50 / 1000.0 + AGREED_SLACK_S if p50 > 0 else 0.0
+        await self.stopper.run(agreed_s)
 
     def _node_facts(self) -> dict[str, object]:
         n = self.node

@@ -58,6 +58,8 @@ class Watchdog:
             ticks += 1
             if ticks % ADVICE_TICKS == 0:
                 self.update_advice()
+            if self.stopping():
+                continue  # ranks in their stop handlers (a checkpoint's save) take no steps: no stall
             stall = self.state.check_stall(now, self.procs.process_status())
             if stall is not None:
                 self._announce(stall, now)
