@@ -23,7 +23,7 @@ def good() -> GpuTrace:
     return t
 
 
-@pytest.mark.parametrize("dur, reason", [(1e12, "longer than the steps 1"), (-5, "negative duration 1"),
+@pytest.mark.parametrize("dur, reason", [(1e12, "ends far beyond the rest of the trace 1"), (-5, "negative duration 1"),
                                          (float("nan"), "duration NaN or infinite 1"),
                                          ("300", "duration not a number 1")])
 def test_bad_duration_dropped_and_counted(dur, reason, tmp_path, capsys):
@@ -93,3 +93,24 @@ def test_repeated_metadata_events_are_not_counted_as_dropped():
     meta = {"args": {"sort_index": 7}, "name": "thread_sort_index", "ph": "M", "pid": 1, "tid": 7, "ts": 5.0}
     kept, dropped = clean([meta, dict(meta), {"ph": "X", "name": "k", "ts": 1.0, "dur": 2.0, "pid": 1, "tid": 7}])
     assert dropped == {} and len(kept) == 3
+
+
+def test_kernels_outlasting_their_host_step_are_kept():
+    """A GPU kernel runs after the host range that launched it (issue 45): a `ProfilerStep#6` of
+    20 us on the CPU that launched 25 ms of kernels and a 2.7 ms all-reduce (CUDA graphs, a
+    host far ahead of its GPU) keeps every kernel and its comm; the 1e12-us kernel beside them
+    is still dropped."""
+    t = GpuTrace(0)
+    t.cpu("ProfilerStep#6", 0, 20, cat="user_annotation")
+    at = 30.0
+    for i in range(10):  # 10 GEMMs of 2.23 ms, back to back, all launched inside the 20 us step
+        t.kernel(f"gemm{i}", at, 2230, launch=1 + i)
+        at += 2230
+    t.allreduce(at, 2700, launch=15)
+    s = rank_trace(t.trace()).summary
+    assert "dropped" not in s
+    assert s["counts"]["compute"] == 10 and s["comm_ms"] == 2.7 and s["source"] == "gpu"
+    assert s["window_ms"] == pytest.approx(25.0, abs=0.01)
+    t.kernel("bad", at + 2700, 1e12, launch=18)
+    s = rank_trace(t.trace()).summary
+    assert s["dropped"] == {"implausible": 1} and s["comm_ms"] == 2.7 and s["counts"]["compute"] == 10

@@ -83,10 +83,10 @@ class EventStore(Sequence[dict[str, Any]]):
                                 e["ts"], e["dur"], args))
         return True
 
-    def drop_longer(self, limit: float) -> int:
-        """Leave out the GPU activities longer than `limit` us; how many."""
+    def drop_ending_after(self, limit: float) -> int:
+        """Leave out the GPU activities that end after `limit` (us); how many."""
         before = len(self._items)
-        self._items = [x for x in self._items if not _longer(x, limit)]
+        self._items = [x for x in self._items if not _ends_after(x, limit)]
         return before - len(self._items)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -108,6 +108,6 @@ class EventStore(Sequence[dict[str, Any]]):
         return x if isinstance(x, dict) else dict(zip(KEYS, x))
 
 
-def _longer(x: tuple[Any, ...] | dict[str, Any], limit: float) -> bool:
-    cat, dur = (x.get("cat", ""), x["dur"]) if isinstance(x, dict) else (x[1], x[6])
-    return str(cat).lower() in GPU_CATS and dur > limit
+def _ends_after(x: tuple[Any, ...] | dict[str, Any], limit: float) -> bool:
+    cat, ts, dur = (x.get("cat", ""), x["ts"], x["dur"]) if isinstance(x, dict) else (x[1], x[5], x[6])
+    return str(cat).lower() in GPU_CATS and ts + dur > limit

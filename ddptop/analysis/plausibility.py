@@ -1,6 +1,15 @@
 """What a trace's events may be before they are summarised: complete events with a numeric,
-finite, non-negative duration, once each, no longer than the window's steps. What is dropped
-is counted and said in one line, never silently. Pure."""
+finite, non-negative duration, once each, and GPU activities that end within reach of the rest
+of the trace. What is dropped is counted and said in one line, never silently. Pure.
+
+A GPU activity is bounded by the trace itself, never by the host's step ranges: a kernel runs
+after the host range that launched it (a `ProfilerStep#6` of 20 us on the CPU launches 25 ms of
+kernels; CUDA graphs replay whole steps from one host call), so a host step cannot bound a
+kernel's duration (issue 45). The bound is the span of the trace's event starts (a start cannot
+be stretched by a bogus duration): an activity that ends more than that span again, and more
+than FLOOR_US, after the last start anywhere in the trace ran for longer than anything recorded
+around it could allow (the hostile 1e12-us kernel).
+"""
 
 from __future__ import annotations
 
@@ -8,13 +17,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ddptop.analysis.intervals import merge
-
 STEP_NAMES = ("ddptop_step_", "ProfilerStep#")
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
-SLACK = 1.5  # an activity may outlast the steps' span a little (queued work drains after the last step)
+SLACK = 1.0  # an activity may end up to the trace's whole span after its last start...
+FLOOR_US = 10e6  # ...and up to 10 s in any case (one long kernel in a short trace)
 REASONS = {"not_number": "duration not a number", "not_finite": "duration NaN or infinite",
-           "negative": "negative duration", "duplicate": "exact duplicate", "implausible": "longer than the steps"}
+           "negative": "negative duration", "duplicate": "exact duplicate",
+           "implausible": "ends far beyond the rest of the trace"}
 
 
 def _dur(e: dict[str, Any]) -> tuple[float | None, str]:
@@ -44,7 +53,8 @@ class Cleaner:
     def __init__(self) -> None:
         self.counts = dict.fromkeys(REASONS, 0)
         self._seen: set[int] = set()
-        self._steps: list[tuple[float, float]] = []
+        self._first = math.inf  # the earliest and latest start of any complete event
+        self._last = -math.inf
 
     def keep(self, e: Any) -> bool:
         if not isinstance(e, dict):
@@ -66,21 +76,24 @@ class Cleaner:
             self._seen.add(key)
         except TypeError:  # unhashable values: kept, not deduplicated
             pass
-        if complete and str(e.get("name", "")).startswith(STEP_NAMES):
-            self._steps.append((e["ts"], e["ts"] + e["dur"]))
+        if complete:
+            self._first = min(self._first, e["ts"])
+            self._last = max(self._last, e["ts"])
         return True
 
     def limit(self) -> float | None:
-        steps = merge(self._steps)
-        return SLACK * (steps[-1][1] - steps[0][0]) if steps else None
+        """The latest a GPU activity may end (us, the trace's clock); None with no events."""
+        if self._last < self._first:
+            return None
+        return self._last + max(SLACK * (self._last - self._first), FLOOR_US)
 
     def dropped(self) -> dict[str, int]:
         return {k: v for k, v in self.counts.items() if v}
 
 
 def implausible(e: dict[str, Any], limit: float) -> bool:
-    """A GPU activity longer than the steps allow."""
-    return e.get("ph") == "X" and str(e.get("cat", "")).lower() in GPU_CATS and e["dur"] > limit
+    """A GPU activity that ends after `limit` (Cleaner.limit)."""
+    return e.get("ph") == "X" and str(e.get("cat", "")).lower() in GPU_CATS and e["ts"] + e["dur"] > limit
 
 
 def clean(events: Sequence[Any]) -> tuple[list[Any], dict[str, int]]:

@@ -41,7 +41,7 @@ def kept_events(events: Iterable[Any]) -> tuple[EventStore, dict[str, int]]:
             store.add(e)
     limit = cleaner.limit()
     if limit is not None:
-        cleaner.counts["implausible"] = store.drop_longer(limit)
+        cleaner.counts["implausible"] = store.drop_ending_after(limit)
     return store, cleaner.dropped()
 
 
