@@ -75,7 +75,13 @@ def test_headless_capture_window_on_cpu(tmp_path):
     assert "capture 1 steps 10-12 (torch): done" in res.stdout
     steps = [json.loads(line) for line in (tmp_path / summary["run_id"] / "steps.jsonl").read_text().splitlines()]
     profiled = {(r["rank"], r["step"]) for r in steps if r.get("profiled")}
-    assert profiled == {(rank, s) for rank in (0, 1) for s in (10, 11, 12, 13)}  # window + the step after
+    # the profiler's warmup step, the window, and the step after it (issue 45: start-up out of the window)
+    assert profiled == {(rank, s) for rank in (0, 1) for s in (9, 10, 11, 12, 13)}
+    assert cap["warmup"] == 1
+    said = cap["summary"]["perturbation"]
+    assert said["ranks"] == 2 and said["profiled_ms"] > 0 and said["unprofiled_ms"] > 0 and said["warmup_steps"] == 1
+    assert "  profiled steps " in res.stdout and "warmed up 1 step(s) before recording" in res.stdout
+    assert json.loads(tr.stdout)["perturbation"][cap["dir"]]["profiled_ms"] == said["profiled_ms"]
 
 
 def test_timer_is_compared_with_the_trace_on_the_same_steps():
@@ -207,3 +213,38 @@ def test_the_trace_side_of_the_comparison_is_its_all_reduces():
     t.allreduce(8000, 1000).allreduce(9500, 1500)
     s = rank_trace(t.trace()).summary
     assert s["comm_ms"] == pytest.approx(5.5) and s["allreduce_ms"] == pytest.approx(2.5)
+
+
+def test_perturbation_compares_the_window_with_the_unprofiled_steps_before_it():
+    from ddptop.analysis.capture import perturbation
+
+    def recs(window_ms, before_ms):
+        out = [{"step": s, "step_ms": before_ms} for s in range(0, 19)]
+        out.append({"step": 19, "step_ms": 500.0, "profiled": 1})  # the warmup step: CUPTI's start-up
+        out += [{"step": s, "step_ms": window_ms, "profiled": 1} for s in (20, 21, 22)]
+        return out
+
+    said = perturbation({0: recs(128.0, 93.0), 1: recs(130.0, 95.0)}, range(20, 23), warmup=1)
+    assert said == {"profiled_ms": 129.0, "unprofiled_ms": 94.0, "pct": 37.2, "ranks": 2, "warmup_steps": 1}
+    from ddptop.model.capture import perturbation_line
+    assert perturbation_line(said) == "profiled steps 129.0 ms vs 94.0 ms unprofiled (+37%)"
+    assert perturbation({0: recs(1.0, 1.0)[:19]}, range(20, 23)) is None  # no window steps reported
+
+
+def test_a_straggler_the_profiler_made_is_said_so_not_named():
+    from ddptop.analysis.capture import discount_late
+
+    said = {"profiled_ms": 128.0, "unprofiled_ms": 93.0}
+    cross = {"late_rank": 0, "late_ms": 105.0, "verdict": "rank 0 is late: its peers wait 105.0 ms for it"}
+    discount_late(cross, said, steps=3, unprofiled=None)
+    assert cross["verdict"] == ("rank 0 late by 35.0 ms a step: within the profiler's own +35.0 ms a step; "
+                                "unprofiled, no straggler") and cross["profiler_made"]
+    real = {"late_rank": 1, "late_ms": 105.0, "verdict": "rank 1 is late"}
+    discount_late(real, said, steps=3, unprofiled="rank 1 straggler: forward +30.0 ms/step")
+    assert real["verdict"] == "rank 1 is late; in the unprofiled steps too: rank 1 straggler: forward +30.0 ms/step"
+    more = {"late_rank": 1, "late_ms": 300.0, "verdict": "rank 1 is late"}
+    discount_late(more, said, steps=3, unprofiled=None)
+    assert "more than the profiler's own +35.0" in more["verdict"] and "profiler_made" not in more
+    none = {"late_rank": None, "verdict": "no rank late"}
+    discount_late(none, said, 3, None)
+    assert none["verdict"] == "no rank late"

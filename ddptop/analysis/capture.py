@@ -13,6 +13,7 @@ from typing import Any
 
 from ddptop.analysis.trace_analysis import OPEN_WITH, analyze, intersection_length, union_length
 from ddptop.model.capture import Capture
+from ddptop.model.figures.stats import median_nonempty
 
 __all__ = ["Capture", "capture_summary", "compare_with_timer", "intersection_length", "parse_capture_spec",
            "summarize_trace", "union_length"]
@@ -77,6 +78,54 @@ def compare_with_timer(summary: dict[str, Any], records: dict[int, list[dict[str
         ratios = [r[key] for r in summary.get("ranks", {}).values() if key in r]
         if ratios:
             summary[f"{key}_mean"] = round(sum(ratios) / len(ratios), 3)
+
+
+BEFORE = 10  # unprofiled steps compared with a window's
+
+
+def perturbation(records: dict[int, list[dict[str, float]]], steps: range, warmup: int = 0) -> dict[str, Any] | None:
+    """What the profiler did to the steps it recorded: each rank's median step over the window
+    against its median over the up to BEFORE unprofiled steps just before it (the warmup step
+    and any step marked `profiled` left out), then the mean over ranks; None where either side
+    has no step. `pct`: how much slower the profiled steps ran (issue 45)."""
+    first = steps.start - warmup
+    inside: list[float] = []
+    before: list[float] = []
+    for recs in records.values():
+        ms = [r["step_ms"] for r in recs if int(r.get("step", -1)) in steps and "step_ms" in r]
+        clean = [r["step_ms"] for r in recs if first - BEFORE <= int(r.get("step", -1)) < first
+                 and "step_ms" in r and not r.get("profiled")]
+        if ms and clean:
+            inside.append(median_nonempty(sorted(ms)))
+            before.append(median_nonempty(sorted(clean)))
+    if not inside:
+        return None
+    profiled, unprofiled = sum(inside) / len(inside), sum(before) / len(before)
+    return {"profiled_ms": round(profiled, 3), "unprofiled_ms": round(unprofiled, 3),
+            "pct": round(100.0 * (profiled / unprofiled - 1.0), 1) if unprofiled > 0 else None,
+            "ranks": len(inside), "warmup_steps": warmup}
+
+
+def discount_late(cross: dict[str, Any] | None, said: dict[str, Any] | None, steps: int,
+                  unprofiled: str | None) -> None:
+    """Who-waits against what the profiler itself added: where the late rank's lateness a step
+    is within the profiled steps' excess over the unprofiled ones, the verdict says so rather
+    than naming a straggler the profiler made; `unprofiled` is the run's own straggler finding
+    on unprofiled steps (None: none), said either way (issue 45)."""
+    if not cross or cross.get("late_rank") is None or not said or steps < 1:
+        return
+    added = said["profiled_ms"] - said["unprofiled_ms"]
+    late = cross["late_ms"] / steps
+    rank = cross["late_rank"]
+    if unprofiled is not None:
+        cross["verdict"] += f"; in the unprofiled steps too: {unprofiled}"
+    elif late <= max(added, 0.0):
+        cross["verdict"] = (f"rank {rank} late by {late:.1f} ms a step: within the profiler's own "
+                            f"+{added:.1f} ms a step; unprofiled, no straggler")
+        cross["profiler_made"] = True
+    else:
+        cross["verdict"] += (f" ({late:.1f} ms a step, more than the profiler's own +{max(added, 0.0):.1f}; "
+                             "the unprofiled steps name no straggler)")
 
 
 def _compare_hook(entry: dict[str, Any], window: list[dict[str, float]], ours: float) -> None:

@@ -14,6 +14,7 @@ from ddptop.analysis.cross_rank import describe
 from ddptop.analysis.hook_work import describe_hook
 from ddptop.analysis.trace_analysis import OPEN_WITH
 from ddptop.analysis.trace_diff import describe_diff
+from ddptop.model.capture import perturbation_line
 from ddptop.model.report import NA, fmt, table
 from ddptop.model.usage import USAGE_EXIT, OneLineParser, UsageError
 from ddptop.run.trace_files import (
@@ -135,9 +136,32 @@ def main_trace(argv: list[str]) -> int:
     except (UsageError, TraceError) as exc:
         print(f"ddptop trace: error: {exc}", file=sys.stderr)
         return USAGE_EXIT
-    text = json.dumps({"traces": summaries, "cross_rank": cross, "open_with": OPEN_WITH}, indent=1) if args.json \
-        else render(summaries, top=args.top, cross=cross)
+    profiled = {p: said for p in args.paths if (said := _perturbation(Path(p))) is not None}
+    if args.json:
+        text = json.dumps({"traces": summaries, "cross_rank": cross, "open_with": OPEN_WITH,
+                           "perturbation": profiled}, indent=1)
+    else:
+        text = render(summaries, top=args.top, cross=cross)
+        text += "".join(f"\n{p}: {perturbation_line(said)} (the capture's summary.json)" for p, said in profiled.items())
     return _print(text)
+
+
+def _perturbation(path: Path) -> dict[str, Any] | None:
+    """What ddptop's capture summary (summary.json beside a capture's traces) says the profiler
+    did to the steps it recorded; None where there is none or it is not as ddptop writes it."""
+    try:
+        f = path / "summary.json"
+        if not f.is_file() or f.stat().st_size > (1 << 20):
+            return None
+        data = json.loads(f.read_text())
+        said = ((data.get("summary") if isinstance(data, dict) else None) or {}).get("perturbation")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None
+    if not isinstance(said, dict):
+        return None
+    numbers = all(isinstance(said.get(k), (int, float)) and not isinstance(said.get(k), bool)
+                  for k in ("profiled_ms", "unprofiled_ms"))
+    return said if numbers and isinstance(said.get("pct"), (int, float, type(None))) else None
 
 
 def _print(text: str) -> int:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ddptop.model import figures
+from ddptop.model.capture import perturbation_line
 from ddptop.model.config import PRESETS, RunConfig, preset_config
 from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState
@@ -201,6 +202,10 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
                      f"{f'; hook span {hook:.2f}' if agree is not None and hook is not None else ''}"
                      f"{')' if agree is not None else ''}"
                      f"{' ' + cap['error'] if cap.get('error') else ''} -> {cap['dir']}")
+        said = perturbation_line((cap.get("summary") or {}).get("perturbation"))
+        if said:
+            warm = cap.get("warmup")
+            lines.append(f"  {said}" + (f"; the profiler warmed up {warm} step(s) before recording" if warm else ""))
     if summary.get("failed_rank") is not None:
         tail = summary.get("failure_log") or []
         lines.append(f"failed rank: {summary['failed_rank']}"

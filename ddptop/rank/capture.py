@@ -18,6 +18,8 @@ from typing import Any
 from ddptop.rank.client import Probe
 from ddptop.wire.protocol import CaptureCommand
 
+WARMUP_STEPS = 1  # torch.profiler starts (prepare_trace) this many steps before a window records
+
 
 @dataclass
 class Window:
@@ -27,6 +29,7 @@ class Window:
     out_dir: Path
     profiler: str  # "torch" or "nsys"
     memory: bool = False  # torch.profiler's profile_memory (--set capture_memory=true)
+    warmup: int = 0  # steps the profiler ran before recording (its start-up out of the window)
 
     @property
     def last(self) -> int:
@@ -41,6 +44,7 @@ class CaptureRunner:
         self._prof: Any = None
         self._step_ranges: list[contextlib.AbstractContextManager[Any]] = []
         self._nsys_start_s = 0.0
+        self.warming: Window | None = None  # a torch window whose profiler warms up this step
 
     def poll(self, next_step: int) -> None:
         """Take capture commands that arrived; a window already passed is reported missed."""
@@ -56,6 +60,11 @@ class CaptureRunner:
                 self.scheduled.append(w)
 
     def begin_step(self, step: int) -> None:
+        if self.active is None and self.warming is None:
+            for w in self.scheduled:
+                if w.profiler != "nsys" and w.start - WARMUP_STEPS == step:
+                    self._warm(w)  # stays scheduled: it starts recording at its first step
+                    break
         if self.active is None:
             for w in self.scheduled:
                 if w.start == step:
@@ -85,9 +94,28 @@ class CaptureRunner:
             return True
         return False
 
+    def _warm(self, w: Window) -> None:
+        """The profiler's start-up (CUPTI, its buffers) on the step before the window, recording
+        nothing (torch.profiler's own warmup: prepare_trace), so the window's first step is
+        the job's, not the profiler's (issue 45)."""
+        try:
+            self._prof = self._profiler(w)
+            self._prof.prepare_trace()
+            self.warming = w
+        except Exception:  # noqa: BLE001 - the window then starts cold, and says so
+            self._prof, self.warming = None, None
+
+    def _profiler(self, w: Window) -> Any:
+        torch = self.torch
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if self.cuda:
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        return torch.profiler.profile(activities=acts, profile_memory=w.memory)
+
     def _start(self, w: Window) -> None:
         torch = self.torch
         self.active = w
+        warm, self.warming = self.warming is w and self._prof is not None, None
         try:
             w.out_dir.mkdir(parents=True, exist_ok=True)
             if w.profiler == "nsys":
@@ -95,13 +123,13 @@ class CaptureRunner:
                 began = time.perf_counter()  # after the sync: what follows is nsys's own time
                 torch.cuda.profiler.start()
                 self._nsys_start_s = time.perf_counter() - began
-            else:
-                acts = [torch.profiler.ProfilerActivity.CPU]
-                if self.cuda:
-                    acts.append(torch.profiler.ProfilerActivity.CUDA)
-                self._prof = torch.profiler.profile(activities=acts, profile_memory=w.memory)
+            elif warm:
+                self._prof.start_trace()
+                w.warmup = WARMUP_STEPS
+            else:  # the command came too late to warm up: recording starts cold
+                self._prof = self._profiler(w)
                 self._prof.start()
-            self.probe.report_capture(w.capture_id, "recording")
+            self.probe.report_capture(w.capture_id, "recording", warmup=w.warmup)
         except Exception as exc:  # noqa: BLE001 - a failed capture never stops training
             self.active, self._prof = None, None
             self.probe.report_capture(w.capture_id, "failed", error=f"{type(exc).__name__}: {exc}")

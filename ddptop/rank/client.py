@@ -207,10 +207,10 @@ class Probe:
         self._send(protocol.Info(self.rank, dict(facts), list(notes)))
 
     def report_capture(self, capture_id: int, status: str, files: list[str] | None = None,
-                       error: str = "") -> None:
+                       error: str = "", warmup: int = 0) -> None:
         """Tell ddptop how a capture window went on this rank."""
         self.flush()
-        self._send(protocol.CaptureReport(self.rank, capture_id, status, files or [], error[:2000]))
+        self._send(protocol.CaptureReport(self.rank, capture_id, status, files or [], error[:2000], warmup))
 
     def close(self, reason: str = "completed", ddp_timing: dict[str, float] | None = None) -> None:
         self._connecting = False

@@ -305,7 +305,7 @@ class Instrument:
             self.tracker.restart()
         caps.poll(step + 1)
         caps.begin_step(step + 1)
-        if caps.active is not None or after:
+        if caps.active is not None or caps.warming is not None or after:
             # a window's steps, and the one after it (a peer may still write its trace), are not typical
             self.tracker.extra["profiled"] = 1
 

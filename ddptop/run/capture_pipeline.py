@@ -13,7 +13,7 @@ import math
 import time
 from pathlib import Path
 
-from ddptop.analysis.capture import Capture, compare_with_timer
+from ddptop.analysis.capture import Capture, compare_with_timer, discount_late, perturbation
 from ddptop.model.options import CaptureOptions
 from ddptop.model.state import RunState
 from ddptop.run.nsys import attach_nsys, nsys_report
@@ -70,8 +70,10 @@ class CapturePipeline:
             cap.files[msg.rank] = msg.files
         if msg.status == "failed":
             cap.status, cap.error = "failed", f"rank {msg.rank}: {msg.error}"
-        elif msg.status == "recording" and cap.status == "scheduled":
-            cap.status = "recording"
+        elif msg.status == "recording":
+            cap.warmup = msg.warmup if cap.warmup is None else min(cap.warmup, msg.warmup)
+            if cap.status == "scheduled":
+                cap.status = "recording"
         world = self.state.world_size
         if cap.status != "failed" and sum(1 for v in cap.ranks.values() if v == "written") == world:
             cap.status = "processing"
@@ -90,7 +92,12 @@ class CapturePipeline:
             summary = await summarize_capture(cap.files)
             window = range(cap.start, cap.start + cap.count)
             await self._records_arrived(window[-1])
-            compare_with_timer(summary, {r: list(rs.recent) for r, rs in self.state.ranks.items()}, window)
+            records = {r: list(rs.recent) for r, rs in self.state.ranks.items()}
+            compare_with_timer(summary, records, window)
+            summary["perturbation"] = perturbation(records, window, cap.warmup or 0)
+            found = self.state.straggler_verdict.straggler
+            discount_late(summary.get("cross_rank"), summary["perturbation"], cap.count,
+                          None if found is None else found.describe())
             cap.summary = summary
             cap.status = "done"  # before writing: the file on disk says how the capture ended
             write_json(Path(cap.out_dir) / "summary.json", cap.to_dict())

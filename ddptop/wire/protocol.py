@@ -192,6 +192,7 @@ class CaptureReport:
     status: str
     files: list[str] = field(default_factory=list)
     error: str = ""
+    warmup: int = 0  # recording: steps the profiler ran before the window (its start-up left out)
     kind: str = field(default="capture", init=False)
 
 
@@ -367,8 +368,11 @@ def _decode(line: bytes | str) -> Message:
             raise ProtocolError("bad-field", "capture")
         if not all(isinstance(f, str) and len(f) < 4096 for f in files):
             raise ProtocolError("bad-field", "files")
+        warmup = data.get("warmup", 0)
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup <= 1000:
+            raise ProtocolError("bad-field", "warmup")
         return CaptureReport(rank=_int(data, "rank"), capture_id=_int(data, "capture_id"), status=status,
-                             files=files, error=_str(data, "error", "", 2000))
+                             files=files, error=_str(data, "error", "", 2000), warmup=warmup)
     if kind == "command":
         name = _str(data, "name")
         if name not in COMMANDS:

@@ -16,6 +16,7 @@ from textual.containers import Vertical
 
 from ddptop.analysis.cross_rank import describe
 from ddptop.analysis.hook_work import describe_hook
+from ddptop.model.capture import perturbation_line
 from ddptop.model.report import NA, fmt
 from ddptop.model.state import RunState
 from ddptop.tui.live import Snapshot
@@ -157,6 +158,11 @@ def capture_lines(cap: Any) -> list[Text]:
         mean = summary.get("comm_ms_mean")
         lines.append(Text.assemble(("    summary", "dim"),
                                    f"  comm {fmt(mean, '.1f')} ms/rank" if mean is not None else ""))
+        said = perturbation_line(summary.get("perturbation"))
+        if said:
+            lines.append(Text.assemble(("    profiler ", "dim"), said,
+                                       (f"; warmed up {cap.warmup} step(s) before recording", "dim")
+                                       if cap.warmup else ""))
         lines.extend(cross_rank_lines(summary.get("cross_rank")))
         for r, s in sorted(per_rank.items(), key=lambda kv: int(kv[0])):
             lines.append(rank_summary_text(r, s))
