@@ -41,7 +41,7 @@ def main():
     optimizerG = torch.optim.Adam(netG.parameters(), lr=2e-4, betas=(0.5, 0.999))
     real_label, fake_label = 1.0, 0.0
     iters = 0
-    for i, data in enumerate(dataloader, 0):
+    for i, data in enumerate(dataloader, 0):  # noqa: B007 - the example's own loop
         # (1) Update D network: maximize log(D(x)) + log(1 - D(G(z)))
         netD.zero_grad()
         real_cpu = data[0]
