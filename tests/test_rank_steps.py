@@ -262,3 +262,19 @@ def test_a_backward_under_no_sync_gets_no_return_mark_unless_a_syncing_forward_f
     assert micro_batch(True)[-3:] == ["bwd", "bwd_end", "bwd_ret"]
     assert micro_batch(True, False)[-3:] == ["bwd", "bwd_end", "bwd_ret"]  # two models, one syncs
     assert micro_batch(False)[-2:] == ["bwd", "bwd_end"]
+
+
+def test_closure_calls_inside_an_optimizer_step_are_the_optimizers_time():
+    """LBFGS: data, then opt.step() calls its closure 3 times (forward, backward each) with 2 ms
+    of line search between calls: those 4 ms are the optimizer's, not data (issue 43)."""
+    clock = FakeClock()
+    t = StepTracker(clock)
+    closure = [(0, "fwd", 8.0), (1, "bwd"), (2, "bwd_end"), (0, "bwd_ret")]
+    step = [(0.5, "opt"), *closure, (2, *closure[0][1:]), *closure[1:], (2, *closure[0][1:]), *closure[1:],
+            (1, "opt_end")]
+    assert run(t, clock, step + step) == [0, 1]
+    rec = t.ready(flush=True)[1]  # the second: its time from the first's end
+    assert rec["data_ms"] == pytest.approx(0.5)
+    assert rec["optimizer_ms"] == pytest.approx(2 + 2 + 1)
+    assert rec["forward_ms"] + rec["backward_ms"] == pytest.approx(9)
+    assert rec["samples"] == 24.0  # the tracker sums what it is given: the sample count gives the closure's first call only

