@@ -96,11 +96,11 @@ class Instrument:
     def install(self) -> None:
         torch = self.torch
         from torch.optim import optimizer
-
         optimizer.register_optimizer_step_pre_hook(self._guard(self._opt_pre_safe))
         optimizer.register_optimizer_step_post_hook(stop.armed_after(self._guard(self._opt_post_safe)))
         patches.wrap_grad_scaler(torch, self._guard(self._opt_pre_safe), self._guard(self._opt_post_safe))
         patches.wrap_compile(torch, self._guard(lambda compiled: self.hooked.follow(compiled, self.replicas)))
+        patches.wrap_spawn(torch, self.note)
         register = patches.wrap_ddp(torch.nn.parallel.DistributedDataParallel, self._ddp_args,
                                     self._guard(self._on_ddp), self.comm.on_register, self.comm.on_builtin)
         if register is not None:

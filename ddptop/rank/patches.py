@@ -58,6 +58,28 @@ def wrap_compile(torch: Any, on_module: Callable[[Any], None]) -> None:
     torch.compile = compile
 
 
+def wrap_spawn(torch: Any, note: Callable[[str], None]) -> None:
+    """torch.multiprocessing.spawn / start_processes in a rank: the training they start runs in
+    children ddptop does not measure (it attaches to the processes torchrun starts); say so, with
+    the function and how many, before they start (issue 43)."""
+    mp = getattr(torch, "multiprocessing", None)
+    for name in ("spawn", "start_processes"):
+        original = getattr(mp, name, None)
+        if original is None or _wrapped(original):
+            continue
+
+        def started(fn: Any, *args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+            nprocs = kwargs.get("nprocs", args[1] if len(args) > 1 else 1)
+            note(f"{getattr(fn, '__qualname__', fn)!s:.60} runs in {nprocs} torch.multiprocessing.{_name} "
+                 "child process(es): ddptop measures the processes torchrun starts, not their children, "
+                 "so their steps are not counted")
+            return _original(fn, *args, **kwargs)
+
+        functools.update_wrapper(started, original)
+        _mark(started)
+        setattr(mp, name, started)
+
+
 def wrap_ddp(ddp_class: Any, change_args: Callable[..., Any], on_init: Callable[[Any], None],
              on_register: Callable[..., Any], on_builtin: Callable[..., Any]) -> Any:
     """DDP's __init__ (`change_args(init, ddp, args, kwargs)` may give other arguments;
