@@ -327,3 +327,20 @@ def test_a_default_run_never_wraps_its_ranks_in_nsys(tools, tmp_path, monkeypatc
     assert not any("nsys" in a for a in plan.argv)
     options = cli.capture_options(argparse.Namespace(capture=[], profiler="nsys", nsys_path=None), config)
     assert (options.profiler, options.nsys) == ("nsys", fake)
+
+
+def test_ddptops_root_is_not_on_the_ranks_pythonpath(tmp_path) -> None:
+    """The ranks find ddptop through DDPTOP_PACKAGE_ROOT, appended last to sys.path by the boot:
+    first on PYTHONPATH it shadowed a script's own `trainer` and changed the paths torch's
+    logging prints (a venv inside the checkout: `.venv/lib/.../torch/...`). A supervisor's own
+    PYTHONPATH (with the root) is not handed to the ranks; the user's is."""
+    from ddptop.model.config import RunConfig
+    from ddptop.run.launcher import BOOT_DIR, PACKAGE_ROOT, build_plan
+    from ddptop.wire import protocol
+
+    plan = build_plan(RunConfig(nproc=1), tmp_path, "unix:/x", "t", "r", base_env={"PYTHONPATH": "/mine"})
+    assert plan.env["PYTHONPATH"] == f"{BOOT_DIR}{os.pathsep}/mine"
+    assert plan.env[protocol.ENV_PACKAGE_ROOT] == str(PACKAGE_ROOT)
+    supervised = {"PYTHONPATH": f"{PACKAGE_ROOT}{os.pathsep}/mine", protocol.ENV_USER_PYTHONPATH: "/mine"}
+    plan = build_plan(RunConfig(nproc=1), tmp_path, "unix:/x", "t", "r", base_env=supervised)
+    assert plan.env["PYTHONPATH"] == f"{BOOT_DIR}{os.pathsep}/mine" and protocol.ENV_USER_PYTHONPATH not in plan.env

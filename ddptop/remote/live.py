@@ -28,6 +28,7 @@ import psutil
 
 from ddptop.model.config import RunConfig
 from ddptop.model.options import CaptureOptions
+from ddptop.wire import protocol
 
 LIVE_ENV = "DDPTOP_LIVE_DIR"  # override (tests, or a node whose /tmp is odd)
 SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes with its NUL; keep a margin
@@ -292,6 +293,7 @@ def start_supervisor(spec: dict[str, Any], live: Path) -> subprocess.Popen[bytes
     env = dict(os.environ)
     env[LIVE_ENV] = str(live)
     path = env.get("PYTHONPATH", "")
+    env.setdefault(protocol.ENV_USER_PYTHONPATH, path)  # the ranks get the user's own, not this one
     env["PYTHONPATH"] = str(PACKAGE_ROOT) + (os.pathsep + path if path else "")
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:

@@ -100,11 +100,19 @@ def build_plan(
         nccl_timing_env(env, *nccl_plugin)
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, minus its warning
     env.update(config.nccl_env)
-    # the boot dir first: its sitecustomize attaches ddptop's instrument to every rank (and
-    # runs the one it shadows); the package root so that ranks import this very ddptop
-    path = env.get("PYTHONPATH", "")
-    env["PYTHONPATH"] = os.pathsep.join([str(BOOT_DIR), str(PACKAGE_ROOT), *([path] if path else [])])
+    boot_path(env)
     return LaunchPlan(argv=argv, env=env, log_path=run_dir / "torchrun.log")
+
+
+def boot_path(env: dict[str, str]) -> None:
+    """The boot dir first on the ranks' PYTHONPATH: its sitecustomize attaches ddptop's instrument
+    to every rank (and runs the one it shadows) and appends this ddptop's root to sys.path, last:
+    on PYTHONPATH the root would shadow a script's own `trainer` and change the paths torch's
+    logging prints (issue 43)."""
+    user = env.pop(protocol.ENV_USER_PYTHONPATH, None)  # a supervisor runs with the root on its own path
+    path = env.get("PYTHONPATH", "") if user is None else user
+    env["PYTHONPATH"] = os.pathsep.join([str(BOOT_DIR), *([path] if path else [])])
+    env[protocol.ENV_PACKAGE_ROOT] = str(PACKAGE_ROOT)
 
 
 def nccl_timing_env(env: dict[str, str], plugin: Path | None, why: str) -> None:

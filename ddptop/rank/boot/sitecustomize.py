@@ -15,6 +15,9 @@ def _chain() -> None:
 def _boot() -> None:
     if not os.environ.get("DDPTOP_ADDR") or os.environ.get("DDPTOP_BOOT", "1") == "0":
         return
+    root = os.environ.get("DDPTOP_PACKAGE_ROOT")
+    if root and root not in sys.path:
+        sys.path.append(root)  # last: the script's own modules and site-packages come first
     try:
         from ddptop.rank.attach import watch
 
