@@ -77,3 +77,15 @@ def test_bill_prediction_adds_hooks_and_all_reduces() -> None:
     assert one.us == pytest.approx(56.0 + 0.9 * 16.6 + 0.1 * 21.7)
     assert one.lo < one.us < one.hi
     assert "per kernel launch" in bill.predict(14).text()
+
+
+def test_hardware_interval_from_the_environment() -> None:
+    """DDPTOP_HARDWARE_S: how often the monitor samples NVML (0: never), so that `ddptop cost
+    --ddptop-args` can tell what sampling costs a job (issue 42's open ViT question)."""
+    from ddptop.run.watchdog import HARDWARE_S, hardware_interval
+
+    assert hardware_interval(None) == (HARDWARE_S, "") and hardware_interval(" ") == (HARDWARE_S, "")
+    assert hardware_interval("0") == (0.0, "") and hardware_interval("2.5") == (2.5, "")
+    for bad in ("x", "-1", "0.01", "nan", "1e9"):
+        every, said = hardware_interval(bad)
+        assert every == HARDWARE_S and said.startswith("DDPTOP_HARDWARE_S=")

@@ -25,12 +25,27 @@ from ddptop.run.stacks import collect_stacks
 
 TICK_S = 0.5
 HARDWARE_S = 1.0
+HARDWARE_ENV = "DDPTOP_HARDWARE_S"  # seconds between hardware samples; 0: none (to measure what sampling costs)
 ADVICE_TICKS = 10  # every 5 s: live advice for the views
 
 
 def _pid_of(nccl_log_name: str) -> int:
     parts = nccl_log_name.split(".")
     return int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else -1
+
+
+def hardware_interval(text: str | None) -> tuple[float, str]:
+    """Seconds between hardware samples from DDPTOP_HARDWARE_S (unset: 1), and a line when the
+    value is not one (pure)."""
+    if text is None or not text.strip():
+        return HARDWARE_S, ""
+    try:
+        every = float(text)
+    except ValueError:
+        every = -1.0
+    if every == 0 or 0.1 <= every <= 3600:
+        return every, ""
+    return HARDWARE_S, f"{HARDWARE_ENV}={text[:40]!r} is not 0 or 0.1-3600 seconds: sampling every {HARDWARE_S:g} s"
 
 
 class Watchdog:
@@ -116,8 +131,15 @@ class Watchdog:
             self.state.nccl = self._nccl.report()
 
     async def hardware_loop(self) -> None:
-        """GPU samples from NVML (or, without it, each rank's CPU% and RSS) every second."""
+        """GPU samples from NVML (or, without it, each rank's CPU% and RSS) every second
+        (DDPTOP_HARDWARE_S; 0: no sampling, said on the GPU panel)."""
         state, hw = self.state, self.hardware
+        every, said = hardware_interval(os.environ.get(HARDWARE_ENV))
+        if said:
+            state.add_log(-1, f"[ddptop] {said}")
+        if every == 0:
+            state.gpu_unavailable = f"hardware sampling is off ({HARDWARE_ENV}=0)"
+            return
         state.gpu_unavailable = await asyncio.to_thread(hw.unavailable)
         if not state.gpu_unavailable:
             state.topology = await asyncio.to_thread(hw.topology)
@@ -128,7 +150,7 @@ class Watchdog:
             if gpu is not None:
                 state.gpu = gpu
                 state.gpu_history.append(gpu)
-            await asyncio.sleep(HARDWARE_S)
+            await asyncio.sleep(every)
 
     def update_advice(self) -> None:
         env = {**os.environ, **self.nccl_env}
