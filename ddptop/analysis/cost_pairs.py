@@ -111,9 +111,8 @@ class CostResult:
 def analyse(ms: dict[tuple[int, str], float | None], pairs: int) -> CostResult | None:
     """`ms`: (pair, arm) -> that run's ms per step (None: not measured). Pairs with an arm
     missing are left out."""
-    both = [(ms[(i, PLAIN)], ms[(i, DDPTOP)]) for i in range(pairs)
-            if ms.get((i, PLAIN)) is not None and ms.get((i, DDPTOP)) is not None]
-    full = [(p, d) for p, d in both if p is not None and d is not None]
+    runs = [(ms.get((i, PLAIN)), ms.get((i, DDPTOP))) for i in range(pairs)]
+    full = [(p, d) for p, d in runs if p is not None and d is not None]
     if not full:
         return None
     aa = [(ms.get((a, PLAIN)), ms.get((b, PLAIN))) for a, b in aa_pairs(pairs)]

@@ -49,6 +49,7 @@ def _own_view(records: list[RunRecord]) -> str | None:
 def render(records: list[RunRecord], plan: Plan, where: Path) -> dict[str, Any]:
     ms = {(r.pair, r.arm): r.step_ms for r in records}
     result = cost_pairs.analyse(ms, plan.pairs)
+    said = None if result is None else cost_pairs.verdict(result)
     plain_text, plain = _arm_lines(records, cost_pairs.PLAIN)
     ours_text, ours = _arm_lines(records, cost_pairs.DDPTOP)
     pins = " | ".join(_span(c) for c in plan.cpus) if plan.cpus else "not pinned"
@@ -66,13 +67,13 @@ def render(records: list[RunRecord], plan: Plan, where: Path) -> dict[str, Any]:
                          f"{extra.hi * 1000:+.0f}] (95%, t over {extra.n} pairs)")
         lines.append(f"  ratio plain / ddptop {_fmt(result.ratio)} (below 1: slower under ddptop)")
         lines.append(f"  A/A, plain / plain of adjacent runs: {_fmt(result.aa)}")
-        lines.append(f"  verdict: {cost_pairs.verdict(result)}")
+        lines.append(f"  verdict: {said}")
     predicted = _prediction(records)
     if predicted is not None:
         lines.append(f"  {predicted.text()}")
     plain_err = [line for r in records if r.arm == cost_pairs.PLAIN for line in r.stderr]
     our_err = [line for r in records if r.arm == cost_pairs.DDPTOP for line in r.stderr]
-    added = cost_pairs.added_lines(plain_err, our_err) if plain_err or our_err else []
+    added = cost_pairs.added_lines(plain_err, our_err)
     if not any(r.arm == cost_pairs.PLAIN and r.rc == 0 for r in records):
         lines.append("  stderr: no plain run completed to compare with")
     elif added:
@@ -83,7 +84,7 @@ def render(records: list[RunRecord], plan: Plan, where: Path) -> dict[str, Any]:
     lines.append("  (the demo/script's own numbers; the in-run `--cost` measures only the rank-side hooks' share)")
     data = {"cmd": plan.cmd, "nproc": plan.nproc, "pairs": plan.pairs, "cpus": plan.cpus, "dir": str(where),
             "plain": plain, "ddptop": ours, "result": None if result is None else result.as_dict(),
-            "verdict": None if result is None else cost_pairs.verdict(result), "stderr_added": added,
+            "verdict": said, "stderr_added": added,
             "bill": None if predicted is None else {"us": predicted.us, "lo": predicted.lo, "hi": predicted.hi,
                                                     "allreduces": predicted.allreduces}}
     return {"text": "\n".join(lines), "json": data}
