@@ -27,12 +27,11 @@ def plain(text: str) -> list[str]:
 
 def rank_outputs(log_dir: Path) -> dict[int, tuple[str, str]]:
     """{rank: (stdout, stderr)} from torchrun's per-rank files (--redirects 3)."""
-    out: dict[int, tuple[str, str]] = {}
-    for d in log_dir.glob("**/attempt_0/*"):
-        if d.name.isdigit():
-            out[int(d.name)] = ((d / "stdout.log").read_text(errors="replace"),
-                                (d / "stderr.log").read_text(errors="replace"))
-    return out
+    def text(path: Path) -> str:  # torchrun makes the rank's folder a moment before its files
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    return {int(d.name): (text(d / "stdout.log"), text(d / "stderr.log"))
+            for d in log_dir.glob("**/attempt_0/*") if d.name.isdigit()}
 
 
 def ddptop_cmd(runs: Path, script: str, args: list[str]) -> list[str]:

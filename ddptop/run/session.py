@@ -252,12 +252,15 @@ class Session:
         at_step = self.stop_step()
         self.state.add_log(-1, f"[ddptop] stop requested ({self._stop_reason}): ranks stop after step {at_step}")
         await self.hub.broadcast(protocol.StopCommand(at_step).to_command())
-        p50 = max((rs.recent_pct(50) or 0.0 for rs in self.state.ranks.values()), default=0.0)
-        latest = max((rs.last_step for rs in self.state.ranks.values()), default=-1)
-        # the agreed step's moment: as long as the ranks take to reach it; none where they step
-        # not at all (a validation pass, hand-written updates): the signal then follows at once
-        agreed_s = (at_step - latest) * p50 / 1000.0 + AGREED_SLACK_S if p50 > 0 else 0.0
-        await self.stopper.run(agreed_s)
+        # the agreed step's moment: as long as the rank furthest from it takes to reach it (ranks
+        # that never sync can be far apart); none where they step not at all (a validation pass,
+        # hand-written updates): the signal then follows at once
+        etas = [(at_step - rs.last_step) * p50 / 1000.0 for rs in self.state.ranks.values()
+                if (p50 := rs.recent_pct(50) or 0.0) > 0]
+        agreed_s = max(etas) + AGREED_SLACK_S if etas else 0.0
+        # a user's Ctrl-C reaches the ranks within AGREED_MAX_S, as under torchrun; a stop of
+        # ddptop's own (its records can no longer be kept) waits for the step it agreed on
+        await self.stopper.run(agreed_s, patient=bool(self.state.error))
 
     def _node_facts(self) -> dict[str, object]:
         n = self.node

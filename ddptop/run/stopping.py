@@ -25,6 +25,7 @@ from ddptop.run.rank_procs import RankProcesses
 from ddptop.run.stacks import collect_stacks
 
 AGREED_MAX_S = 2.0  # the agreed step's moment, at most: a Ctrl-C is the ranks' at once, as under torchrun
+OWN_STOP_MAX_S = 15.0  # the same for a stop ddptop makes itself (a full disk): no one waits on a key
 POLL_S = 0.2
 SHOW_EVERY_S = 5.0  # how often the log says who is still in their handlers
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
@@ -38,14 +39,17 @@ class Stopper:
         self.progress = ""  # who is still running their handlers, for a status line
         self._now = asyncio.Event()  # a second Ctrl-C: the agreed step's moment is over
 
-    async def run(self, agreed_s: float) -> None:
-        """After the agreed step's moment (`agreed_s`, at most AGREED_MAX_S), SIGINT to torchrun;
-        then the grace, and SIGKILL for the ranks still running."""
+    async def run(self, agreed_s: float, patient: bool = False) -> None:
+        """After the agreed step's moment (`agreed_s`, at most AGREED_MAX_S, or OWN_STOP_MAX_S
+        when `patient`), SIGINT to torchrun unless every rank has ended; then the grace, and
+        SIGKILL for the ranks still running."""
         launcher = self.procs.launcher
         if launcher is None:
             return
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._now.wait(), min(agreed_s, AGREED_MAX_S))
+        ends = time.monotonic() + min(agreed_s, OWN_STOP_MAX_S if patient else AGREED_MAX_S)
+        while launcher.running and not self._now.is_set() and (left := ends - time.monotonic()) > 0:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._now.wait(), min(left, POLL_S))
         if not launcher.running:
             return  # the agreed stop came first: every rank has ended
         if self.sent == 0:
