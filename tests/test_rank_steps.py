@@ -107,6 +107,46 @@ def test_gan_style_two_forwards_two_optimizers_one_step_each_iteration():
     assert run(t, clock, (d + g) * 5) == [0, 1, 2, 3, 4]
 
 
+def wgan_round(critic_steps=5):
+    def one(key):
+        return [(1, "fwd", 16.0 if key == "d" else 0.0), (1, "fwd_end"), (1, "bwd"), (1, "bwd_end"), (0, "bwd_ret"),
+                (0, "opt", key), (1, "opt_end", key)]
+    return [e for _ in range(critic_steps) for e in one("d")] + one("g")
+
+
+def test_optimizers_at_different_rates_count_the_frequent_ones_steps_and_say_so():
+    """A WGAN: 5 critic steps, then one generator step. A step is a critic step (the
+    generator's falls inside the next one); the generator's last step, after the last critic
+    step, is no step of its own (it was: 16 steps and 15.0 samples a step for 15 and 16.0)."""
+    clock = FakeClock()
+    t = StepTracker(clock)
+    assert run(t, clock, wgan_round() * 3) == list(range(15))
+    assert t.finish() is None
+    recs = t.ready(flush=True)
+    assert len(recs) == 15 and sum(r["samples"] for r in recs) / len(recs) == 16.0
+    assert t.rates_differ
+
+
+def test_an_optimizer_that_steps_in_the_first_iteration_only_now_and_then_leaves_the_cycle():
+    """Teacher/student: the teacher steps with the student in the first iteration and every
+    4th after. A step is a student's step; the last one counts (it read 11 steps of 12)."""
+    clock = FakeClock()
+    t = StepTracker(clock)
+    def iteration(i):
+        one = [(1, "fwd", 16.0), (1, "fwd_end"), (1, "bwd"), (1, "bwd_end"), (0, "bwd_ret")]
+        teacher = [*one, (0, "opt", "t"), (1, "opt_end", "t")] if i % 4 == 0 else []
+        return [*teacher, *one, (0, "opt", "s"), (1, "opt_end", "s")]
+    closed = run(t, clock, [e for i in range(12) for e in iteration(i)])
+    assert closed == list(range(12)) and t.finish() is None and t.rates_differ
+
+
+def test_optimizers_at_one_rate_are_not_said_to_differ():
+    clock = FakeClock()
+    t = StepTracker(clock)
+    assert run(t, clock, wgan_round(critic_steps=1) * 4) == [0, 1, 2, 3]
+    assert t.finish() is None and not t.rates_differ
+
+
 def test_lightning_closure_runs_forward_and_backward_inside_the_optimizer_step():
     clock = FakeClock()
     t = StepTracker(clock)

@@ -176,6 +176,17 @@ def test_a_loop_without_torch_optim_is_told_how_steps_are_seen(tmp_path):
     assert [r["steps"] for r in s["ranks"]] == [0, 0]
 
 
+@pytest.mark.parametrize("update", [pytest.param("inplace", marks=pytest.mark.slow), "data"])
+def test_a_hand_written_update_is_said_from_the_second_forward(tmp_path, update):
+    """`p -= lr * p.grad` and `p.data.add_(...)` (which leaves p._version alone: it went
+    unsaid until 50 forwards): 10 updates are enough for the note naming the update."""
+    cmd = ddptop_cmd(tmp_path / "runs", "no_optimizer.py", ["--steps", "10", "--update", update])
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    notes = summary_of(res.stdout)["notes"]
+    assert [n for n in notes if "the model's parameters are updated without a torch.optim" in n], notes
+
+
 def test_forwards_without_grad_are_reported_apart_from_the_training_steps_phases(tmp_path):
     """A validation pass (8 no-grad forwards of 5 ms or more) after steps 10 and 20: its time
     is the next step's eval_ms, not that step's forward, and it counts no samples."""

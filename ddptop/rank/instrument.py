@@ -33,7 +33,7 @@ from ddptop.rank.facts import ddp_facts, ddp_timing, facts_without_ddp, model_fa
 from ddptop.rank.forward_hooks import BackwardMarks, ModuleHooks, OutermostHooks, loss_like
 from ddptop.rank.memory import MemorySampler, memory_sample
 from ddptop.rank.replicate import NOT_FOUND, model_name, replicated_module
-from ddptop.rank.said import Said
+from ddptop.rank.said import RATES_DIFFER, Said
 from ddptop.rank.samples import SampleCount
 from ddptop.rank.steps import StepTracker
 from ddptop.rank.values import HostCopy, read_values
@@ -163,9 +163,7 @@ class Instrument:
 
     # --- DDP ----------------------------------------------------------------------------
     def _ddp_args(self, init: Any, ddp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if self.script_ddp is None:
-            return None
-        return self._call(self.script_ddp.ddp_kwargs, init, ddp, args, kwargs)
+        return None if self.script_ddp is None else self._call(self.script_ddp.ddp_kwargs, init, ddp, args, kwargs)
 
     def _on_ddp(self, ddp: Any) -> None:
         replicate, module = replicated_module(self.torch, ddp)  # composable replicate(): time its module
@@ -322,6 +320,8 @@ class Instrument:
         self.send_facts(facts)
 
     def _report(self, records: list[dict[str, Any]], flush: bool = False) -> None:
+        if self.tracker.rates_differ:
+            self.note(RATES_DIFFER)
         records = self.comm.with_nccl_times(records, flush)
         for rec in records:
             read_values(rec, wait=flush)

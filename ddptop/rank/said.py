@@ -11,6 +11,8 @@ MAX_NOTES = 16
 NO_OPTIMIZER_AFTER = 50  # forwards with grad and no torch.optim step yet: say steps cannot be seen
 HOW = "steps need a torch.optim optimizer, or Probe.tick() in the script's loop (from ddptop.probe import Probe)"
 NO_OPTIMIZER = f"no torch.optim optimizer step after {NO_OPTIMIZER_AFTER} forwards: {HOW}"
+RATES_DIFFER = ("optimizers step at different rates: a step is one step of those the first iteration stepped (a "
+                "WGAN's critic, a student); the others' steps (its generator, a teacher) fall inside the step after them")
 NO_OPTIMIZER_UPDATED = f"the model's parameters are updated without a torch.optim optimizer step: {HOW}"
 
 
@@ -23,6 +25,7 @@ class Said:
         self.notes_sent: set[str] = set()
         self.forwards = 0  # with grad, before any optimizer step
         self.version: int | None = None  # the version of the model's first parameter at the last forward
+        self.first_values: Any = None  # a few of its values at the first forward
         self.told = False  # that no step can be seen
 
     def send_facts(self, facts: dict[str, Any], from_script: bool = False) -> None:
@@ -55,9 +58,16 @@ class Said:
         if stepped or self.told:
             return
         self.forwards += 1
-        version = getattr(next(module.parameters(), None), "_version", None)
+        param = next((p for p in module.parameters() if p.requires_grad), None)
+        version = getattr(param, "_version", None)
         updated = self.version is not None and version != self.version
         self.version = version
+        # `p.data.add_(...)` leaves the version as it was: a few of the values tell (read once,
+        # at the second forward: one wait for the device in the run's life, before any step)
+        if param is not None and self.forwards == 1:
+            self.first_values = param.detach().flatten()[:8].clone()
+        elif self.first_values is not None and self.forwards == 2:
+            updated |= not self.first_values.equal(param.detach().flatten()[:8])
         if updated or self.forwards == NO_OPTIMIZER_AFTER:
             self.told = True
             self.note(NO_OPTIMIZER_UPDATED if updated else NO_OPTIMIZER)

@@ -73,7 +73,8 @@ class StepTracker:
         self.pending: collections.deque[tuple[int, list[tuple[str, Any, float]], list[list[Any]],
                                               dict[str, Any]]] = collections.deque()
         self._stepped: set[Hashable] = set()  # optimizers that stepped in this step
-        self._cycle: set[Hashable] | None = None  # the optimizers of one step, once seen
+        self._cycle: set[Hashable] | None = None  # the optimizers that stepped in every step so far
+        self.rates_differ = False  # a step closed with other optimizers than the first one's
         self._last_end: int | None = None  # index in marks of the last opt_end
         self._opt_depth = 0  # GradScaler.step -> optimizer.step: only the outer one counts
         self._closure_calls = 0  # forwards inside this optimizer step (a closure's calls)
@@ -131,10 +132,15 @@ class StepTracker:
         return None
 
     def finish(self) -> int | None:
-        """The process ends: a step whose optimizers stepped is complete."""
-        if self._last_end is not None and self._opt_depth == 0:
-            return self._close(self._last_end)
-        return None
+        """The process ends: a step whose optimizers stepped is complete. Once a step's
+        optimizers are known, a tail where only others stepped (a WGAN's last generator step
+        after its critic's) is no step of its own."""
+        if self._last_end is None or self._opt_depth:
+            return None
+        if self._cycle is not None and not self._stepped >= self._cycle:
+            self.rates_differ = True
+            return None
+        return self._close(self._last_end)
 
     def restart(self) -> None:
         """The step being recorded starts now (time before it, e.g. a trace being written,
@@ -168,7 +174,11 @@ class StepTracker:
         later = [(at - end, entry) for at, entry in self.comm if at > end + 1]
         step = self.step
         self.pending.append((step, marks, comm, self.extra))
-        self._cycle = set(self._stepped) if self._cycle is None else self._cycle
+        self.rates_differ |= self._cycle is not None and self._stepped != self._cycle
+        if self._cycle is None or not self._cycle & self._stepped:
+            self._cycle = set(self._stepped) if self._cycle is None else self._cycle
+        else:  # those that stepped in every step so far (a teacher stepping in the first one falls out)
+            self._cycle &= self._stepped
         self._stepped = set()
         self._last_end = None
         self.marks = [("start", marks[-1][1], 0.0), *rest]
