@@ -23,3 +23,6 @@ def test_spawn_children_are_named_in_a_note(tmp_path: Path) -> None:
     notes = [n for n in summary["notes"] if "torch.multiprocessing.spawn child process(es)" in n]
     # one note (the same words from every rank are said once)
     assert notes and all("train runs in 1" in n for n in notes), summary["notes"]
+    # nothing measured: no advice about NCCL (it read "NCCL transports are not known ..." on gloo)
+    assert summary["advice"]["reason"].startswith("no step was measured"), summary["advice"]
+    assert "NCCL" not in out.stdout.split("\nrecords:")[0].split(f"run {summary['run_id']}:")[-1], out.stdout[-1500:]

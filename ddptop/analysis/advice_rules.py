@@ -125,6 +125,8 @@ def by_share_only(
 ) -> Advice:
     if backend == "gloo":
         unknown = "transports are unknown on gloo"
+    elif not backend:
+        unknown = "the backend is not known (no rank reported a process group)"
     else:
         unknown = "NCCL transports are not known (no NCCL_DEBUG log parsed)"
     evidence = [*evidence, unknown]

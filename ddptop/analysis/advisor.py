@@ -132,6 +132,11 @@ def advise(
             basis="measured",
         )
 
+    ranks = summary.get("ranks") or []
+    ended = summary.get("status") not in (None, "starting", "running")
+    if ended and summary.get("step_ms_p50") is None and ranks and all(r.get("steps") == 0 for r in ranks):
+        return Advice(None, reason="no step was measured (the notes say why): nothing to advise.",
+                      evidence=["0 steps measured on every rank"], basis="measured")
     nccl = summary.get("nccl") or {}
     env = {**(nccl.get("env") or {}), **(env or {})}
     if transports is None and nccl.get("transports"):
