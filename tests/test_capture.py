@@ -248,3 +248,17 @@ def test_a_straggler_the_profiler_made_is_said_so_not_named():
     none = {"late_rank": None, "verdict": "no rank late"}
     discount_late(none, said, 3, None)
     assert none["verdict"] == "no rank late"
+
+
+def test_the_captures_tab_says_how_much_the_profiler_slowed_the_steps_and_the_warmup():
+    """Issue 45: a capture's profiled steps against the unprofiled ones, and the warmup step
+    recorded before them, on the captures tab (the summary and `ddptop trace` say it too)."""
+    from ddptop.analysis.capture import Capture
+    from ddptop.tui.widgets.captures_panel import capture_lines
+
+    said = {"profiled_ms": 129.0, "unprofiled_ms": 94.0, "pct": 37.2, "ranks": 2, "warmup_steps": 1}
+    summary = {"ranks": {"0": {"comm_ms": 1.0}}, "comm_ms_mean": 1.0, "perturbation": said}
+    cap = Capture(1, 20, 3, "torch", "/tmp/cap1", status="done", summary=summary, warmup=1)
+    shown = [t.plain for t in capture_lines(cap)]
+    assert ("    profiler profiled steps 129.0 ms vs 94.0 ms unprofiled (+37%); "
+            "warmed up 1 step(s) before recording") in shown, shown
