@@ -164,6 +164,7 @@ def test_a_rank_that_ends_with_os_exit_loses_no_step(tmp_path):
     assert [(r["steps"], r["status"]) for r in s["ranks"]] == [(200, "done")] * 2, s["ranks"]
 
 
+@pytest.mark.slow  # test_a_hand_written_update_is_said_from_the_second_forward runs the same script in 10 steps
 def test_a_loop_without_torch_optim_is_told_how_steps_are_seen(tmp_path):
     """A hand-written update: no steps can be counted, and the run says why in plain words."""
     ours, our_out, theirs, their_out = run_both(tmp_path, "no_optimizer.py", ["--steps", "80"])

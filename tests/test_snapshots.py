@@ -201,7 +201,7 @@ def big_state() -> RunState:
     return state
 
 
-@pytest.mark.parametrize("size", ("80x24", "200x60"))
+@pytest.mark.parametrize("size", (pytest.param("80x24", marks=pytest.mark.slow), "200x60"))  # 40 s each, loaded
 def test_the_node_view_of_1024_ranks_on_128_nodes(snap_compare, tmp_path: Path, size: str) -> None:
     """One row per node, the straggler's node marked with its rank; nothing cut."""
     app = app_on_state(big_state(), tmp_path)

@@ -34,6 +34,7 @@ from ddptop.analysis.nccl import transport_class
 from ddptop.analysis.sweep_advice import explain, recommend_from_sweep
 from ddptop.hw.topology import link_class
 from ddptop.model.figures import summary_comm_shares, summary_mean_ms
+from ddptop.model.status import RUN_LIVE
 
 __all__ = ["LADDER", "LOSSY_CAVEAT", "NOISE", "Advice", "advise", "advise_run", "comm_shares", "explain",
            "hw_link_classes", "mean_ms", "recommend_from_sweep", "straggler_first", "transport_classes"]
@@ -133,7 +134,7 @@ def advise(
         )
 
     ranks = summary.get("ranks") or []
-    ended = summary.get("status") not in (None, "starting", "running")
+    ended = summary.get("status") is not None and summary["status"] not in RUN_LIVE
     if ended and summary.get("step_ms_p50") is None and ranks and all(r.get("steps") == 0 for r in ranks):
         return Advice(None, reason="no step was measured (the notes say why): nothing to advise.",
                       evidence=["0 steps measured on every rank"], basis="measured")

@@ -66,7 +66,7 @@ class Said:
         # at the second forward: one wait for the device in the run's life, before any step)
         if param is not None and self.forwards == 1:
             self.first_values = param.detach().flatten()[:8].clone()
-        elif self.first_values is not None and self.forwards == 2:
+        elif param is not None and self.first_values is not None and self.forwards == 2:
             updated |= not self.first_values.equal(param.detach().flatten()[:8])
         if updated or self.forwards == NO_OPTIMIZER_AFTER:
             self.told = True
