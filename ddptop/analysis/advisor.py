@@ -180,8 +180,8 @@ def straggler_first(straggler: Any, evidence: list[str], mismatch: str = "",
     if not isinstance(straggler, Mapping) or straggler.get("rank") is None:
         return None
     rank, phase = straggler["rank"], straggler.get("phase") or "own work"
-    excess = straggler.get("excess_ms")
-    more = f" +{excess:.1f} ms/step" if isinstance(excess, (int, float)) else ""
+    excess = straggler.get("cost_ms", straggler.get("excess_ms"))  # what it costs the job (older: its excess)
+    more = f" costs the job {excess:.1f} ms/step" if isinstance(excess, (int, float)) else ""
     wait = (f"~{excess:.1f} ms/step" if isinstance(excess, (int, float)) else "much")
     if isinstance(excess, (int, float)) and step_ms:
         wait += f" ({excess / step_ms:.0%} of the step)"
