@@ -116,9 +116,9 @@ class Finding:
         """A named straggler: rank, phase, the cost with its interval, the evidence."""
         last = f"last to all-reduce on {self.last} of {self.n} steps" if self.basis == "waits" else f"n={self.n} steps"
         return (f"rank {self.rank} straggler: {self.phase}, costs the job {self.cost_ms:.1f} ms/step "
-                f"({100 * self.share:.0f}% of the step, 95% CI {self.ci_low_ms:.1f}-{self.ci_high_ms:.1f} ms; "
-                f"its {self.phase} {self.phase_ms:+.1f} ms over the others' median, they wait for it "
-                f"{self.exposed_ms:.1f} ms at backward's end + {self.hidden_ms:.1f} ms inside backward; {last})")
+                f"({100 * self.share:.0f}%, 95% CI {self.ci_low_ms:.1f}-{self.ci_high_ms:.1f}; {self.phase} "
+                f"{self.phase_ms:+.1f} ms vs the others, who wait {self.exposed_ms:.1f} ms + {self.hidden_ms:.1f} "
+                f"in backward; {last})")
 
     def largest(self) -> str:
         """The largest cost found, and the smallest the rule could have seen here."""
