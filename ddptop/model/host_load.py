@@ -20,6 +20,7 @@ KEEP_S = 30.0  # seconds of samples kept
 SPAN_S = 3.0  # a check looks at least this far back (a sample a second)
 EXPLAINS = 0.5  # contended: the rank waited for a core, beyond the others, this share of its excess
 STOLEN = 0.1  # ...or the hypervisor stole this share of the CPU
+BUSY = 0.1  # a busy host: the ranks wait for a core this share of the time, on average
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,13 @@ class Contention:
         if beyond < EXPLAINS * excess_ms and self.steal < STOLEN:
             return ""
         return self.words()
+
+    @property
+    def busy(self) -> bool:
+        """The ranks waited for a core a tenth of the time on average, or the hypervisor stole
+        a tenth of the CPU: what the rule can see is then worse than the ranks' own noise."""
+        waits = list(self.wait_share.values())
+        return (sum(waits) / len(waits) >= BUSY if waits else False) or self.steal >= STOLEN
 
     def words(self) -> str:
         steal = f", {100 * self.steal:.0f}% stolen" if self.steal >= 0.05 else ""

@@ -88,6 +88,7 @@ class Finding:
     hidden_ms: float = 0.0  # the others' wait for it inside their backward (0: none seen)
     sees_ms: float = 0.0  # the smallest cost this check could have named at this noise
     contended: str = ""  # the host's CPU accounts for the excess ("host CPU contended: ...")
+    host: str = ""  # the host was busy over these steps, named or not ("host CPU contended: ...")
 
     @property
     def share(self) -> float:
@@ -129,7 +130,7 @@ class Finding:
         """This check, when it names no one."""
         if self.slow:
             return f"{self.contended} (rank {self.rank} {self.phase} {self.cost_ms:+.1f} ms/step, not named)"
-        return f"no straggler ({self.largest()})"
+        return f"no straggler ({self.largest()})" + (f"; {self.host}" if self.host else "")
 
 
 NONE, HOST = "none", "host"  # the verdict in force, besides a rank: none, or the host's CPU
@@ -314,9 +315,10 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOve
         cost_ms=median_nonempty(d), phase_ms=phase_ms, exposed_ms=exposed, hidden_ms=hidden,
         sees_ms=sees if math.isfinite(sees) else 0.0,
     )
-    contention = host(found.n * step_ms / 1000.0) if host is not None and found.slow else None
+    contention = host(found.n * step_ms / 1000.0) if host is not None else None
     if contention is not None:
-        found = replace(found, contended=contention.explains(worst, found.cost_ms, step_ms))
+        found = replace(found, contended=contention.explains(worst, found.cost_ms, step_ms) if found.slow else "",
+                        host=contention.words() if contention.busy else "")
     return found
 
 
