@@ -15,6 +15,7 @@ import pytest
 
 from ddptop.model import report, straggler
 from ddptop.model.snapshot import snapshot
+from ddptop.hw.host_load import HostSample
 from ddptop.model.host_load import Contention
 from ddptop.model.state import RunState
 from ddptop.model.straggler import Verdict, check_steps
@@ -282,3 +283,51 @@ def test_a_viewer_gets_the_same_verdict() -> None:
 
 
 # The real runs (torchrun + gloo ranks) are in tests/test_straggler_e2e.py.
+
+
+def busy_host_state(steps: int = 150) -> RunState:
+    """Rank 1 is 5 ms slower a step on a host whose readings (ddptop.hw.host_load's, once a
+    second, through RunState.add_host as the monitor sends them) say it waited for a core 6 ms
+    a step more than rank 0."""
+    rng = random.Random(0)
+    state = RunState(run_id="r", config={}, world_size=2, warmup=WARMUP)
+    for s in range(steps):
+        if s % 50 == 0:  # 50 steps of 20 ms: a reading a second
+            t = s / 50
+            state.add_host(HostSample(t=t, cores=2, runnable=9, steal_s=0.0, busy_s=2 * t,
+                                      wait_ns={0: int(0.05e9 * t), 1: int(0.35e9 * t)}, cpu_s={0: t, 1: t}))
+        for r in (0, 1):
+            state.apply(Steps(r, [rec(s, rng, step_ms=20.0, noise=0.05, extra_data=5.0 if r == 1 else 0.0)]), 0.0)
+    return state
+
+
+@pytest.mark.parametrize("case", ["named", "host", "calm"])
+def test_every_view_says_the_verdict_in_the_same_words(case: str) -> None:
+    """Must-show 3: the TUI's alert row, the headless status line, summary.json and the exit
+    summary read one wording (Snapshot.verdict_text, straggler.words): the verdict in force
+    while the run goes, the run's verdict once it ended."""
+    from ddptop.tui.widgets.run_alerts import alert_lines  # noqa: PLC0415 - the TUI's own row
+
+    if case == "host":
+        state = busy_host_state()
+    else:
+        state, _ = feed(2, 150, noise={0: 0.05, 1: 0.05}, step_ms={0: 20.0, 1: 20.0},
+                        extra_data={1: 5.0 if case == "named" else 0.0})
+    starts = {"named": "rank 1 straggler: data, costs the job ", "host": "host CPU contended: 9 runnable on 2 cores",
+              "calm": "no straggler (largest: rank "}[case]
+    snap = snapshot(state, 0.0)
+    text = snap.verdict_text
+    assert text.startswith(starts), text
+    assert (snap.straggler is not None) == (case == "named")  # the ▲ only where a rank is named
+    alerts = [line.plain for line in alert_lines(snap)]
+    assert ("▲ " if case == "named" else "· ") + text in alerts
+    assert report.status_line(state, 0.0).endswith("  " + text)
+    summary = state.summary()
+    assert summary["straggler_check"]["now"] == text
+    state.finish("completed", 1.0)
+    ended = snapshot(state, 1.0)
+    summary = state.summary()
+    assert ended.verdict_text == summary["straggler_check"]["text"] == straggler.words(state.straggler_verdict, True)
+    assert ended.verdict_text.startswith(starts) and ended.verdict_text.endswith(" of 13 checks")
+    assert summary["straggler_check"]["text"] in report.final_report(summary, "/runs/r").splitlines()
+    assert report.status_line(state, 1.0).endswith("  " + ended.verdict_text)
