@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,10 +21,9 @@ from ddptop.model import straggler
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
 GPT = ROOT / "bench" / "gpt_train.py"
-# a small transformer whose own step (~15 ms here) is small beside the delay: what the job
-# loses to a 50 ms sleep is then ~50 ms whatever else runs on the two cores
+# a small transformer whose own step (~15 ms here) is small beside the delay
 TINY = ["--data", "random", "--n-layer", "1", "--n-embd", "32", "--block", "32", "--batch-size", "4",
-        "--vocab", "256", "--warmup", "10", "--steps", "100"]
+        "--vocab", "256", "--warmup", "10", "--steps", "90"]
 
 
 def ddptop(runs: Path, *args: str, timeout: float = 240) -> tuple[dict, str]:
@@ -36,24 +36,28 @@ def ddptop(runs: Path, *args: str, timeout: float = 240) -> tuple[dict, str]:
     return summary, res.stdout
 
 
-def own_ms_per_step(runs: Path) -> float:
-    """The script's own wall time per step after its warmup (rank 0's OWN_TIMING line)."""
+def own_step_ms(runs: Path) -> float:
+    """The script's own median step after its warmup (rank 0's `step median` line): the
+    median, because a neighbour on these two cores (another test's busy loops) puts spikes
+    into some steps of one run and not the other."""
     for path in runs.glob("*/logs/**/attempt_0/0/stdout.log"):
-        for line in path.read_text().splitlines():
-            if line.startswith("OWN_TIMING "):
-                return float(json.loads(line.split(" ", 1)[1])["ms_per_step"])
-    raise AssertionError(f"no OWN_TIMING line under {runs}")
+        found = re.search(r"step median ([0-9.]+) ms", path.read_text())
+        if found:
+            return float(found.group(1))
+    raise AssertionError(f"no step median line under {runs}")
 
 
 def test_a_delayed_rank_is_named_with_what_it_costs_the_job(tmp_path: Path) -> None:
-    """Rank 1's batches come 50 ms late (a sleep in its loader, which nanoGPT's loop calls
+    """Rank 1's batches come 80 ms late (a sleep in its loader, which nanoGPT's loop calls
     between forward and backward: ddptop's forward phase). The cost is what the job's step lost
-    against the same script run symmetric, as the script itself measures it (49.0 ms lost,
-    53.5 ms said on the loaded 2-core VM)."""
+    against the same script run symmetric, as the script itself measures it. On these two
+    shared cores the symmetric run's ranks compete for the CPU that the sleeping rank leaves to
+    the other, so a job loses less than the sleep (50 ms: 49.0 lost, 53.5 said when quiet; 38.9
+    lost, 51.3 said beside the busy-loop test): the delay is large beside a step (~15 ms)."""
     script = ["--warmup", "10", "--", sys.executable, str(GPT), *TINY]
     calm, _ = ddptop(tmp_path / "sym", *script)
-    slow, out = ddptop(tmp_path / "slow", *script, "--slow-rank", "1", "--slow-data-ms", "50")
-    lost = own_ms_per_step(tmp_path / "slow") - own_ms_per_step(tmp_path / "sym")
+    slow, out = ddptop(tmp_path / "slow", *script, "--slow-rank", "1", "--slow-data-ms", "80")
+    lost = own_step_ms(tmp_path / "slow") - own_step_ms(tmp_path / "sym")
     s = slow["straggler"]
     assert s is not None and (s["rank"], s["phase"]) == (1, "forward"), slow["straggler_check"]
     assert abs(s["cost_ms"] - lost) <= 0.25 * lost, (s["cost_ms"], lost, s["text"])
