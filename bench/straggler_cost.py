@@ -1,7 +1,7 @@
 """Issue 44's table, re-run: does ddptop name the slow rank and its phase, and is the cost it
 says within 25% of what the job really lost? Runs bench/gpt_train.py under ddptop once per
 case (a symmetric run first and last, ranks made slow on purpose between), reads each run's
-verdict from its summary and the script's own ms per step (rank 0's OWN_TIMING), and prints,
+verdict from its summary and the script's own median step (rank 0's `step median`), and prints,
 per case, the rank/phase/cost named beside the step-time loss against the symmetric runs.
 
   python bench/straggler_cost.py --nproc 4 [--steps 150] [--gpt-args "..."] [--cases "name=args;..."]
@@ -34,10 +34,12 @@ GPT_ARGS = "--n-layer 6 --n-head 6 --n-embd 384 --block 256 --batch-size 32 --vo
 
 
 def own_ms(run_dir: Path) -> float | None:
+    """The script's own median step after its warmup (rank 0's `step median` line; CUDA events
+    on a GPU): the median, so a neighbour's spikes in one run do not move the baseline."""
     for path in run_dir.glob("logs/**/attempt_0/0/stdout.log"):
-        for line in path.read_text(errors="replace").splitlines():
-            if line.startswith("OWN_TIMING "):
-                return float(json.loads(line.split(" ", 1)[1])["ms_per_step"])
+        found = re.search(r"step median ([0-9.]+) ms", path.read_text(errors="replace"))
+        if found:
+            return float(found.group(1))
     return None
 
 
