@@ -149,7 +149,8 @@ def test_an_excess_below_the_floors_is_no_straggler() -> None:
     latest = state.straggler_verdict.latest
     assert latest is not None and latest.rank == 1 and latest.beyond_noise and not latest.large
     assert state.straggler() is None
-    assert state.straggler_verdict.describe().startswith(f"no straggler (largest: rank 1 +{latest.cost_ms:.1f} ms, 8%; ")
+    assert state.straggler_verdict.describe().startswith(f"no straggler (largest: rank 1 +{latest.cost_ms:.1f} ms, ")
+    assert 0.06 < latest.share < 0.09
     # +2.5 ms on a 200 ms step: over 2 ms, under 3% of the step
     state, _ = feed(2, 120, noise={0: 0.005, 1: 0.005}, step_ms={0: 200.0, 1: 200.0}, extra_data={1: 2.5})
     assert state.straggler_verdict.latest.beyond_noise and state.straggler() is None
@@ -216,7 +217,10 @@ def test_a_wait_hidden_inside_the_others_backward_is_still_what_the_job_loses(la
     state = feed_lockstep(100, {1: late}, hidden=hidden, noise=0.5)
     s = state.straggler()
     assert s is not None and (s.rank, s.phase) == (1, "forward"), state.straggler_verdict.describe()
-    assert s.cost_ms == pytest.approx(late, rel=0.1) and s.ci_low_ms <= late * 1.05
+    # (within 15%: the cost keeps the rank's own step-to-step noise, so it counts the steps on
+    # which the others' noise would have set the step anyway; this model's step has no such
+    # waiting, so it reads up to ~0.4 sd of the noise under the model's `late`)
+    assert s.cost_ms == pytest.approx(late, rel=0.15) and s.ci_low_ms <= late * 1.05
     assert s.hidden_ms == pytest.approx(hidden, abs=0.5)
     assert f"vs the others, who wait {s.exposed_ms:.1f} ms + {s.hidden_ms:.1f} in backward;" in s.describe()
 
@@ -331,3 +335,16 @@ def test_every_view_says_the_verdict_in_the_same_words(case: str) -> None:
     assert ended.verdict_text.startswith(starts) and ended.verdict_text.endswith(" of 13 checks")
     assert summary["straggler_check"]["text"] in report.final_report(summary, "/runs/r").splitlines()
     assert report.status_line(state, 1.0).endswith("  " + ended.verdict_text)
+
+
+def test_a_run_whose_straggler_came_late_says_no_straggler_with_the_largest_cost() -> None:
+    """Rank 1 slow only over the run's last 54 steps: two checks name it, the verdict waits
+    for a third; the run's verdict is none, and its largest is that rank's cost (a check that
+    named it without changing the verdict is no host contention)."""
+    state, _ = feed(2, 234, noise={0: 0.05, 1: 0.05}, step_ms={0: 20.0, 1: 20.0},
+                    extra_data={1: lambda s: 5.0 if s >= 180 else 0.0})
+    verdict = state.straggler_verdict
+    assert verdict.rank is None and (verdict.pending, verdict.streak) == (1, 2) and set(verdict.held) == {"none"}
+    assert verdict.kept["none"].named  # the largest cost of the run's checks, named by that check alone
+    text = verdict.run_describe()
+    assert text.startswith("no straggler (largest: rank 1 +") and text.endswith(" of 21 checks"), text

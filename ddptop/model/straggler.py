@@ -18,7 +18,9 @@ account for it:
   their backward (their backward, less its exposed wait, longer than its own: the all-reduce
   of a bucket cannot end before it hands the bucket over, and a GPU's backward waits in it),
   that hidden wait is added back: the cost is then its excess outside backward (data,
-  forward, optimizer). The evidence: its phase's excess, the others' wait for it at
+  forward, optimizer). Per step at most the median of that (where it was less late, the others'
+  own lateness sets the step, as in a symmetric run), averaged over the steps: the step it
+  would save. The evidence: its phase's excess, the others' wait for it at
   backward's end (exposed) and inside backward (hidden). Cost at least MIN_MS and MIN_SHARE
   of the step (the others' median step, which waits for it).
 - sensitivity: the smallest cost the sign test would see at the noise of these steps (the
@@ -42,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from ddptop.model.figures.stats import median_nonempty
+from ddptop.model.figures.stats import mean, median_nonempty
 from ddptop.model.host_load import Contention
 from ddptop.model.paired import MIN_STEPS, Paired, median_ci, sign_p, smallest_seen
 from ddptop.wire.protocol import PHASES
@@ -82,7 +84,7 @@ class Finding:
     phase: str  # where its excess goes: the phase with the largest median paired excess
     basis: str = "own work"  # "waits": who from comm_ms; else own work
     last: int = 0  # (waits) the steps on which it spent the least time in all-reduce: it came last
-    cost_ms: float = 0.0  # median per step of what it costs the job (see the module's docstring)
+    cost_ms: float = 0.0  # what it costs the job a step (see the module's docstring)
     phase_ms: float = 0.0  # its median excess in `phase` over the others' median
     exposed_ms: float = 0.0  # the others' median wait for it at backward's end, beyond its own
     hidden_ms: float = 0.0  # the others' wait for it inside their backward (0: none seen)
@@ -128,7 +130,7 @@ class Finding:
 
     def calm(self) -> str:
         """This check, when it names no one."""
-        if self.slow:
+        if self.contended:
             return f"{self.contended} (rank {self.rank} {self.phase} {self.cost_ms:+.1f} ms/step, not named)"
         return f"no straggler ({self.largest()})" + (f"; {self.host}" if self.host else "")
 
@@ -202,19 +204,23 @@ class Verdict:
         total = sum(self.held.values())
         if not total:
             return self.describe()
-        key = max(sorted(self.held), key=lambda k: self.held[k])
+        key = self._most_held()
         finding = self.kept.get(key)
         if finding is None:
             return self.describe()
         text = finding.describe() if key.startswith("rank ") else finding.calm()
         return f"{text}; {self.held[key]} of {total} checks"
 
+    def _most_held(self) -> str:
+        """The verdict in force on most checks; on a tie, a rank's (it was named for as long)."""
+        return max(sorted(self.held), key=lambda k: (self.held[k], k.startswith("rank ")))
+
     def run_straggler(self) -> Finding | None:
         """The straggler of the run's verdict (None: the run's verdict names no rank)."""
         total = sum(self.held.values())
         if not total:
             return self.straggler
-        key = max(sorted(self.held), key=lambda k: self.held[k])
+        key = self._most_held()
         return self.kept.get(key) if key.startswith("rank ") else None
 
 
@@ -301,7 +307,12 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOve
     signs = list(who.diffs[worst].values())
     step_ms = median_nonempty(sorted(
         median_nonempty(sorted(w[s]["step_ms"] for r, w in windows.items() if r != worst and s in w)) for s in steps))
-    low, high = median_ci(d)
+    # the step it would save, keeping its own step-to-step noise: on a step where it was less
+    # late than its usual excess the others' own lateness sets the step instead (mutual waiting
+    # a symmetric run has too), so per step at most the median excess, averaged over the steps
+    typical = median_nonempty(d)
+    saved = mean(min(x, typical) for x in d) or 0.0
+    low, high = (v + saved - typical for v in median_ci(d))
     phase, phase_ms = _phase(worst, windows, steps)
     sees = max(MIN_MS, MIN_SHARE * step_ms, smallest_seen(d, len(medians), ALPHA))
     found = Finding(
@@ -312,7 +323,7 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOve
         ci_low_ms=low, ci_high_ms=high,
         p=min(1.0, sign_p(sum(x > 0 for x in signs), sum(x != 0 for x in signs)) * len(medians)),
         phase=phase, basis="waits" if who is waits else "own work", last=sum(x > 0 for x in signs),
-        cost_ms=median_nonempty(d), phase_ms=phase_ms, exposed_ms=exposed, hidden_ms=hidden,
+        cost_ms=saved, phase_ms=phase_ms, exposed_ms=exposed, hidden_ms=hidden,
         sees_ms=sees if math.isfinite(sees) else 0.0,
     )
     contention = host(found.n * step_ms / 1000.0) if host is not None else None
