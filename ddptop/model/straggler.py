@@ -4,12 +4,12 @@ account for it:
 
 - a check pairs the ranks' records step by step over the last WINDOW measured steps (warmup
   and profiled steps left out).
-- who: where every rank's all-reduce time (comm_ms) is measured, the rank the others wait
-  for: per step, the others' median comm_ms minus its own (a collective ends together on
-  every rank, so the last to reach it spends the least time in it). Without comm_ms, the rank
-  doing the most own work per step (step minus the all-reduce wait it could not hide) minus
-  the others' median. The rank with the largest median of these differences is the one
-  looked at (a Finding).
+- who: where every rank's all-reduce time (comm_ms) is measured on MIN_STEPS of the window,
+  the rank the others wait for: per step, the others' median comm_ms minus its own (a
+  collective ends together on every rank, so the last to reach it spends the least time in
+  it). Else (a GPU's plugin times one step in 10) from what every step has: the rank with the
+  largest cost to the job (below). The rank with the largest median of these differences is
+  the one looked at (a Finding).
 - beyond noise: a one-sided sign test on those per-step differences, Bonferroni-corrected
   over the ranks compared, p <= ALPHA (no distribution assumed; a few slow steps cannot win
   it, a rank that is late on most steps does).
@@ -294,17 +294,22 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOve
     windows = {r: _window(rs, end, warmup) for r, rs in ranks.items()}
     waits = Paired(windows, _late)
     medians = waits.medians()
-    own = Paired(windows, _own)
-    who = waits if len(medians) == len(windows) else own
-    if who is not waits:
-        medians = who.medians()
+    costs = _Costs(windows)
+    timed = len(medians) == len(windows)
+    # who: from the all-reduce waits where every rank's are timed on enough steps, else from
+    # what every step has (the cost itself: own work, and the others' wait inside backward)
+    who = waits.diffs if timed else {r: costs.of(r)[0] for r in windows}
+    if not timed:
+        medians = {r: median_nonempty(sorted(d.values())) for r, d in who.items() if len(d) >= MIN_STEPS}
     if not medians:
         return None
     worst = max(sorted(medians), key=lambda r: medians[r])
-    steps = sorted(who.diffs[worst])
-    cost, exposed, hidden = _cost(windows, own, worst, steps)
-    d = sorted(cost)
-    signs = list(who.diffs[worst].values())
+    steps = sorted(who[worst])
+    cost, hidden = costs.of(worst)
+    d = sorted(cost[s] for s in steps if s in cost)
+    if not d:
+        return None
+    signs = [who[worst][s] for s in steps]
     step_ms = median_nonempty(sorted(
         median_nonempty(sorted(w[s]["step_ms"] for r, w in windows.items() if r != worst and s in w)) for s in steps))
     # the step it would save, keeping its own step-to-step noise: on a step where it was less
@@ -315,6 +320,7 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOve
     low, high = (v + saved - typical for v in median_ci(d))
     phase, phase_ms = _phase(worst, windows, steps)
     sees = max(MIN_MS, MIN_SHARE * step_ms, smallest_seen(d, len(medians), ALPHA))
+    own, exposed = costs.own, costs.exposed.diffs[worst]
     found = Finding(
         rank=worst, step=end, n=len(steps), ranks=len(medians),
         own_ms=median_nonempty(sorted(_own(windows[worst][s]) for s in steps)),
@@ -322,8 +328,9 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOve
         step_ms=step_ms, excess_ms=median_nonempty(sorted(own.diffs[worst][s] for s in steps if s in own.diffs[worst])),
         ci_low_ms=low, ci_high_ms=high,
         p=min(1.0, sign_p(sum(x > 0 for x in signs), sum(x != 0 for x in signs)) * len(medians)),
-        phase=phase, basis="waits" if who is waits else "own work", last=sum(x > 0 for x in signs),
-        cost_ms=saved, phase_ms=phase_ms, exposed_ms=exposed, hidden_ms=hidden,
+        phase=phase, basis="waits" if timed else "own work", last=sum(x > 0 for x in signs),
+        cost_ms=saved, phase_ms=phase_ms, hidden_ms=hidden,
+        exposed_ms=median_nonempty(sorted(exposed[s] for s in steps if s in exposed)) if exposed else 0.0,
         sees_ms=sees if math.isfinite(sees) else 0.0,
     )
     contention = host(found.n * step_ms / 1000.0) if host is not None else None
@@ -333,18 +340,24 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOve
     return found
 
 
-def _cost(windows: Mapping[int, Mapping[int, dict[str, float]]], own: Paired, rank: int,
-          steps: list[int]) -> tuple[list[float], float, float]:
-    """Per step what `rank` costs the job, the others' median wait for it at backward's end
-    (beyond its own) and inside their backward (0: they did not wait inside it)."""
-    bwd = Paired(windows, _bwd_own).diffs[rank]
-    exposed = Paired(windows, _unhidden).diffs[rank]
-    paired = [s for s in steps if s in own.diffs[rank] and s in bwd]
-    hidden = -median_nonempty(sorted(bwd[s] for s in paired)) if paired else 0.0
-    inside = hidden > 0  # they waited for it inside backward: add that wait back
-    cost = [own.diffs[rank][s] - (bwd[s] if inside else 0.0) for s in paired]
-    waited = median_nonempty(sorted(exposed[s] for s in paired if s in exposed)) if paired else 0.0
-    return cost, waited, max(hidden, 0.0)
+class _Costs:
+    """Per rank and step what it costs the job: its own work beyond the others' median, and,
+    where the others waited for it inside their backward (their backward, less its exposed
+    wait, longer than its own: the median of that), that wait added back."""
+
+    def __init__(self, windows: Mapping[int, Mapping[int, dict[str, float]]]) -> None:
+        self.own = Paired(windows, _own)
+        self.bwd = Paired(windows, _bwd_own)
+        self.exposed = Paired(windows, _unhidden)  # the others' wait at backward's end beyond its own
+
+    def of(self, rank: int) -> tuple[dict[int, float], float]:
+        """step -> its cost, and the others' median wait for it inside backward (0: none)."""
+        own, bwd = self.own.diffs[rank], self.bwd.diffs[rank]
+        paired = [s for s in own if s in bwd]
+        hidden = -median_nonempty(sorted(bwd[s] for s in paired)) if paired else 0.0
+        inside = hidden > 0  # they waited for it inside backward: add that wait back
+        return {s: own[s] - (bwd[s] if inside else 0.0) for s in paired}, max(hidden, 0.0)
+
 
 def _phase_ms(rec: dict[str, float], phase: str) -> float:
     value = rec.get(phase + "_ms", 0.0)
