@@ -101,7 +101,7 @@ def test_a_rank_5ms_slower_in_data_is_named_with_the_evidence() -> None:
     assert s.phase_ms == pytest.approx(5.0, abs=1.0) and s.hidden_ms == 0.0
     text = s.describe()
     assert text.startswith(f"rank 1 straggler: data, costs the job {s.cost_ms:.1f} ms/step (")
-    assert f"95% CI {s.ci_low_ms:.1f}-{s.ci_high_ms:.1f}; data +" in text and text.endswith("; n=50 steps)")
+    assert f"95% CI {s.ci_low_ms:.1f}-{s.ci_high_ms:.1f}; its data +" in text and text.endswith("; n=50 steps)")
     # every view and the summary say the same
     snap = snapshot(state, 0.0)
     assert snap.straggler == s and snap.slowest == 1 == state.slowest_rank()
@@ -206,7 +206,7 @@ def test_with_comm_timed_the_rank_the_others_wait_for_is_named_from_the_waits() 
     assert s.cost_ms == pytest.approx(5.0, abs=0.5) and s.ci_low_ms > 4.0 and s.last >= 48
     assert s.exposed_ms == pytest.approx(5.0, abs=0.5) and s.hidden_ms < 1.0
     assert s.describe().startswith("rank 1 straggler: forward, costs the job ")
-    assert s.describe().endswith(f"last to all-reduce on {s.last} of 50 steps)")
+    assert s.describe().endswith(f"last on {s.last}/50 steps)")
     # the other way round, the other rank
     assert feed_lockstep(100, {0: 5.0}).straggler().rank == 0
 
@@ -229,7 +229,7 @@ def test_a_wait_hidden_inside_the_others_backward_is_still_what_the_job_loses(la
     # waiting, so it reads up to ~0.4 sd of the noise under the model's `late`)
     assert s.cost_ms == pytest.approx(late, rel=0.15) and s.ci_low_ms <= late * 1.05
     assert s.hidden_ms == pytest.approx(hidden, abs=0.5) and s.basis == ("waits" if timed_every == 1 else "own work")
-    assert f"vs the others, who wait {s.exposed_ms:.1f} ms + {s.hidden_ms:.1f} in backward;" in s.describe()
+    assert f"others wait {s.exposed_ms:.1f} ms +{s.hidden_ms:.1f} hidden;" in s.describe()
 
 
 def test_with_comm_timed_no_one_is_late_no_straggler() -> None:

@@ -117,11 +117,10 @@ class Finding:
 
     def describe(self) -> str:
         """A named straggler: rank, phase, the cost with its interval, the evidence."""
-        last = f"last to all-reduce on {self.last} of {self.n} steps" if self.basis == "waits" else f"n={self.n} steps"
+        last = f"last on {self.last}/{self.n} steps" if self.basis == "waits" else f"n={self.n} steps"
         return (f"rank {self.rank} straggler: {self.phase}, costs the job {self.cost_ms:.1f} ms/step "
-                f"({100 * self.share:.0f}%, 95% CI {self.ci_low_ms:.1f}-{self.ci_high_ms:.1f}; {self.phase} "
-                f"{self.phase_ms:+.1f} ms vs the others, who wait {self.exposed_ms:.1f} ms + {self.hidden_ms:.1f} "
-                f"in backward; {last})")
+                f"({100 * self.share:.0f}%, 95% CI {self.ci_low_ms:.1f}-{self.ci_high_ms:.1f}; its {self.phase} "
+                f"{self.phase_ms:+.1f} ms, others wait {self.exposed_ms:.1f} ms +{self.hidden_ms:.1f} hidden; {last})")
 
     def largest(self) -> str:
         """The largest cost found, and the smallest the rule could have seen here."""
