@@ -26,8 +26,9 @@ account for it:
 - sensitivity: the smallest cost the sign test would see at the noise of these steps (the
   spread of the per-step costs), or the floors: what "no straggler" says it could have seen.
 - a busy host is not a straggler: with ddptop.model.host_load's reading of the host over
-  the window's seconds, an excess the rank's own wait for a core accounts for (or a host with
-  more runnable tasks than cores) names no rank: "host CPU contended: N runnable on M cores".
+  the window's seconds, an excess the rank's own wait for a core (beyond the others') accounts
+  for, or a hypervisor stealing the CPU, names no rank: "host CPU contended: N runnable on M
+  cores"; a busy host is said beside "no straggler" too (the rule then sees less).
 - persistent: a check runs every EVERY measured steps; the verdict (a rank, or none)
   changes only when PERSIST checks in a row agree on the new one (Verdict.after). The run's
   verdict (the summary's) is the one in force on most checks, not the last.
