@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 
 import pytest
 
-from ddptop.model import report, straggler
-from ddptop.model.snapshot import snapshot
 from ddptop.hw.host_load import HostSample
+from ddptop.model import report, straggler
 from ddptop.model.host_load import Contention
+from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState
 from ddptop.model.straggler import Verdict, check_steps
 from ddptop.viewer_wire.state_codec import state_from_dict, state_to_dict

@@ -13,23 +13,23 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddptop.hw.host_load import HostSample
 from ddptop.hw.samples import GpuSample
 from ddptop.hw.topology import TopologyMatrix
 from ddptop.model import figures, straggler
 from ddptop.model.advice import Advice
 from ddptop.model.capture import Capture
 from ddptop.model.cost import RunCost
-from ddptop.hw.host_load import HostSample
 from ddptop.model.figures import STALL_MIN_S, STALL_STEPS, RankFigures, RankWindow
 from ddptop.model.host_load import KEEP_S, HostHistory
 from ddptop.model.nccl_facts import NcclFacts
 from ddptop.model.rank_state import RECENT, Histogram, RankState
 from ddptop.model.run_summary import (
     bus_bandwidth,
+    host_dict,
     nccl_facts,
     rank_summary,
     round_or_none,
-    host_dict,
     straggler_dict,
     verdict_dict,
 )
