@@ -182,6 +182,9 @@ def parse_args():
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--slow-rank", type=int, default=-1, help="this rank's batches take --slow-data-ms longer")
     p.add_argument("--slow-data-ms", type=float, default=0.0)
+    p.add_argument("--slow-matmuls", type=int, default=0,
+                   help="this many extra square matmuls in --slow-rank's forward (its device is slower)")
+    p.add_argument("--slow-matmul-size", type=int, default=4096, help="their side")
     p.add_argument("--log-interval", type=int, default=0,
                    help="print the loss every N steps (syncs the device; 0: never)")
     p.add_argument("--out", default=None, help="write the timing as JSON here (rank 0)")
@@ -323,6 +326,16 @@ def main():
     optimizer = model.configure_optimizer(args.lr, args.weight_decay, (0.9, 0.95), device_type)
     if args.compile:
         model = torch.compile(model)
+    if args.slow_rank == rank and args.slow_matmuls > 0:  # a straggler on purpose: more work in its forward
+        side = args.slow_matmul_size
+        extra = torch.randn(side, side, device=device) / side ** 0.5
+
+        def more_work(module, inputs):  # inside the loop's autocast: bf16 matmuls on a GPU
+            with torch.no_grad():
+                y = extra
+                for _ in range(args.slow_matmuls):
+                    y = y @ extra
+        model.register_forward_pre_hook(more_work)
     if ddp:
         model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
 

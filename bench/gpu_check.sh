@@ -415,6 +415,15 @@ cost() {  # issue 42: `ddptop cost` (ABBA whole runs vs plain torchrun) on a wor
   tail -1 /tmp/cost.out > "$OUT/cost_$tag.json"
 }
 
+strag44() {  # issue 44: its table's five cases (symmetric first and last; rank 2's loader +6 / +40 ms; 8 / 30 extra
+  # matmuls in rank 3's / rank 1's forward) with bench/gpt_train.py on $N GPUs: the rank, phase and cost ddptop names
+  # beside the step-time loss against the symmetric runs (the script's own timing). STRAG44_SET=comm_timing_every=1 ...
+  timeout ${STRAG44_TIMEOUT:-580} $PY bench/straggler_cost.py --nproc "$N" --steps ${STRAG44_STEPS:-150} --warmup 10 \
+    ${STRAG44_GPT_ARGS:+--gpt-args "$STRAG44_GPT_ARGS"} ${STRAG44_CASES:+--cases "$STRAG44_CASES"} \
+    ${STRAG44_SET:+--set $STRAG44_SET} --timeout ${STRAG44_RUN_TIMEOUT:-150} --runs-dir "$RUNS/strag44" \
+    --json-out "$OUT/straggler_cost.json" 2>&1 | tee -a "$OUT/straggler_cost.txt" | tail -${STRAG44_TAIL:-45}
+}
+
 facts
 for step in ${@:-topo presets}; do $step; done
 [ -z "${SKIP_TAR:-}" ] && tar czf "$OUT/runs.tgz" --exclude='*.qdstrm' --exclude='*.nsys-rep' --exclude='*.trace.json' --exclude='*.trace.json.gz' -C /tmp ddptop-gpu-runs 2>/dev/null

@@ -72,7 +72,7 @@ def test_the_screen_names_one_slow_rank(tmp_path: Path) -> None:
             alerts = str(app.query_one(RunAlerts).render())
             rows = app.query_one(RankTable).row_texts()
             assert "slowest rank 1" in header
-            assert "rank 1 straggler: backward +30.0 ms/step" in alerts
+            assert "rank 1 straggler: backward, costs the job 30.0 ms/step" in alerts
             assert [r.split()[0] for r in rows] == ["0", "▲1"]
             assert rows[1].rstrip().endswith("straggler") and not rows[0].rstrip().endswith("straggler")
 

@@ -157,7 +157,7 @@ def test_no_alert_is_cut_in_its_first_60_characters_at_80_columns(tmp_path: Path
             return [t.plain for t in fit_rows(alert_lines(app.views.last))], screen_lines(app)
 
     alerts, lines = asyncio.run(main())
-    assert alerts and "straggler: backward +" in alerts[0]
+    assert alerts and "straggler: backward, costs the job " in alerts[0]
     for alert in alerts:
         shown = next(line for line in lines if alert[:20] in line).strip()
         assert alert[:60].strip() in shown, (alert, shown)

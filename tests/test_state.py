@@ -108,7 +108,7 @@ def test_straggler_is_named_with_its_phase():
         st.apply(Steps(r, recs), 0)
     s = st.straggler()
     assert s is not None and s.rank == 2 and s.phase == "data"
-    assert s.excess_ms == pytest.approx(30.0) and s.n == 50
+    assert s.excess_ms == pytest.approx(30.0) == s.cost_ms and s.n == 50
 
 
 def test_no_straggler_when_ranks_are_even():
@@ -116,7 +116,7 @@ def test_no_straggler_when_ranks_are_even():
     for r in (0, 1):
         st.apply(Steps(r, [rec(i, 100.0 + r * 0.5) for i in range(60)]), 0)
     assert st.straggler() is None
-    assert st.straggler_verdict.describe() == "no straggler: ranks within 1% of the step (n=50 steps)"
+    assert st.straggler_verdict.describe() == "no straggler (largest: rank 1 +0.5 ms, 0%; the rule sees >= 3.0 ms here)"
 
 
 def test_stall_flagged_after_bound_and_cleared_on_progress():

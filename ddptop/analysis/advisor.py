@@ -186,7 +186,7 @@ def straggler_first(straggler: Any, evidence: list[str], mismatch: str = "",
     if not isinstance(straggler, Mapping) or straggler.get("rank") is None:
         return None
     rank, phase = straggler["rank"], straggler.get("phase") or "own work"
-    excess = straggler.get("excess_ms")
+    excess = straggler.get("cost_ms", straggler.get("excess_ms"))  # what it costs the job (older: its excess)
     more = f" +{excess:.1f} ms/step" if isinstance(excess, (int, float)) else ""
     wait = (f"~{excess:.1f} ms/step" if isinstance(excess, (int, float)) else "much")
     if isinstance(excess, (int, float)) and step_ms:

@@ -83,11 +83,8 @@ def status_line(state: RunState, now: float) -> str:
             total, exposed = snap.comm
             parts.append(f"exposed comm {100 * (exposed or 0.0):.0f}%" if total is None
                          else f"comm {100 * total:.0f}% (exposed {100 * (exposed or 0.0):.0f}%)")
-        if snap.straggler is not None:
-            s = snap.straggler
-            parts.append(f"straggler rank {s.rank} ({s.phase} +{s.excess_ms:.1f} ms/step)")
-        elif snap.verdict.latest is not None:
-            parts.append(f"no straggler ({snap.verdict.latest.spread()})")
+        if snap.verdict_text:  # the one wording every view shows
+            parts.append(snap.verdict_text)
         if snap.stall is not None:
             parts.append(f"STALLED since {now - snap.stall.since:.0f}s, suspects {snap.stall.suspects}")
     if state.total_dropped:

@@ -9,11 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from ddptop.model import figures, straggler
+from ddptop.model.host_load import Contention
 from ddptop.model.nccl_facts import NcclFacts
 from ddptop.model.rank_state import RankState
 from ddptop.model.straggler import Finding, Verdict
 
-__all__ = ["bus_bandwidth", "nccl_facts", "rank_summary", "round_or_none", "straggler_dict", "verdict_dict"]
+__all__ = ["bus_bandwidth", "host_dict", "nccl_facts", "rank_summary", "round_or_none", "straggler_dict", "verdict_dict"]
 
 
 def rank_summary(rs: RankState, world_size: int) -> dict[str, Any]:
@@ -76,17 +77,32 @@ def _finding(s: Finding) -> dict[str, Any]:
             "others_ms": round_or_none(s.others_ms), "step_ms": round_or_none(s.step_ms),
             "excess_ms": round_or_none(s.excess_ms), "share": round_or_none(s.share, 4),
             "ci95_ms": [round_or_none(s.ci_low_ms), round_or_none(s.ci_high_ms)],
-            "p": float(f"{s.p:.3g}"), "n_steps": s.n, "ranks": s.ranks, "step": s.step}
+            "p": float(f"{s.p:.3g}"), "n_steps": s.n, "ranks": s.ranks, "step": s.step,
+            "cost_ms": round_or_none(s.cost_ms), "phase_excess_ms": round_or_none(s.phase_ms),
+            "others_wait_ms": {"exposed": round_or_none(s.exposed_ms), "hidden": round_or_none(s.hidden_ms)},
+            "sees_ms": round_or_none(s.sees_ms), "contended": s.contended or None, "host": s.host or None}
 
 
 def verdict_dict(v: Verdict) -> dict[str, Any] | None:
-    """The straggler verdict in words and the latest check behind it (None: never checked)."""
+    """The run's straggler verdict in words (the one in force on most checks: `held`, by
+    verdict), the one in force at the end (`now`) and the latest check (None: never checked)."""
     if v.latest is None:
         return None
-    return {"straggler": v.rank, "text": v.describe(), "latest": _finding(v.latest),
+    run = v.run_straggler()
+    return {"straggler": run.rank if run is not None else None, "text": straggler.words(v, True),
+            "now": straggler.words(v, False), "held": dict(v.held), "latest": _finding(v.latest),
             "rule": {"window_steps": straggler.WINDOW, "min_steps": straggler.MIN_STEPS,
                      "every_steps": straggler.EVERY, "persist_checks": straggler.PERSIST,
                      "alpha": straggler.ALPHA, "min_ms": straggler.MIN_MS, "min_share": straggler.MIN_SHARE}}
+
+
+def host_dict(c: Contention | None) -> dict[str, Any] | None:
+    """The host's CPU over the run's last readings (None: not read, or not Linux)."""
+    if c is None:
+        return None
+    return {"seconds": round(c.seconds, 1), "cores": c.cores, "runnable": round(c.runnable, 1),
+            "steal": round(c.steal, 3), "run_queue_wait_share": {r: round(v, 3) for r, v in sorted(c.wait_share.items())},
+            "cpu_share": {r: round(v, 3) for r, v in sorted(c.cpu_share.items())}}
 
 
 def nccl_facts(report: NcclFacts | None) -> dict[str, Any] | None:

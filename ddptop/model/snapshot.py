@@ -12,7 +12,7 @@ from ddptop.model.figures import PHASES_WITH_COMM, RankFigures
 from ddptop.model.nodes import STALLED, NodeFigures, node_figures
 from ddptop.model.state import RankState, RunState, Stall
 from ddptop.model.status import RankStatus
-from ddptop.model.straggler import Finding, Verdict
+from ddptop.model.straggler import Finding, Verdict, words
 from ddptop.wire.protocol import PHASES
 
 
@@ -33,7 +33,10 @@ class Snapshot:
     # is None where only exposed comm is measured (GPU, DDP's own all-reduce, no nccl_timing)
     warming_up: bool  # a comm hook is configured but gradients still travel uncompressed
     straggler: Finding | None = None  # the straggler named (ddptop.model.straggler), with its evidence
-    verdict: Verdict = Verdict()  # the straggler verdict, named or not ("no straggler: ranks within 3%...")
+    verdict: Verdict = Verdict()  # the straggler verdict, named or not
+    # ...in the one wording every view shows (straggler.words): in force while the run goes,
+    # the run's verdict once it ended ("no straggler (largest: rank 1 +0.6 ms, 2%; ...)")
+    verdict_text: str = ""
     stall: Stall | None = None  # state.stall while it is not cleared
     # window "last 50" (figures.RECENT_LABEL): the job's pace now, 1000 / p50_ms, and what
     # each rank contributes to it (the rows of the rank table add up to the job's figure)
@@ -60,7 +63,9 @@ def snapshot(state: RunState, now: float) -> Snapshot:
     ranks = state.rank_figures()
     bound = figures.stall_bound_s(ranks)
     many = state.world_size > 1
-    named = state.straggler() if many else None
+    verdict = state.straggler_verdict if many else Verdict()
+    # once the run ended, the run's verdict (the one in force on most checks) marks the rank
+    named = verdict.run_straggler() if state.finished else verdict.straggler
     status = {r: rank_status(state.ranks[r], now, bound) for r in ranks}
     return Snapshot(
         state=state, now=now, ranks=ranks,
@@ -72,7 +77,7 @@ def snapshot(state: RunState, now: float) -> Snapshot:
         p50_ms=figures.job_step_ms_p50_last50(ranks),
         comm=figures.comm_shares_last50(ranks),
         warming_up=figures.warming_up(state.config, ranks, state.current_step),
-        straggler=named, verdict=state.straggler_verdict if many else Verdict(),
+        straggler=named, verdict=verdict, verdict_text=words(verdict, state.finished),
         stall=state.stall if state.stall is not None and state.stall.cleared_at is None else None,
         recent_steps_per_s=figures.job_steps_per_s_last50(ranks),
         recent_samples_per_s=figures.job_samples_per_s_last50(ranks),

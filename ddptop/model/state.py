@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddptop.hw.host_load import HostSample
 from ddptop.hw.samples import GpuSample
 from ddptop.hw.topology import TopologyMatrix
 from ddptop.model import figures, straggler
@@ -20,10 +21,12 @@ from ddptop.model.advice import Advice
 from ddptop.model.capture import Capture
 from ddptop.model.cost import RunCost
 from ddptop.model.figures import STALL_MIN_S, STALL_STEPS, RankFigures, RankWindow
+from ddptop.model.host_load import KEEP_S, HostHistory
 from ddptop.model.nccl_facts import NcclFacts
 from ddptop.model.rank_state import RECENT, Histogram, RankState
 from ddptop.model.run_summary import (
     bus_bandwidth,
+    host_dict,
     nccl_facts,
     rank_summary,
     round_or_none,
@@ -134,6 +137,7 @@ class RunState:
         self._check_due = straggler.next_check(-1, self.warmup)
         self._past_due: set[int] = set()
         self._checked_at = float("-inf")
+        self.host = HostHistory()  # the host's CPU, as the monitor reads it (not sent to viewers)
 
     # --- events ------------------------------------------------------------------------
     def apply(self, msg: Hello | Steps | Bye | Info, now: float) -> None:
@@ -227,9 +231,13 @@ class RunState:
             return
         self._checked_at = now
         ranks = {r: rs for r, rs in self.ranks.items() if rs.status not in (RankStatus.LOST, RankStatus.FAILED)}
-        self.straggler_verdict = straggler.advance(self.straggler_verdict, ranks, self.warmup)
+        self.straggler_verdict = straggler.advance(self.straggler_verdict, ranks, self.warmup, self.host.over)
         self._check_due = straggler.next_check(self.straggler_verdict.checked, self.warmup)
         self._past_due = {r for r, rs in self.ranks.items() if rs.last_step >= self._check_due}
+
+    def add_host(self, sample: HostSample) -> None:
+        """A reading of the host's CPU (ddptop.hw.host_load, about once a second)."""
+        self.host.add(sample)
 
     def _rank(self, rank: int) -> RankState:
         if rank not in self.ranks:
@@ -348,8 +356,10 @@ class RunState:
             "step_ms_p50": round_or_none(p50),
             "step_ms_p95": round_or_none(p95),
             "slowest_rank": self.slowest_rank(),
-            "straggler": straggler_dict(self.straggler()),
+            # the run's verdict (the one in force on most checks), not the one at the stop
+            "straggler": straggler_dict(self.straggler_verdict.run_straggler()),
             "straggler_check": verdict_dict(self.straggler_verdict),
+            "host_cpu": host_dict(self.host.over(KEEP_S)),
             "stalls": self.stalls,
             "stall": self.stall.to_dict() if self.stall else None,
             "comm_share": round_or_none(figures.mean_share_run(self.ranks.values(), "comm_ms"), 4),

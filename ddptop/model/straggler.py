@@ -1,45 +1,61 @@
-"""The straggler rule. A rank is named a straggler only when the other ranks wait for it
-beyond the run's own step-to-step noise, by enough to matter, and keep doing so:
+"""The straggler rule. A rank is named a straggler only when it costs the job time beyond the
+run's own step-to-step noise, by enough to matter, keeps doing so, and the host's CPU does not
+account for it:
 
 - a check pairs the ranks' records step by step over the last WINDOW measured steps (warmup
   and profiled steps left out).
-- who: where every rank's all-reduce time (comm_ms) is measured, the rank the others wait
-  for: per step, the others' median comm_ms minus its own (a collective ends together on
-  every rank, so the last to reach it spends the least time in it). Without comm_ms, the rank
-  doing the most own work per step (step minus the all-reduce wait it could not hide) minus
-  the others' median. The rank with the largest median of these differences is the one
-  looked at (a Finding).
+- who: where every rank's all-reduce time (comm_ms) is measured on MIN_STEPS of the window,
+  the rank the others wait for: per step, the others' median comm_ms minus its own (a
+  collective ends together on every rank, so the last to reach it spends the least time in
+  it). Else (a GPU's plugin times one step in 10) from what every step has: the rank with the
+  largest cost to the job (below). The rank with the largest median of these differences is
+  the one looked at (a Finding).
 - beyond noise: a one-sided sign test on those per-step differences, Bonferroni-corrected
   over the ranks compared, p <= ALPHA (no distribution assumed; a few slow steps cannot win
   it, a rank that is late on most steps does).
-- large enough: what it costs every step, the others' median unhidden all-reduce wait minus
-  its own (with comm_ms; else its excess own work), is at least MIN_MS and at least
-  MIN_SHARE of the step (the others' median step, which waits for the straggler).
+- its cost to the job: how much shorter the step would be if it ran as fast as the others.
+  Per step, its own work minus the others' median; where the others waited for it inside
+  their backward (their backward, less its exposed wait, longer than its own: the all-reduce
+  of a bucket cannot end before it hands the bucket over, and a GPU's backward waits in it),
+  that hidden wait is added back: the cost is then its excess outside backward (data,
+  forward, optimizer). Per step at most the median of that (where it was less late, the others'
+  own lateness sets the step, as in a symmetric run), averaged over the steps: the step it
+  would save. The evidence: its phase's excess, the others' wait for it at
+  backward's end (exposed) and inside backward (hidden). Cost at least MIN_MS and MIN_SHARE
+  of the step (the others' median step, which waits for it).
+- sensitivity: the smallest cost the sign test would see at the noise of these steps (the
+  spread of the per-step costs), or the floors: what "no straggler" says it could have seen.
+- a busy host is not a straggler: with ddptop.model.host_load's reading of the host over
+  the window's seconds, an excess the rank's own wait for a core (beyond the others') accounts
+  for, or a hypervisor stealing the CPU, names no rank: "host CPU contended: N runnable on M
+  cores"; a busy host is said beside "no straggler" too (the rule then sees less).
 - persistent: a check runs every EVERY measured steps; the verdict (a rank, or none)
-  changes only when PERSIST checks in a row agree on the new one (Verdict.after).
+  changes only when PERSIST checks in a row agree on the new one (Verdict.after). The run's
+  verdict (the summary's) is the one in force on most checks, not the last.
 
 Pure: no I/O, no UI. RunState (ddptop.model.state) keeps the Verdict and runs the checks
-as records arrive; views read it through RunState or a Snapshot.
+as records arrive; views read its words through Snapshot.verdict_text (one function).
 """
 
 from __future__ import annotations
 
 import collections
-import functools
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from ddptop.model.figures.stats import median_nonempty
+from ddptop.model.figures.stats import mean, median_nonempty
+from ddptop.model.host_load import Contention
+from ddptop.model.paired import MIN_STEPS, Paired, median_ci, sign_p, smallest_seen
 from ddptop.wire.protocol import PHASES
 
+HostOver = Callable[[float], Contention | None]  # seconds -> the host's CPU over the last that many
 WINDOW = 50  # measured steps a check pairs up (the last ones up to the step checked)
-MIN_STEPS = 20  # fewer paired steps than this: the check says nothing
 EVERY = 10  # a check after every EVERY measured steps (the step every rank has finished)
 PERSIST = 3  # K: the verdict changes only when this many checks in a row agree
 ALPHA = 0.001  # the sign test's level, one-sided, after the Bonferroni correction
-MIN_MS = 2.0  # a straggler's median excess own work per step: at least this...
+MIN_MS = 2.0  # a straggler's median cost to the job per step: at least this...
 MIN_SHARE = 0.03  # ...and at least this share of the step
 CATCH_UP = 2 * PERSIST  # checks run at most for a batch of records that crosses many boundaries
 
@@ -53,7 +69,7 @@ class RankRecords(Protocol):
 
 @dataclass(frozen=True)
 class Finding:
-    """One check: the rank doing the most own work per step, paired with the others."""
+    """One check: the rank the others wait for, what it costs the job, and the evidence."""
 
     rank: int
     step: int  # the last step of the window checked
@@ -63,17 +79,24 @@ class Finding:
     others_ms: float  # median over the steps of the others' median own work
     step_ms: float  # median over the steps of the others' median step (they wait for it)
     excess_ms: float  # median over the steps of (its own work - the others' median)
-    ci_low_ms: float  # 95% confidence interval of that median (order statistics, no model)
+    ci_low_ms: float  # 95% confidence interval of the cost's median (order statistics, no model)
     ci_high_ms: float
     p: float  # one-sided sign test that it is slower on most steps, x the ranks compared
     phase: str  # where its excess goes: the phase with the largest median paired excess
-    basis: str = "own work"  # "waits": who from comm_ms, cost from unhidden waits; else own work
+    basis: str = "own work"  # "waits": who from comm_ms; else own work
     last: int = 0  # (waits) the steps on which it spent the least time in all-reduce: it came last
+    cost_ms: float = 0.0  # what it costs the job a step (see the module's docstring)
+    phase_ms: float = 0.0  # its median excess in `phase` over the others' median
+    exposed_ms: float = 0.0  # the others' median wait for it at backward's end, beyond its own
+    hidden_ms: float = 0.0  # the others' wait for it inside their backward (0: none seen)
+    sees_ms: float = 0.0  # the smallest cost this check could have named at this noise
+    contended: str = ""  # the host's CPU accounts for the excess ("host CPU contended: ...")
+    host: str = ""  # the host was busy over these steps, named or not ("host CPU contended: ...")
 
     @property
     def share(self) -> float:
-        """Its excess as a share of the step: what every step of the job loses to it."""
-        return self.excess_ms / self.step_ms if self.step_ms > 0 else 0.0
+        """Its cost as a share of the step: what every step of the job loses to it."""
+        return self.cost_ms / self.step_ms if self.step_ms > 0 else 0.0
 
     @property
     def beyond_noise(self) -> bool:
@@ -81,27 +104,46 @@ class Finding:
 
     @property
     def large(self) -> bool:
-        return self.excess_ms >= MIN_MS and self.share >= MIN_SHARE
+        return self.cost_ms >= MIN_MS and self.share >= MIN_SHARE
+
+    @property
+    def slow(self) -> bool:
+        """Beyond noise and large: a straggler, unless the host's CPU accounts for it."""
+        return self.beyond_noise and self.large
 
     @property
     def named(self) -> bool:
         """This check alone would name it (the Verdict also wants PERSIST in a row)."""
-        return self.beyond_noise and self.large
+        return self.slow and not self.contended
 
     def describe(self) -> str:
-        evidence = f"last to all-reduce on {self.last} of {self.n} steps" if self.basis == "waits" else f"n={self.n} steps"
-        return (f"rank {self.rank} straggler: {self.phase} +{self.excess_ms:.1f} ms/step "
-                f"(+{100 * self.share:.0f}%; {evidence}, 95% CI {self.ci_low_ms:.1f}-{self.ci_high_ms:.1f} ms)")
+        """A named straggler: rank, phase, the cost with its interval, the evidence."""
+        last = f"last on {self.last}/{self.n} steps" if self.basis == "waits" else f"n={self.n} steps"
+        return (f"rank {self.rank} straggler: {self.phase}, costs the job {self.cost_ms:.1f} ms/step "
+                f"({100 * self.share:.0f}%, 95% CI {self.ci_low_ms:.1f}-{self.ci_high_ms:.1f}; its {self.phase} "
+                f"{self.phase_ms:+.1f} ms, others wait {self.exposed_ms:.1f} ms +{self.hidden_ms:.1f} hidden; {last})")
 
-    def spread(self) -> str:
-        """How far apart the ranks' own work is, as a share of the step."""
-        return f"ranks within {max(1, math.ceil(100 * self.share - 1e-9))}% of the step"
+    def largest(self) -> str:
+        """The largest cost found, and the smallest the rule could have seen here."""
+        return (f"largest: rank {self.rank} {self.cost_ms:+.1f} ms, {100 * self.share:.0f}%; "
+                f"the rule sees >= {self.sees_ms:.1f} ms here")
+
+    def calm(self) -> str:
+        """This check, when it names no one."""
+        if self.contended:
+            return f"{self.contended} (rank {self.rank} {self.phase} {self.cost_ms:+.1f} ms/step, not named)"
+        return f"no straggler ({self.largest()})" + (f"; {self.host}" if self.host else "")
+
+
+NONE, HOST = "none", "host"  # the verdict in force, besides a rank: none, or the host's CPU
 
 
 @dataclass(frozen=True)
 class Verdict:
     """The straggler verdict across checks (RunState.straggler_verdict): it changes only
-    when PERSIST checks in a row agree on another one."""
+    when PERSIST checks in a row agree on another one. `held` counts, over the run's checks,
+    which verdict was in force (a rank's "rank N", HOST or NONE); `kept` has the finding behind
+    each (a rank's latest; HOST's and NONE's largest cost): the run's verdict."""
 
     checked: int = -1  # the last step a check ended on
     rank: int | None = None  # the straggler named; None: there is none
@@ -109,6 +151,8 @@ class Verdict:
     latest: Finding | None = None  # the latest check's finding, named or not
     pending: int | None = None  # the verdict the last `streak` checks agree on (None: no straggler)
     streak: int = 0  # 0: nothing pending
+    held: dict[str, int] = field(default_factory=dict)
+    kept: dict[str, Finding] = field(default_factory=dict)
 
     @property
     def straggler(self) -> Finding | None:
@@ -118,14 +162,32 @@ class Verdict:
         said = finding.rank if finding.named else None
         if said == self.rank:
             basis = finding if said is not None else None
-            return replace(self, checked=finding.step, basis=basis, latest=finding, pending=None, streak=0)
-        streak = self.streak + 1 if self.streak and self.pending == said else 1
-        if streak >= PERSIST:
-            return Verdict(finding.step, said, finding if said is not None else None, finding)
-        return replace(self, checked=finding.step, latest=finding, pending=said, streak=streak)
+            out = replace(self, checked=finding.step, basis=basis, latest=finding, pending=None, streak=0)
+        elif (streak := self.streak + 1 if self.streak and self.pending == said else 1) >= PERSIST:
+            out = replace(self, checked=finding.step, rank=said, basis=finding if said is not None else None,
+                          latest=finding, pending=None, streak=0)
+        else:
+            out = replace(self, checked=finding.step, latest=finding, pending=said, streak=streak)
+        return out._tally(finding)
+
+    def _tally(self, finding: Finding) -> Verdict:
+        key = self.in_force()
+        held = {**self.held, key: self.held.get(key, 0) + 1}
+        old = self.kept.get(key)
+        mine = self.basis if self.rank is not None else finding
+        if mine is None or (self.rank is None and old is not None and old.cost_ms >= finding.cost_ms):
+            mine = old
+        kept = {**self.kept, key: mine} if mine is not None else self.kept
+        return replace(self, held=held, kept=kept)
+
+    def in_force(self) -> str:
+        if self.rank is not None:
+            return f"rank {self.rank}"
+        latest = self.latest
+        return HOST if latest is not None and latest.slow and latest.contended else NONE
 
     def describe(self) -> str:
-        """The verdict in one line, the actionable part first; empty before the first check."""
+        """The verdict in force in one line, the actionable part first; empty before the first check."""
         latest = self.latest
         if self.basis is not None and self.rank is not None:
             return self.basis.describe()
@@ -133,10 +195,39 @@ class Verdict:
             return ""
         if self.streak and self.pending is not None:
             checks = f"{self.streak} check" + ("s" if self.streak > 1 else "")
-            return (f"no straggler: rank {latest.rank} {latest.phase} +{latest.excess_ms:.1f} ms/step "
-                    f"(+{100 * latest.share:.0f}%) in the last {checks}; {PERSIST} in a row name one")
-        return f"no straggler: {latest.spread()} (n={latest.n} steps)"
+            return (f"no straggler yet: rank {latest.rank} {latest.phase} costs {latest.cost_ms:.1f} ms/step "
+                    f"({100 * latest.share:.0f}%) in the last {checks}; {PERSIST} in a row name one")
+        return latest.calm()
 
+    def run_describe(self) -> str:
+        """The run's verdict: the one in force on most of its checks, with how many."""
+        total = sum(self.held.values())
+        if not total:
+            return self.describe()
+        key = self._most_held()
+        finding = self.kept.get(key)
+        if finding is None:
+            return self.describe()
+        text = finding.describe() if key.startswith("rank ") else finding.calm()
+        return f"{text}; {self.held[key]} of {total} checks"
+
+    def _most_held(self) -> str:
+        """The verdict in force on most checks; on a tie, a rank's (it was named for as long)."""
+        return max(sorted(self.held), key=lambda k: (self.held[k], k.startswith("rank ")))
+
+    def run_straggler(self) -> Finding | None:
+        """The straggler of the run's verdict (None: the run's verdict names no rank)."""
+        total = sum(self.held.values())
+        if not total:
+            return self.straggler
+        key = self._most_held()
+        return self.kept.get(key) if key.startswith("rank ") else None
+
+
+def words(verdict: Verdict, finished: bool) -> str:
+    """The one wording every view shows: the verdict in force while the run goes, the run's
+    verdict once it ended."""
+    return verdict.run_describe() if finished else verdict.describe()
 
 def next_check(checked: int, warmup: int) -> int:
     """The step the next check ends on, after `checked`: every EVERY measured steps once
@@ -152,13 +243,14 @@ def check_steps(checked: int, common: int, warmup: int) -> list[int]:
     return list(range(next_check(checked, warmup), common + 1, EVERY))[-CATCH_UP:]
 
 
-def advance(verdict: Verdict, ranks: Mapping[int, RankRecords], warmup: int) -> Verdict:
-    """Run the checks that are due now that these ranks have reported more steps."""
+def advance(verdict: Verdict, ranks: Mapping[int, RankRecords], warmup: int, host: HostOver | None = None) -> Verdict:
+    """Run the checks that are due now that these ranks have reported more steps. `host`:
+    the host's CPU over the last so many seconds, where the monitor reads it."""
     if len(ranks) < 2:
         return verdict
     common = min(rs.last_step for rs in ranks.values())
     for end in check_steps(verdict.checked, common, warmup):
-        finding = check(ranks, end, warmup)
+        finding = check(ranks, end, warmup, host)
         verdict = verdict.after(finding) if finding is not None else replace(verdict, checked=end)
     return verdict
 
@@ -191,67 +283,80 @@ def _unhidden(rec: dict[str, float]) -> float | None:
     return -rec.get("exposed_comm_ms", 0.0)
 
 
-def _median_without(ordered: list[float], i: int) -> float:
-    """The median of a sorted list with its i-th element left out."""
-    m = len(ordered) - 1
-
-    def at(k: int) -> float:
-        return ordered[k] if k < i else ordered[k + 1]
-
-    return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) / 2
+def _bwd_own(rec: dict[str, float]) -> float:
+    """Backward less the wait at its end: longer for a rank that waited for a peer inside it."""
+    return rec.get("backward_ms", 0.0) - rec.get("exposed_comm_ms", 0.0)
 
 
-class Paired:
-    """Per rank, per step of the window: its value minus the other ranks' median on that
-    step (the steps where at least two ranks have the value)."""
-
-    def __init__(self, windows: Mapping[int, Mapping[int, dict[str, float]]],
-                 value: Callable[[dict[str, float]], float | None]) -> None:
-        self.diffs: dict[int, dict[int, float]] = {r: {} for r in windows}
-        self.others: dict[int, dict[int, float]] = {r: {} for r in windows}
-        for step in sorted(set().union(*windows.values())):
-            vals = sorted((v, r) for r, w in windows.items() if step in w and (v := value(w[step])) is not None)
-            if len(vals) < 2:
-                continue
-            ordered = [v for v, _ in vals]
-            for i, (v, r) in enumerate(vals):
-                theirs = _median_without(ordered, i)
-                self.diffs[r][step] = v - theirs
-                self.others[r][step] = theirs
-
-    def medians(self) -> dict[int, float]:
-        """Each rank's median difference, for the ranks with MIN_STEPS paired steps."""
-        return {r: median_nonempty(sorted(d.values())) for r, d in self.diffs.items() if len(d) >= MIN_STEPS}
-
-
-def check(ranks: Mapping[int, RankRecords], end: int, warmup: int) -> Finding | None:
-    """One check over the WINDOW steps up to `end`; None with fewer than MIN_STEPS paired."""
+def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOver | None = None) -> Finding | None:
+    """One check over the WINDOW steps up to `end`; None with fewer than MIN_STEPS paired.
+    `host`: the host's CPU over the last so many seconds (these steps'), where it is read."""
     windows = {r: _window(rs, end, warmup) for r, rs in ranks.items()}
     waits = Paired(windows, _late)
     medians = waits.medians()
-    who = waits if len(medians) == len(windows) else Paired(windows, _own)
-    if who is not waits:
-        medians = who.medians()
+    costs = _Costs(windows)
+    timed = len(medians) == len(windows)
+    # who: from the all-reduce waits where every rank's are timed on enough steps, else from
+    # what every step has (the cost itself: own work, and the others' wait inside backward)
+    who = waits.diffs if timed else {r: costs.of(r)[0] for r in windows}
+    if not timed:
+        medians = {r: median_nonempty(sorted(d.values())) for r, d in who.items() if len(d) >= MIN_STEPS}
     if not medians:
         return None
     worst = max(sorted(medians), key=lambda r: medians[r])
-    steps = sorted(who.diffs[worst])
-    # what it costs each step: the others' unhidden wait beyond its own (waits), or its own work
-    cost = Paired(windows, _unhidden).diffs[worst] if who is waits else who.diffs[worst]
+    steps = sorted(who[worst])
+    cost, hidden = costs.of(worst)
     d = sorted(cost[s] for s in steps if s in cost)
-    signs = list(who.diffs[worst].values())
-    own = who if who is not waits else Paired(windows, _own)
-    step_ms = [median_nonempty(sorted(w[s]["step_ms"] for r, w in windows.items() if r != worst and s in w)) for s in steps]
-    low, high = _median_ci(d)
-    return Finding(
+    if not d:
+        return None
+    signs = [who[worst][s] for s in steps]
+    step_ms = median_nonempty(sorted(
+        median_nonempty(sorted(w[s]["step_ms"] for r, w in windows.items() if r != worst and s in w)) for s in steps))
+    # the step it would save, keeping its own step-to-step noise: on a step where it was less
+    # late than its usual excess the others' own lateness sets the step instead (mutual waiting
+    # a symmetric run has too), so per step at most the median excess, averaged over the steps
+    typical = median_nonempty(d)
+    saved = mean(min(x, typical) for x in d) or 0.0
+    low, high = (v + saved - typical for v in median_ci(d))
+    phase, phase_ms = _phase(worst, windows, steps)
+    sees = max(MIN_MS, MIN_SHARE * step_ms, smallest_seen(d, len(medians), ALPHA))
+    own, exposed = costs.own, costs.exposed.diffs[worst]
+    found = Finding(
         rank=worst, step=end, n=len(steps), ranks=len(medians),
         own_ms=median_nonempty(sorted(_own(windows[worst][s]) for s in steps)),
-        others_ms=median_nonempty(sorted(own.others[worst].values())), step_ms=median_nonempty(sorted(step_ms)),
-        excess_ms=median_nonempty(d), ci_low_ms=low, ci_high_ms=high,
-        p=min(1.0, _sign_p(sum(x > 0 for x in signs), sum(x != 0 for x in signs)) * len(medians)),
-        phase=_phase(worst, windows, steps), basis="waits" if who is waits else "own work",
-        last=sum(x > 0 for x in signs),
+        others_ms=median_nonempty(sorted(own.others[worst][s] for s in steps if s in own.others[worst])),
+        step_ms=step_ms, excess_ms=median_nonempty(sorted(own.diffs[worst][s] for s in steps if s in own.diffs[worst])),
+        ci_low_ms=low, ci_high_ms=high,
+        p=min(1.0, sign_p(sum(x > 0 for x in signs), sum(x != 0 for x in signs)) * len(medians)),
+        phase=phase, basis="waits" if timed else "own work", last=sum(x > 0 for x in signs),
+        cost_ms=saved, phase_ms=phase_ms, hidden_ms=hidden,
+        exposed_ms=median_nonempty(sorted(exposed[s] for s in steps if s in exposed)) if exposed else 0.0,
+        sees_ms=sees if math.isfinite(sees) else 0.0,
     )
+    contention = host(found.n * step_ms / 1000.0) if host is not None else None
+    if contention is not None:
+        found = replace(found, contended=contention.explains(worst, found.cost_ms, step_ms) if found.slow else "",
+                        host=contention.words() if contention.busy else "")
+    return found
+
+
+class _Costs:
+    """Per rank and step what it costs the job: its own work beyond the others' median, and,
+    where the others waited for it inside their backward (their backward, less its exposed
+    wait, longer than its own: the median of that), that wait added back."""
+
+    def __init__(self, windows: Mapping[int, Mapping[int, dict[str, float]]]) -> None:
+        self.own = Paired(windows, _own)
+        self.bwd = Paired(windows, _bwd_own)
+        self.exposed = Paired(windows, _unhidden)  # the others' wait at backward's end beyond its own
+
+    def of(self, rank: int) -> tuple[dict[int, float], float]:
+        """step -> its cost, and the others' median wait for it inside backward (0: none)."""
+        own, bwd = self.own.diffs[rank], self.bwd.diffs[rank]
+        paired = [s for s in own if s in bwd]
+        hidden = -median_nonempty(sorted(bwd[s] for s in paired)) if paired else 0.0
+        inside = hidden > 0  # they waited for it inside backward: add that wait back
+        return {s: own[s] - (bwd[s] if inside else 0.0) for s in paired}, max(hidden, 0.0)
 
 
 def _phase_ms(rec: dict[str, float], phase: str) -> float:
@@ -259,37 +364,15 @@ def _phase_ms(rec: dict[str, float], phase: str) -> float:
     return value - rec.get("exposed_comm_ms", 0.0) if phase == "backward" else value
 
 
-def _phase(rank: int, windows: Mapping[int, Mapping[int, dict[str, float]]], steps: Iterable[int]) -> str:
-    """The phase of `rank`'s own work with the largest median excess over the others' median."""
+def _phase(rank: int, windows: Mapping[int, Mapping[int, dict[str, float]]], steps: Iterable[int]) -> tuple[str, float]:
+    """The phase of `rank`'s own work with the largest median excess over the others' median,
+    and that excess."""
     excess: dict[str, list[float]] = {p: [] for p in PHASES}
     mine = windows[rank]
     for s in steps:
         theirs = [w[s] for r, w in windows.items() if r != rank and s in w]
         for p in PHASES:
             excess[p].append(_phase_ms(mine[s], p) - median_nonempty(sorted(_phase_ms(t, p) for t in theirs)))
-    return max(PHASES, key=lambda p: median_nonempty(sorted(excess[p])))
-
-
-def _sign_p(positive: int, n: int) -> float:
-    """P(at least `positive` of n fair coin flips come up heads): the one-sided sign test."""
-    if n == 0:
-        return 1.0
-    return sum(math.comb(n, k) for k in range(positive, n + 1)) / 2.0**n
-
-
-@functools.lru_cache(maxsize=WINDOW + 1)
-def _ci_rank(n: int) -> int:
-    """The largest k with P(Binomial(n, 1/2) < k) <= 2.5%: the median's 95% interval is
-    from the k-th smallest to the k-th largest (k = 0: not enough values for one)."""
-    below, k = 0, 0
-    while k < n:
-        below += math.comb(n, k)
-        if below / 2.0**n > 0.025:
-            break
-        k += 1
-    return k
-
-
-def _median_ci(ordered: list[float]) -> tuple[float, float]:
-    k = max(_ci_rank(len(ordered)), 1)
-    return ordered[k - 1], ordered[len(ordered) - k]
+    medians = {p: median_nonempty(sorted(excess[p])) for p in PHASES}
+    worst = max(PHASES, key=lambda p: medians[p])
+    return worst, medians[worst]

@@ -16,6 +16,7 @@ from ddptop.analysis.advisor import advise_run
 from ddptop.analysis.capture import nsys_window_at
 from ddptop.analysis.nccl import NcclParser
 from ddptop.hw.hardware import HardwareSampler
+from ddptop.hw.host_load import read_host
 from ddptop.model.state import RunState, Stall
 from ddptop.model.status import rank_in_loop
 from ddptop.run.logtail import LogTail, rank_log_files
@@ -144,9 +145,13 @@ class Watchdog:
         if not state.gpu_unavailable:
             state.topology = await asyncio.to_thread(hw.topology)
         while True:
-            pids = list(self.procs.rank_pids().values())
-            gpu, procs, children = await asyncio.to_thread(hw.sample, pids)
+            rank_pids = self.procs.rank_pids()
+            gpu, procs, children = await asyncio.to_thread(hw.sample, list(rank_pids.values()))
             state.proc_stats, state.proc_children = procs, children
+            # the host's CPU for the straggler rule (a busy host is not a straggler)
+            host = await asyncio.to_thread(read_host, rank_pids, time.monotonic())
+            if host is not None:
+                state.add_host(host)
             if gpu is not None:
                 state.gpu = gpu
                 state.gpu_history.append(gpu)

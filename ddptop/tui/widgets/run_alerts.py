@@ -1,7 +1,8 @@
 """RunAlerts: what needs the user's eye now, under the header on every view: a loud
 STALLED line while no rank makes progress (seconds since, suspects, where stacks
 went), the straggler verdict and the run's notes; in a row left over, the calm verdict ("no
-straggler: ranks within 3% of the step"). Its rows are always there, empty when there is
+straggler (largest: rank 1 +0.6 ms, 2%; the rule sees >= 2.0 ms here)", or "host CPU
+contended: ..."). Its rows are always there, empty when there is
 nothing to say, so a verdict that comes and goes does not move the views."""
 
 from __future__ import annotations
@@ -45,11 +46,11 @@ def alert_lines(snap: Snapshot) -> list[Text]:
         ))
         lines.append(Text.assemble(("  last steps ", "dim"), steps,
                                    ("  " + _stacks_text(stall.stacks), "")))
-    if snap.straggler is not None:
-        lines.append(Text("▲ " + snap.straggler.describe(), style=STRAGGLER_STYLE))
+    if snap.straggler is not None:  # the one wording every view shows (Snapshot.verdict_text)
+        lines.append(Text("▲ " + snap.verdict_text, style=STRAGGLER_STYLE))
     for note in snap.state.notes[:2]:  # what the instrument cannot measure on this run
         lines.append(Text("ⓘ " + note, style="italic #c79100"))
-    calm = snap.verdict.describe() if snap.straggler is None else ""
+    calm = snap.verdict_text if snap.straggler is None else ""
     if calm and len(lines) < ALERT_ROWS:  # not an alert: only where a row is free
         lines.append(Text("· " + calm, style=CALM_STYLE))
     return lines

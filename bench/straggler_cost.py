@@ -1,0 +1,119 @@
+"""Issue 44's table, re-run: does ddptop name the slow rank and its phase, and is the cost it
+says within 25% of what the job really lost? Runs bench/gpt_train.py under ddptop once per
+case (a symmetric run first and last, ranks made slow on purpose between), reads each run's
+verdict from its summary and the script's own median step (rank 0's `step median`), and prints,
+per case, the rank/phase/cost named beside the step-time loss against the symmetric runs.
+
+  python bench/straggler_cost.py --nproc 4 [--steps 150] [--gpt-args "..."] [--cases "name=args;..."]
+      [--set comm_timing_every=1] [--runs-dir DIR] [--json-out FILE]
+
+The default cases are the issue's, for 4 ranks: a loader sleeping 6 and 40 ms on rank 2, 8 and 30
+extra 4096-matmuls in the forward of rank 3 and rank 1. On CPU (2 ranks), for instance:
+  python bench/straggler_cost.py --nproc 2 --steps 100 --cases "sym=;slow50=--slow-rank 1 --slow-data-ms 50;sym2="
+      --gpt-args "--data random --n-layer 1 --n-embd 32 --block 32 --batch-size 4 --vocab 256"
+(docs/GPU.md, "The straggler and what it costs the job", quotes its output.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ("sym=;load6=--slow-rank 2 --slow-data-ms 6;load40=--slow-rank 2 --slow-data-ms 40;"
+         "mm8=--slow-rank 3 --slow-matmuls 8;mm30=--slow-rank 1 --slow-matmuls 30;sym2=")
+# the small transformer of the issue's table (~31 ms a step on 4x H200): nanoGPT's char config
+GPT_ARGS = "--n-layer 6 --n-head 6 --n-embd 384 --block 256 --batch-size 32 --vocab 65"
+
+
+def own_ms(run_dir: Path) -> float | None:
+    """The script's own median step after its warmup (rank 0's `step median` line; CUDA events
+    on a GPU): the median, so a neighbour's spikes in one run do not move the baseline."""
+    for path in run_dir.glob("logs/**/attempt_0/0/stdout.log"):
+        found = re.search(r"step median ([0-9.]+) ms", path.read_text(errors="replace"))
+        if found:
+            return float(found.group(1))
+    return None
+
+
+def run_case(args: argparse.Namespace, name: str, extra: str) -> dict:
+    runs = Path(args.runs_dir) / name
+    sets = [x for s in args.set for x in ("--set", s)]
+    cmd = [sys.executable, "-m", "ddptop", "--headless", "--json", "--interval", "30", "--nproc", str(args.nproc),
+           "--warmup", str(args.warmup), "--runs-dir", str(runs), *sets, "--", sys.executable,
+           str(ROOT / "bench" / "gpt_train.py"), *shlex.split(args.gpt_args), "--steps", str(args.steps),
+           "--warmup", str(args.warmup), *shlex.split(extra)]
+    t0 = time.monotonic()
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    try:
+        summary = json.loads(res.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        print(f"== {name}: rc={res.returncode}, no summary\n{res.stdout[-1500:]}{res.stderr[-1500:]}", flush=True)
+        return {"case": name, "args": extra, "rc": res.returncode}
+    run_dir = next(iter(sorted(d for d in runs.iterdir() if d.is_dir())), runs)
+    check = summary.get("straggler_check") or {}
+    lines = [ln for ln in res.stdout.splitlines()
+             if ("straggler" in ln or "contended" in ln) and not ln.startswith(("{", "advice"))][-2:]
+    slow = re.search(r"--slow-rank (\d+)", extra)
+    return {"case": name, "args": extra, "rc": res.returncode, "wall_s": round(time.monotonic() - t0, 1),
+            "own_ms": own_ms(run_dir), "step_ms_p50": summary.get("step_ms_p50"),
+            "expected_rank": int(slow.group(1)) if slow else None, "straggler": summary.get("straggler"),
+            "text": check.get("text"), "now": check.get("now"), "held": check.get("held"),
+            "latest": check.get("latest"), "host_cpu": summary.get("host_cpu"), "lines": lines,
+            "ranks": [{k: r.get(k) for k in ("rank", "step_ms_p50", "phases_ms", "comm_ms_p50", "exposed_comm_ms_p50",
+                                             "comm_timed_steps")} for r in summary.get("ranks", [])]}
+
+
+def verdict_row(case: dict, base: float | None) -> str:
+    s = case.get("straggler") or {}
+    own = case.get("own_ms")
+    lost = own - base if own is not None and base is not None else None
+    cost = s.get("cost_ms")
+    named = f"rank {s['rank']} {s['phase']} {cost:.1f} ms [{s['ci95_ms'][0]:.1f}-{s['ci95_ms'][1]:.1f}]" if s else "none"
+    right = (s.get("rank") if s else None) == case.get("expected_rank")
+    within = (abs(cost - lost) <= 0.25 * abs(lost) if cost is not None and lost else None)
+    return (f"{case['case']:<8} {own if own is not None else float('nan'):8.2f} "
+            f"{lost if lost is not None else float('nan'):+8.2f}  {named:<40} rank {'right' if right else 'WRONG'}"
+            f"{'' if within is None else ', cost within 25%' if within else ', cost OFF by more than 25%'}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nproc", type=int, default=4)
+    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--gpt-args", default=GPT_ARGS)
+    p.add_argument("--cases", default=CASES, help="name=gpt_train args;...  (names starting with sym: the baseline)")
+    p.add_argument("--set", action="append", default=[], help="a ddptop --set for every run")
+    p.add_argument("--runs-dir", default="/tmp/ddptop-straggler-cost")
+    p.add_argument("--timeout", type=float, default=300)
+    p.add_argument("--json-out", default=None)
+    args = p.parse_args()
+    results = []
+    for spec in filter(None, (c.strip() for c in args.cases.split(";"))):
+        name, _, extra = spec.partition("=")
+        case = run_case(args, name, extra)
+        results.append(case)
+        print(f"== {name} ({extra or 'symmetric'}): own {case.get('own_ms')} ms/step, verdict: {case.get('text')}", flush=True)
+        for line in case.get("lines", []):
+            print("   " + line[-300:], flush=True)
+    syms = [c["own_ms"] for c in results if c["case"].startswith("sym") and c.get("own_ms") is not None]
+    base = statistics.mean(syms) if syms else None
+    print(f"\nsymmetric runs: {syms} ms/step (baseline {base})")
+    print(f"{'case':<8} {'own ms':>8} {'lost ms':>8}  named (cost, 95% CI)")
+    for case in results:
+        print(verdict_row(case, base))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps({"baseline_ms": base, "cases": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

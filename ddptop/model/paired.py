@@ -1,0 +1,96 @@
+"""Ranks compared step by step: per rank and step, its value minus the other ranks' median on
+that step, and the distribution-free statistics the straggler rule draws from such paired
+differences (a one-sided sign test, the median's interval, the smallest shift the test sees).
+
+Pure: no I/O, no UI. Used by ddptop.model.straggler.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping
+from statistics import NormalDist
+
+from ddptop.model.figures.stats import median_nonempty
+
+MIN_STEPS = 20  # fewer paired steps than this: a rank is not compared
+MAX_N = 64  # the interval's ranks are cached up to this many values
+
+
+def median_without(ordered: list[float], i: int) -> float:
+    """The median of a sorted list with its i-th element left out."""
+    m = len(ordered) - 1
+
+    def at(k: int) -> float:
+        return ordered[k] if k < i else ordered[k + 1]
+
+    return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) / 2
+
+
+class Paired:
+    """Per rank, per step of the window: its value minus the other ranks' median on that
+    step (the steps where at least two ranks have the value)."""
+
+    def __init__(self, windows: Mapping[int, Mapping[int, dict[str, float]]],
+                 value: Callable[[dict[str, float]], float | None]) -> None:
+        self.diffs: dict[int, dict[int, float]] = {r: {} for r in windows}
+        self.others: dict[int, dict[int, float]] = {r: {} for r in windows}
+        for step in sorted(set().union(*windows.values())):
+            vals = sorted((v, r) for r, w in windows.items() if step in w and (v := value(w[step])) is not None)
+            if len(vals) < 2:
+                continue
+            ordered = [v for v, _ in vals]
+            for i, (v, r) in enumerate(vals):
+                theirs = median_without(ordered, i)
+                self.diffs[r][step] = v - theirs
+                self.others[r][step] = theirs
+
+    def medians(self) -> dict[int, float]:
+        """Each rank's median difference, for the ranks with MIN_STEPS paired steps."""
+        return {r: median_nonempty(sorted(d.values())) for r, d in self.diffs.items() if len(d) >= MIN_STEPS}
+
+
+def sign_p(positive: int, n: int) -> float:
+    """P(at least `positive` of n fair coin flips come up heads): the one-sided sign test."""
+    if n == 0:
+        return 1.0
+    return sum(math.comb(n, k) for k in range(positive, n + 1)) / 2.0**n
+
+
+@functools.lru_cache(maxsize=MAX_N + 1)
+def _ci_rank(n: int) -> int:
+    """The largest k with P(Binomial(n, 1/2) < k) <= 2.5%: the median's 95% interval is
+    from the k-th smallest to the k-th largest (k = 0: not enough values for one)."""
+    below, k = 0, 0
+    while k < n:
+        below += math.comb(n, k)
+        if below / 2.0**n > 0.025:
+            break
+        k += 1
+    return k
+
+
+def median_ci(ordered: list[float]) -> tuple[float, float]:
+    """The median's 95% interval from order statistics (no model) of a sorted list."""
+    k = max(_ci_rank(len(ordered)), 1)
+    return ordered[k - 1], ordered[len(ordered) - k]
+
+
+@functools.lru_cache(maxsize=4 * (MAX_N + 1))
+def _needed(n: int, tests: int, alpha: float) -> int:
+    """The fewest of n steps a rank must be slower on for the sign test to pass (n + 1: never)."""
+    return next((m for m in range(n + 1) if sign_p(m, n) * tests <= alpha), n + 1)
+
+
+def smallest_seen(ordered: list[float], tests: int, alpha: float) -> float:
+    """The smallest shift the sign test passes at this noise: with a rank's differences
+    spread as these are (their median absolute deviation, as a normal sd) around a shift d, it
+    is slower on a share Phi(d / sd) of the steps; the test wants `_needed` of n. inf: never."""
+    n = len(ordered)
+    need = _needed(n, tests, alpha)
+    if n == 0 or need > n:
+        return math.inf
+    mid = median_nonempty(ordered)
+    sd = 1.4826 * median_nonempty(sorted(abs(x - mid) for x in ordered))
+    return sd * NormalDist().inv_cdf(min(need / n, 0.999))
