@@ -10,14 +10,18 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import threading
 from pathlib import Path
 
 import pytest
+from test_detach import entry_of, live, tree, wait_gone, wait_until  # noqa: F401 - live: the fixture
+from test_tui import START_TIMEOUT, cpu_config, wait_for
 from test_tui_usability import screen_text, synthetic_app
 
 from ddptop.run.runs import build_table, load_runs, markdown
 from ddptop.run.untrusted import json_depth, read_json_object, read_text
+from ddptop.tui.factory import build_app
 from ddptop.tui.widgets.runs_panel import RunsPanel
 
 OSC52 = "\x1b]52;c;ZWNobyBwd25lZA==\x07"  # base64 of `echo pwned`, into the terminal's clipboard
@@ -134,3 +138,34 @@ def test_a_field_of_any_type_is_a_row_not_a_crash(tmp_path: Path, bad: dict[str,
     (row,) = load_runs(tmp_path)
     cells = build_table([row]).cells(row)
     assert all(isinstance(c, str) for c in cells)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow  # ~40 s on the 2-core box; the quick guard of case 1 is the runs tab test above
+def test_a_viewer_that_fails_leaves_its_owned_run_going_and_says_so(tmp_path: Path, live: Path) -> None:  # noqa: F811
+    """Not a quit and not a lost terminal (those stop an owned run): an exception inside the
+    TUI. The supervisor is told, logs who, and the run goes on detached."""
+
+    async def owner() -> tuple[str, int, str]:
+        app = build_app(cpu_config(steps=100000), tmp_path)
+        with pytest.raises(ZeroDivisionError):
+            async with app.run_test(size=(80, 24)) as pilot:
+                session = app.workbench.current
+                await wait_for(pilot, lambda: all(rs.last_step > 2 for rs in session.state.ranks.values())
+                               and len(session.state.ranks) == 2, START_TIMEOUT, "both ranks stepping")
+                app.call_later(lambda: 1 / 0)  # a bug of the viewer's own
+                await wait_for(pilot, lambda: not app.is_running, 10, "the TUI to end")
+        return session.run_id, session.pid, app.exit_note
+
+    run_id, pid, note = asyncio.run(owner())
+    assert note == (f"the viewer failed (ZeroDivisionError: division by zero); run {run_id} goes on "
+                    f"detached: ddptop attach {run_id}")
+    entry = wait_until(lambda: (e := entry_of(run_id, live)) and e.detached and e, 10, "the run detached")
+    step = entry.step
+    wait_until(lambda: (e := entry_of(run_id, live)) and e.step > step + 5, 30, "steps after the viewer failed")
+    pids = tree(pid)
+    os.kill(pid, signal.SIGTERM)  # the clean stop of a detached run
+    wait_gone(pids, 30)
+    log = (tmp_path / run_id / "supervisor.log").read_text()
+    assert "its owner viewer crashed (ZeroDivisionError: division by zero)" in log
+    assert "its owner viewer disconnected" not in log

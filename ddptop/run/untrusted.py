@@ -20,12 +20,13 @@ _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKET = re.compile(rb"[\[\]{}]")
 
 
-def open_regular(path: str | Path) -> int | None:
+def open_regular(path: str | Path, follow: bool = False) -> int | None:
     """A read-only descriptor of `path` if it is a regular file reached without following a
-    symlink at its last component; None otherwise (FIFO, device, link, missing). The open
-    never blocks (O_NONBLOCK), and reads of a regular file are unaffected by that flag."""
+    symlink at its last component (`follow`: a link the user named is followed); None
+    otherwise (FIFO, device, link, missing). The open never blocks (O_NONBLOCK), and reads of
+    a regular file are unaffected by that flag."""
     try:
-        fd = os.open(path, _FLAGS)
+        fd = os.open(path, _FLAGS & ~os.O_NOFOLLOW if follow else _FLAGS)
     except OSError:
         return None
     try:
