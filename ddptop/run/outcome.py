@@ -12,6 +12,9 @@ from ddptop.model.state import RunState
 from ddptop.model.status import RankStatus, rank_in_loop
 from ddptop.model.text import printable
 from ddptop.run.rank_procs import RankProcesses
+from ddptop.run.untrusted import read_text
+
+LOG_MAX = 64 << 20  # torchrun.log read for how torchrun ended (its own log: a few KB)
 
 
 def settle(state: RunState, rc: int, procs: RankProcesses, *, recorder_error: str, stopped: bool,
@@ -52,11 +55,7 @@ def _not_monitored(state: RunState, user_script: bool) -> str:
 
 def _settle_failure(state: RunState, rc: int, procs: RankProcesses, now: float) -> None:
     ranks = state.ranks.values()
-    log = ""
-    try:
-        log = (procs.run_dir / "torchrun.log").read_text(errors="replace")
-    except OSError:
-        pass
+    log = read_text(procs.run_dir / "torchrun.log", LOG_MAX) or ""
     errors = procs.error_files()
     gone = launcher_killed(rc, log, errors, (rs.rank for rs in ranks if rs.status == "crashed"))
     if gone:  # torchrun was killed; ddptop's sweep ended the ranks, which had not failed
