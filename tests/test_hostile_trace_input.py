@@ -6,6 +6,8 @@ read in the memory-limited child, whose limit follows the input's size."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -49,9 +51,16 @@ def _trace_cli(path: Path) -> tuple[int, str, float]:
     probe = ("import resource, subprocess, sys; p = subprocess.run([sys.executable, '-m', 'ddptop', 'trace', "
              f"{str(path)!r}], capture_output=True, text=True); sys.stderr.write(p.stderr); "
              "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    code, kb = done.stdout.split()
-    return int(code), done.stderr, int(kb) / 1024
+    proc = subprocess.Popen([sys.executable, "-c", probe], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:  # a hang (the old code on a FIFO): end the whole group, `ddptop trace` included
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    code, kb = out.split()
+    return int(code), err, int(kb) / 1024
 
 
 def test_a_trace_of_300k_nested_brackets_is_one_line_in_bounded_memory(tmp_path: Path) -> None:
@@ -73,8 +82,6 @@ def test_a_5000_digit_integer_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 def test_a_trace_that_is_a_fifo_is_one_line_not_a_hang(tmp_path: Path) -> None:
-    import os
-
     fifo = tmp_path / "rank0.json"
     os.mkfifo(fifo)
     code, err, _ = _trace_cli(fifo)
