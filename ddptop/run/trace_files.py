@@ -76,11 +76,11 @@ def _open(path: Path) -> gzip.GzipFile | io.BufferedReader:
         if not Path(path).exists():
             raise FileNotFoundError(path)
         raise TraceError(f"{path}: not a regular file")
-    f = open(fd, "rb")  # noqa: SIM115 - returned open, closed by the caller's with
     if not path.name.endswith(".gz"):
-        return f
-    gz = gzip.GzipFile(fileobj=f, mode="rb")
-    gz.myfileobj = f  # closed with it, as gzip.open(path) does with the file it opens
+        return open(fd, "rb")  # noqa: SIM115 - returned open, closed by the caller's with
+    raw = open(fd, "rb", buffering=0)  # noqa: SIM115 - gzip buffers
+    gz = gzip.GzipFile(fileobj=raw, mode="rb")
+    gz.myfileobj = raw  # closed with it, as gzip.open(path) does with the file it opens
     return gz
 
 
