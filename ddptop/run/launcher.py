@@ -25,6 +25,7 @@ import psutil
 
 from ddptop.model.config import RunConfig
 from ddptop.model.options import NodeOptions
+from ddptop.run.keeper import start_ticks
 from ddptop.run.nsys import profile_command
 from ddptop.wire import protocol
 
@@ -214,11 +215,10 @@ class Launcher:
         lines = []
         for p in procs:
             if p.pid not in self._told:
-                try:
-                    lines.append(f"{p.pid} {p.create_time()!r}\n")
+                ticks = start_ticks(p.pid)  # boot-relative: a wall-clock step does not move it
+                if ticks is not None:
+                    lines.append(f"{p.pid} {ticks}\n")
                     self._told.add(p.pid)
-                except psutil.Error:
-                    pass
         if lines:
             try:
                 self._keeper.stdin.write("".join(lines).encode())

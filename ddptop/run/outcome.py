@@ -5,8 +5,6 @@ has exited. Reads files under the run directory; no UI, no torch.
 
 from __future__ import annotations
 
-import time
-
 from ddptop.model.failures import RootCause, blame, last_exception, last_words, launcher_killed
 from ddptop.model.state import RunState
 from ddptop.model.status import RankStatus, rank_in_loop
@@ -17,10 +15,10 @@ from ddptop.run.untrusted import read_text
 LOG_MAX = 64 << 20  # torchrun.log read for how torchrun ended (its own log: a few KB)
 
 
-def settle(state: RunState, rc: int, procs: RankProcesses, *, recorder_error: str, stopped: bool,
+def settle(state: RunState, rc: int, procs: RankProcesses, now: float, *, recorder_error: str, stopped: bool,
            stop_reason: str, user_script: bool) -> None:
-    """Finish `state` after torchrun exited with `rc` (-1: it was cancelled)."""
-    now = time.time()
+    """Finish `state` after torchrun exited with `rc` (-1: it was cancelled), at `now` (the
+    session's clock: the run's start plus monotonic time)."""
     if recorder_error:
         state.finish("failed", now, error=recorder_error)
         return

@@ -80,6 +80,7 @@ class Session:
         self.hub = Hub(self.token, self.collector, world_size=self.state.world_size)
         self._stop_requested = asyncio.Event()
         self._stop_reason = ""
+        self._started_mono = 0.0  # time.monotonic() at the run's start
         self.stopper = Stopper(self.state, self.procs, config.stop_grace)
         self.watchdog = Watchdog(self.state, self.procs, hardware or HardwareSampler(), config.nccl_env,
                                  self.request_stop, self._stop_requested.is_set)
@@ -140,6 +141,7 @@ class Session:
             self.state.add_log(-1, f"[ddptop] {shared}")
         self.collector.recorder = self.watchdog.recorder = recorder
         self.state.started_at = time.time()
+        self._started_mono = time.monotonic()  # the run's length: a wall-clock step is not part of it
         addr = await self._start_hub()
         plugin = await asyncio.to_thread(nccl_plugin.build_for, self.config, self.run_dir)
         plan = build_plan(self.config, self.run_dir, addr, self.token, self.run_id, self.user_cmd,
@@ -270,7 +272,9 @@ class Session:
                 "rdzv_id": n.rdzv_id, "hub": f"{n.rdzv_host}:{n.hub_port}"}
 
     def _finish(self, rc: int) -> None:
-        outcome.settle(self.state, rc, self.procs, recorder_error=self.recorder.error if self.recorder else "",
+        # the end: its start plus the monotonic time since (a +3600 s step read elapsed_s 3638)
+        end = self.state.started_at + (time.monotonic() - self._started_mono) if self.state.started_at else time.time()
+        outcome.settle(self.state, rc, self.procs, end, recorder_error=self.recorder.error if self.recorder else "",
                        stopped=self._stop_requested.is_set(), stop_reason=self._stop_reason,
                        user_script=bool(self.user_cmd))
         self.watchdog.update_advice()
