@@ -10,15 +10,12 @@ UI, no torch.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import os
 import re
 import secrets
-import socket
 import stat
-import struct
 import subprocess
 import sys
 import tempfile
@@ -358,19 +355,3 @@ def supervisor_spec(config: RunConfig, runs_dir: Path, run_id: str, live: Path, 
         "capture": {"windows": [list(w) for w in capture.windows], "profiler": capture.profiler,
                     "nsys": capture.nsys},
     }
-
-
-def peer_credentials(writer: asyncio.StreamWriter) -> tuple[int, int, int] | None:
-    """(pid, uid, gid) of the process at the other end of a Unix socket, as the kernel
-    tells it (SO_PEERCRED: what that process cannot forge); None where the transport
-    does not say."""
-    extra = getattr(writer, "get_extra_info", None)
-    sock = extra("socket") if extra is not None else None
-    option = getattr(socket, "SO_PEERCRED", None)
-    if sock is None or option is None or sock.family != socket.AF_UNIX:
-        return None
-    try:
-        pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
-    except (OSError, struct.error):
-        return None
-    return pid, uid, gid

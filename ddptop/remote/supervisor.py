@@ -27,14 +27,8 @@ from typing import Any
 
 from ddptop.model.config import RunConfig
 from ddptop.model.options import CaptureOptions
-from ddptop.remote.live import (
-    LiveRun,
-    ensure_live_dir,
-    new_socket_path,
-    peer_credentials,
-    remove_entry,
-    write_entry,
-)
+from ddptop.remote.live import LiveRun, ensure_live_dir, new_socket_path, remove_entry, write_entry
+from ddptop.run.hub import peer_credentials
 from ddptop.run.session import Session
 from ddptop.run.signals import on_signals
 from ddptop.viewer_wire import state_codec

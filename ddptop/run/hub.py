@@ -11,6 +11,8 @@ import asyncio
 import hmac
 import os
 import resource
+import socket
+import struct
 import time
 from typing import Protocol
 
@@ -23,6 +25,9 @@ HELLO_TIMEOUT_S = 10.0  # a connection that has not said hello by then is closed
 # lost its connection is missing again). A flood does, and loses its oldest idle connections
 # first, never a rank that says hello at once; once every rank is in, the bound is this again.
 MAX_UNAUTHENTICATED = 64
+# Of those, from one process (Unix socket: the kernel's SO_PEERCRED pid): a rank has one
+# connection in flight; a flood of one process's reconnecting connections loses its newest.
+MAX_WAITING_PER_PID = 4
 READ_CHUNK = 1 << 16
 ACCEPT_ERRORS_EVERY_S = 60.0  # out of file descriptors for long: the count, at most this often
 
@@ -42,9 +47,9 @@ class Hub:
         self._token = token
         self._sink = sink
         self.world_size = world_size
-        # connections still waiting for their hello, oldest first: a flood of idle
-        # connections evicts its own, never a rank that says hello at once
-        self._waiting: dict[asyncio.StreamWriter, None] = {}
+        # connections still waiting for their hello, oldest first, with their reader and peer pid:
+        # a flood of idle connections evicts its own, never a rank whose hello has come
+        self._waiting: dict[asyncio.StreamWriter, tuple[asyncio.StreamReader, int | None]] = {}
         self._server: asyncio.AbstractServer | None = None
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -143,12 +148,20 @@ class Hub:
             self._accept_errors_said = self.accept_errors
             self._sink.hub_refused(f"accepting connections again ({self.accept_errors} accept(s) failed "
                                    "so far, out of file descriptors)")
-        self._waiting[writer] = None
+        creds = peer_credentials(writer)
+        pid = creds[0] if creds is not None else None
+        if pid is not None and sum(1 for _, p in self._waiting.values() if p == pid) >= MAX_WAITING_PER_PID:
+            self._sink.hub_refused(f"more than {MAX_WAITING_PER_PID} connections without a hello from pid {pid}")
+            writer.close()
+            if task is not None:
+                self._tasks.discard(task)
+            return
+        self._waiting[writer] = (reader, pid)
         if len(self._waiting) > self.waiting_bound:
-            oldest = next(iter(self._waiting))
-            self._waiting.pop(oldest)
-            oldest.close()
-            self._sink.hub_refused("too many connections without a hello: closed the oldest")
+            victim = self._idlest()
+            self._waiting.pop(victim)
+            victim.close()
+            self._sink.hub_refused("too many connections without a hello: closed the oldest idle one")
         try:
             rank = await self._authenticate(reader, writer)
             self._waiting.pop(writer, None)
@@ -165,6 +178,15 @@ class Hub:
             writer.close()
             if task is not None:
                 self._tasks.discard(task)
+
+    def _idlest(self) -> asyncio.StreamWriter:
+        """The connection to close for room: the oldest that has not sent a whole line (a rank
+        whose hello has arrived is kept, however many connections came since); the oldest of
+        all when every one has."""
+        for writer, (reader, _) in self._waiting.items():
+            if b"\n" not in getattr(reader, "_buffer", b""):  # what it sent, not read by us yet
+                return writer
+        return next(iter(self._waiting))
 
     async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> int | None:
         try:
@@ -252,3 +274,19 @@ def raise_fd_limit(need: int) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     except (ValueError, OSError):
         pass  # as it was: accept() errors are counted and said (see _quiet_accept_errors)
+
+
+def peer_credentials(writer: asyncio.StreamWriter) -> tuple[int, int, int] | None:
+    """(pid, uid, gid) of the process at the other end of a Unix socket, as the kernel
+    tells it (SO_PEERCRED: what that process cannot forge); None where the transport
+    does not say."""
+    extra = getattr(writer, "get_extra_info", None)
+    sock = extra("socket") if extra is not None else None
+    option = getattr(socket, "SO_PEERCRED", None)
+    if sock is None or option is None or sock.family != socket.AF_UNIX:
+        return None
+    try:
+        pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+    except (OSError, struct.error):
+        return None
+    return pid, uid, gid
