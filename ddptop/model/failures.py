@@ -116,6 +116,20 @@ def last_exception(lines: Iterable[str]) -> str:
     return found[:300]
 
 
+_USAGE = re.compile(r"^(?:run\.py|torchrun|[\w.-]*torch\.distributed\.run): error: (.+)$")
+
+
+def launcher_usage_error(lines: Iterable[str]) -> str:
+    """What torchrun's own argument parser refused (`run.py: error: ambiguous option: ...`),
+    or "": then no rank ran, and none is to blame."""
+    found = ""
+    for line in lines:
+        m = _USAGE.match(line.strip())
+        if m:
+            found = m.group(1)
+    return found[:300]
+
+
 def last_words(lines: Iterable[str]) -> str:
     """The line that best says why a rank ended: its last exception line, else its last
     line that is not ddptop's own (`python: can't open file ...`, `Killed`), else ""."""

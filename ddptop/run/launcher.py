@@ -79,7 +79,9 @@ def build_plan(
         out = run_dir / "captures" / "nsys_rank%q{RANK}"
         rank_cmd = [*profile_command(nsys, out, os.environ if base_env is None else base_env), *rank_cmd]
     if user_cmd or nsys:
-        argv += ["--no-python", *rank_cmd]
+        # `--`: the command's own arguments are never torchrun's (`--nproc 99` in them read as
+        # an ambiguous torchrun option)
+        argv += ["--no-python", "--", *rank_cmd]
     else:
         argv += ["-m", "trainer"]
     env = dict(os.environ if base_env is None else base_env)

@@ -5,7 +5,14 @@ has exited. Reads files under the run directory; no UI, no torch.
 
 from __future__ import annotations
 
-from ddptop.model.failures import RootCause, blame, last_exception, last_words, launcher_killed
+from ddptop.model.failures import (
+    RootCause,
+    blame,
+    last_exception,
+    last_words,
+    launcher_killed,
+    launcher_usage_error,
+)
 from ddptop.model.state import RunState
 from ddptop.model.status import RankStatus, rank_in_loop
 from ddptop.model.text import printable
@@ -62,6 +69,10 @@ def _settle_failure(state: RunState, rc: int, procs: RankProcesses, now: float) 
     lost = sorted((rs.lost_at, rs.rank) for rs in ranks if rs.lost_at is not None)
     cause = blame(log, lost[0][1] if lost else None, errors)
     failed = cause.rank if cause else None
+    usage = launcher_usage_error(log.splitlines()[-50:]) if cause is None and rc > 0 else ""
+    if usage:  # the launcher's own parser: its command line, not a rank, failed
+        state.finish("failed", now, error=f"torchrun (the launcher) refused its command line: {usage}")
+        return
     own = last_exception(log.splitlines()[-200:]) if cause is None and rc > 0 else ""
     if own and "ChildFailedError" not in own:  # that one is the report of a rank's failure
         # torchrun itself failed (a command that does not exist, a bad rendezvous): no rank ran
