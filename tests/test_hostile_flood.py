@@ -6,21 +6,26 @@ ranks are monitored. A token holder's hello in the name of a rank that has ended
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+from recording_sink import Sink
 from test_hub import connect, hello, start, until
 from waiting import poll
 
 from ddptop.model.state import RunState
 from ddptop.run.collector import Collector
+from ddptop.run.hub import Hub
 from ddptop.wire import protocol
 from ddptop.wire.protocol import ENV_ADDR
 
@@ -29,14 +34,16 @@ SCRIPTS = Path(__file__).parent / "scripts"
 FLOODER = """
 import resource, socket, sys, time
 path, n = sys.argv[1], int(sys.argv[2])
+tcp = path.startswith("tcp:")
+where = (path.split(":")[1], int(path.split(":")[2])) if tcp else path
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4 * n), hard))
 def conn():
     while True:
-        s = socket.socket(socket.AF_UNIX)
+        s = socket.socket(socket.AF_INET if tcp else socket.AF_UNIX)
         s.settimeout(1.0)
         try:
-            s.connect(path)
+            s.connect(where)
             s.setblocking(False)
             return s
         except OSError:
@@ -66,15 +73,28 @@ def flood(path: str, n: int) -> subprocess.Popen[str]:
                             start_new_session=True)
 
 
-def test_under_a_flood_of_one_process_a_rank_whose_hello_came_is_admitted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+def test_under_a_flood_of_one_process_a_rank_whose_hello_came_is_admitted(tmp_path: Path, transport: str) -> None:
+    """Unix: at most 4 connections without a hello per peer pid. TCP (multi-node, token-less
+    flood): no pid to go by; the idle ones go first, never a connection whose hello has come."""
+
     async def main() -> None:
-        hub, sink, addr = await start(tmp_path)
-        flooder = flood(protocol.parse_addr(addr)[1], 2000)
+        if transport == "unix":
+            hub, sink, addr = await start(tmp_path)
+            target = protocol.parse_addr(addr)[1]
+        else:
+            sink = Sink()
+            hub = Hub("secret", sink, world_size=2)
+            addr = target = await hub.start_tcp("127.0.0.1", 0)
+        flooder = flood(target, 2000)
         try:
             await until(lambda: len(sink.refused) > 500, timeout=30)  # the flood is on
             ranks = []
             for rank in (0, 1):
-                _, writer = await connect(addr)
+                if transport == "unix":
+                    _, writer = await connect(addr)
+                else:
+                    _, writer = await asyncio.open_connection("127.0.0.1", int(addr.rsplit(":", 1)[1]))
                 writer.write(protocol.encode(hello(rank)))
                 ranks.append(writer)
             await until(lambda: hub.connected_ranks == [0, 1], timeout=10)
@@ -83,6 +103,50 @@ def test_under_a_flood_of_one_process_a_rank_whose_hello_came_is_admitted(tmp_pa
         finally:
             os.killpg(flooder.pid, signal.SIGKILL)
             flooder.wait()
+            await hub.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+def test_a_rank_that_connected_just_before_a_burst_of_idle_connections_is_admitted(tmp_path: Path,
+                                                                                   transport: str) -> None:
+    """The worst order: the rank's connection, then 70 idle ones, all waiting in the listen queue
+    while the hub's loop is busy; then accepted in one go. The oldest-goes rule closed the rank's."""
+
+    async def main() -> None:
+        if transport == "unix":
+            hub, sink, addr = await start(tmp_path)
+            where: object = protocol.parse_addr(addr)[1]
+            family = socket.AF_UNIX
+        else:
+            sink = Sink()
+            hub = Hub("secret", sink, world_size=2)
+            addr = await hub.start_tcp("127.0.0.1", 0)
+            where, family = ("127.0.0.1", int(addr.rsplit(":", 1)[1])), socket.AF_INET
+        socks: list[socket.socket] = []
+
+        def connect_all() -> None:
+            rank = socket.socket(family)
+            rank.connect(where)
+            rank.sendall(protocol.encode(hello(0)))
+            socks.append(rank)
+            for _ in range(70):
+                s = socket.socket(family)
+                s.settimeout(0.5)
+                with contextlib.suppress(OSError):
+                    s.connect(where)
+                socks.append(s)
+
+        helper = threading.Thread(target=connect_all)
+        helper.start()
+        time.sleep(1.5)  # the hub's loop busy (on purpose): everything waits in the listen queue
+        helper.join()
+        try:
+            await until(lambda: hub.connected_ranks == [0], timeout=10)
+        finally:
+            for s in socks:
+                s.close()
             await hub.close()
 
     asyncio.run(main())

@@ -28,6 +28,7 @@ MAX_UNAUTHENTICATED = 64
 # Of those, from one process (Unix socket: the kernel's SO_PEERCRED pid): a rank has one
 # connection in flight; a flood of one process's reconnecting connections loses its newest.
 MAX_WAITING_PER_PID = 4
+READ_FIRST_S = 0.005  # over the bound: what has arrived is read before the idlest goes
 READ_CHUNK = 1 << 16
 ACCEPT_ERRORS_EVERY_S = 60.0  # out of file descriptors for long: the count, at most this often
 
@@ -157,12 +158,16 @@ class Hub:
                 self._tasks.discard(task)
             return
         self._waiting[writer] = (reader, pid)
-        if len(self._waiting) > self.waiting_bound:
-            victim = self._idlest()
-            self._waiting.pop(victim)
-            victim.close()
-            self._sink.hub_refused("too many connections without a hello: closed the oldest idle one")
         try:
+            if len(self._waiting) > self.waiting_bound:
+                # Connections accepted in one batch have had nothing read yet: first let what
+                # has arrived be read (a rank's hello), then close the oldest that sent nothing.
+                await asyncio.sleep(READ_FIRST_S)
+                if len(self._waiting) > self.waiting_bound:
+                    victim = self._idlest()
+                    self._waiting.pop(victim)
+                    victim.close()
+                    self._sink.hub_refused("too many connections without a hello: closed the oldest idle one")
             rank = await self._authenticate(reader, writer)
             self._waiting.pop(writer, None)
             if rank is None:
