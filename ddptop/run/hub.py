@@ -26,8 +26,9 @@ HELLO_TIMEOUT_S = 10.0  # a connection that has not said hello by then is closed
 # first, never a rank that says hello at once; once every rank is in, the bound is this again.
 MAX_UNAUTHENTICATED = 64
 # Of those, from one process (Unix socket: the kernel's SO_PEERCRED pid): a rank has one
-# connection in flight; a flood of one process's reconnecting connections loses its newest.
+# connection in flight; a flood of one process's reconnecting connections closes its own oldest.
 MAX_WAITING_PER_PID = 4
+UNIX_BACKLOG = 4096
 READ_FIRST_S = 0.005  # over the bound: what has arrived is read before the idlest goes
 READ_CHUNK = 1 << 16
 ACCEPT_ERRORS_EVERY_S = 60.0  # out of file descriptors for long: the count, at most this often
@@ -62,7 +63,9 @@ class Hub:
     async def start_unix(self, path: str) -> str:
         """Listen on `path`; its directory must already be private (0700)."""
         self._quiet_accept_errors()
-        self._server = await asyncio.start_unix_server(self._serve, path=path)
+        # a long listen queue: a flood that fills a short one keeps a rank's connect waiting in
+        # the kernel, before the hub can tell it from the flood (the kernel caps it at somaxconn)
+        self._server = await asyncio.start_unix_server(self._serve, path=path, backlog=UNIX_BACKLOG)
         os.chmod(path, 0o600)
         self.address = f"unix:{path}"
         return self.address
@@ -152,22 +155,16 @@ class Hub:
         creds = peer_credentials(writer)
         pid = creds[0] if creds is not None else None
         if pid is not None and sum(1 for _, p in self._waiting.values() if p == pid) >= MAX_WAITING_PER_PID:
-            self._sink.hub_refused(f"more than {MAX_WAITING_PER_PID} connections without a hello from pid {pid}")
-            writer.close()
-            if task is not None:
-                self._tasks.discard(task)
-            return
+            # one process's flood cycles its own connections, never another's
+            self._close_idlest(self._idlest(pid), f" from pid {pid}")
         self._waiting[writer] = (reader, pid)
         try:
             if len(self._waiting) > self.waiting_bound:
                 # Connections accepted in one batch have had nothing read yet: first let what
                 # has arrived be read (a rank's hello), then close the oldest that sent nothing.
                 await asyncio.sleep(READ_FIRST_S)
-                if len(self._waiting) > self.waiting_bound:
-                    victim = self._idlest()
-                    self._waiting.pop(victim)
-                    victim.close()
-                    self._sink.hub_refused("too many connections without a hello: closed the oldest idle one")
+                while len(self._waiting) > self.waiting_bound:
+                    self._close_idlest(self._idlest(), "")
             rank = await self._authenticate(reader, writer)
             self._waiting.pop(writer, None)
             if rank is None:
@@ -184,14 +181,20 @@ class Hub:
             if task is not None:
                 self._tasks.discard(task)
 
-    def _idlest(self) -> asyncio.StreamWriter:
-        """The connection to close for room: the oldest that has not sent a whole line (a rank
-        whose hello has arrived is kept, however many connections came since); the oldest of
-        all when every one has."""
-        for writer, (reader, _) in self._waiting.items():
+    def _close_idlest(self, victim: asyncio.StreamWriter, whose: str) -> None:
+        self._waiting.pop(victim, None)
+        victim.close()
+        self._sink.hub_refused(f"too many connections without a hello{whose}: closed the oldest idle one")
+
+    def _idlest(self, pid: int = 0) -> asyncio.StreamWriter:
+        """The connection to close for room (of process `pid`, 0: any): the oldest that has not
+        sent a whole line (a rank whose hello has arrived is kept, however many connections
+        came since); the oldest of them all when every one has."""
+        among = [(w, r) for w, (r, p) in self._waiting.items() if not pid or p == pid]
+        for writer, reader in among:
             if b"\n" not in getattr(reader, "_buffer", b""):  # what it sent, not read by us yet
                 return writer
-        return next(iter(self._waiting))
+        return among[0][0]
 
     async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> int | None:
         try:
