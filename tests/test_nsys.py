@@ -299,7 +299,7 @@ def test_rank_command_and_plan(tools, tmp_path, monkeypatch) -> None:
     assert "--cuda-trace-scope=process-tree" in cmd and "--sample=none" in cmd and "--trace=cuda,nvtx" in cmd
     assert cmd[-2:] == ["-o", str(tmp_path / "nsys_rank%q{RANK}")]
     plan = build_plan(RunConfig(nproc=1), tmp_path, "unix:/x", "t", "r", base_env={"PATH": "/bin"}, nsys=fake)
-    assert plan.argv[plan.argv.index("--no-python") + 1:][:2] == [fake, "profile"]
+    assert plan.argv[plan.argv.index("--no-python") + 2:][:2] == [fake, "profile"]
     env = {nsys_stats.FLAGS_ENV: "--trace=cuda,nvtx,osrt --capture-range-end=stop"}
     cmd = nsys.profile_command(fake, tmp_path / "o", env)
     assert "--trace=cuda,nvtx,osrt" in cmd and "--capture-range-end=stop" in cmd and "--sample=none" not in cmd

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,81 @@ def test_a_swapped_run_dir_stops_the_run_naming_the_swap(tmp_path: Path) -> None
     assert (run_dir.with_name(run_dir.name + ".aside") / "summary.json").is_file()
     assert os.path.islink(run_dir)
     shutil.rmtree(base, ignore_errors=True)
+
+
+def fifo_tree(run_dir: Path, theirs: Path, uid: int | None) -> None:
+    """In `theirs`, the run dir's layout with a FIFO in place of every file (the rank logs,
+    torchrun.log, NCCL's logs): a plain open() of any of them waits for a writer forever."""
+    for path in [p for p in run_dir.rglob("*") if p.is_file()]:
+        twin = theirs / path.relative_to(run_dir)
+        twin.parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(twin)
+    if uid is not None:
+        for path in [theirs, *theirs.rglob("*")]:
+            os.chown(path, uid, -1)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("then", ["nothing", "sigint"])
+def test_a_run_dir_swapped_for_a_tree_of_fifos_stops_within_10_s(tmp_path: Path, then: str) -> None:
+    """Issue 49.3: the log tail opened the swapped path's FIFO with a plain open and blocked the
+    monitor's loop for good (SIGINT did nothing). Now the run's files are read through the
+    recorder's descriptor of its own directory, never as a FIFO: the run stops by itself (the
+    swap noticed), or at once on SIGINT, within 10 s either way."""
+    import signal
+    import time
+
+    from tests.test_trust import other_uid
+
+    uid = other_uid()  # root (CI, here): a second local user; else this uid plays the other
+    base = Path(tempfile.mkdtemp(prefix="ddptop-fifo-", dir="/tmp"))
+    base.chmod(0o755)
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    runs, theirs = base / "team", base / "theirs"
+    runs.mkdir()
+    runs.chmod(0o777)  # everyone may write, no sticky bit
+    theirs.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(runs),
+                             "--nproc", "1", "--", sys.executable, str(script)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        started = poll(lambda: list(runs.glob("*/logs/*/attempt_0/0/stderr.log")), 60, alive=lambda: proc.poll() is None)
+        assert started, "the run did not start"
+        run_dir = next(runs.glob("*/config.json")).parent
+        fifo_tree(run_dir, theirs, uid)
+        swap_as(uid, run_dir, theirs)
+        swapped = time.monotonic()
+        if then == "sigint":
+            proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=10)
+        took = time.monotonic() - swapped
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert took < 10, took
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["status"] in ("stopped", "failed"), summary
+    if then == "nothing":
+        assert "was moved aside or replaced" in summary["error"], summary["error"]
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_log_tail_reads_no_fifo_and_no_link(tmp_path: Path) -> None:
+    from ddptop.run.logtail import LogTail
+
+    fifo = tmp_path / "stderr.log"
+    os.mkfifo(fifo)
+    (tmp_path / "real.log").write_text("theirs\n")
+    (tmp_path / "link.log").symlink_to(tmp_path / "real.log")
+    tail = LogTail()
+    got: list[list[str]] = []
+    reader = threading.Thread(target=lambda: got.append(tail.read(fifo)), daemon=True)
+    reader.start()
+    reader.join(5)
+    if reader.is_alive():  # the old plain open(): free it (a writer end opens and closes)
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert got == [[]], "the log tail blocked on a FIFO"
+    assert tail.read(tmp_path / "link.log") == []
+    assert tail.read(tmp_path / "real.log") == ["theirs"]

@@ -3,6 +3,7 @@ had not, and their rows must not say they had."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,7 +17,7 @@ def test_after_kill_9_of_torchrun_the_rank_rows_do_not_say_failed(tmp_path: Path
         rs.status = "running"
     (tmp_path / "torchrun.log").write_text("W1125 06:31:55 torch/distributed/run.py:982] Setting OMP_NUM_THREADS\n")
     procs = SimpleNamespace(run_dir=tmp_path, error_files=lambda: {}, stderr_tail=lambda rank: [])
-    outcome.settle(state, -9, procs, recorder_error="", stopped=False, stop_reason="",  # type: ignore[arg-type]
+    outcome.settle(state, -9, procs, time.time(), recorder_error="", stopped=False, stop_reason="",  # type: ignore[arg-type]
                    user_script=True)
     assert state.status == "failed" and state.failed_rank is None
     assert state.error == "torchrun was killed (SIGKILL); ddptop ended its ranks, which had not failed"
@@ -34,7 +35,7 @@ def test_torchrun_exiting_0_is_a_completed_run_even_with_a_rank_ddptop_never_hea
     state.apply(Bye(rank=1), 2.0)
     state.add_log(0, "[ddptop] could not connect to ddptop (unix:/x/hub.sock): [Errno 11] Resource "
                      "temporarily unavailable")
-    outcome.settle(state, 0, procs, recorder_error="", stopped=False, stop_reason="",  # type: ignore[arg-type]
+    outcome.settle(state, 0, procs, time.time(), recorder_error="", stopped=False, stop_reason="",  # type: ignore[arg-type]
                    user_script=False)
     assert state.status == "completed" and state.failed_rank is None
     assert state.error == ("rank 0 not monitored (could not connect: could not connect to ddptop "
@@ -44,6 +45,6 @@ def test_torchrun_exiting_0_is_a_completed_run_even_with_a_rank_ddptop_never_hea
 
     # a script's rank that never imported torch never tried to connect: nothing to say
     plain = RunState("p", {}, world_size=1)
-    outcome.settle(plain, 0, procs, recorder_error="", stopped=False, stop_reason="",  # type: ignore[arg-type]
+    outcome.settle(plain, 0, procs, time.time(), recorder_error="", stopped=False, stop_reason="",  # type: ignore[arg-type]
                    user_script=True)
     assert plain.status == "completed" and plain.error == ""

@@ -77,7 +77,8 @@ def test_a_child_out_of_memory_says_so_in_one_line(tmp_path):
     write_big_trace(path, 20)  # ~55 MB to summarise; Python itself takes ~30 MB of address space
     with pytest.raises(TraceError) as err:
         asyncio.run(run_job({"op": "capture", "files": {"0": [str(path)]}, "memory_mb": 40}))
-    assert str(err.value) == "ran out of memory (limit 40 MB, DDPTOP_TRACE_MEMORY_MB)"
+    assert str(err.value) == ("ran out of memory (limit 40 MB: 256 + 10x the traces' size, at most "
+                              "DDPTOP_TRACE_MEMORY_MB)")
 
 
 @pytest.mark.slow  # ~20 s: writing and summarising 200 MB

@@ -29,6 +29,7 @@ from ddptop.remote.live import (
     supervisor_spec,
     wait_ready,
 )
+from ddptop.run.untrusted import read_json_object
 
 
 def check_live_dir() -> Path:
@@ -151,11 +152,8 @@ def ended_note(entry: LiveRun) -> str:
     """'' while `entry`'s run is live; once it has ended, what a page opened then says."""
     if supervisor_alive(entry.pid):
         return ""
-    status = "ended"
-    try:
-        status = json.loads((Path(entry.run_dir) / "summary.json").read_text()).get("status", status)
-    except (OSError, ValueError, AttributeError):
-        pass
+    summary = read_json_object(Path(entry.run_dir) / "summary.json") or {}
+    status = summary.get("status") if isinstance(summary.get("status"), str) else "ended"
     return (f"ddptop: run {entry.run_id} has ended ({status}); nothing more to show here.\n"
             f"its records: {entry.run_dir}\n"
             f"this server can be stopped (Ctrl-C where `ddptop attach --web` runs).")

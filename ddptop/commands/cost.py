@@ -88,7 +88,7 @@ def parse(argv: list[str]) -> tuple[Plan, argparse.Namespace]:
 def arm_argv(arm: str, plan: Plan, runs_dir: Path) -> list[str]:
     if arm == PLAIN:
         return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                f"--nproc-per-node={plan.nproc}", "--no-python", *plan.cmd]
+                f"--nproc-per-node={plan.nproc}", "--no-python", "--", *plan.cmd]
     return [sys.executable, "-m", "ddptop", "--nproc", str(plan.nproc), "--headless", "--json",
             "--interval", "3600", "--runs-dir", str(runs_dir), *plan.ddptop_args, "--", *plan.cmd]
 

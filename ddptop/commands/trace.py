@@ -4,6 +4,7 @@ code 2; nothing is written."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -16,16 +17,17 @@ from ddptop.analysis.trace_analysis import OPEN_WITH
 from ddptop.analysis.trace_diff import describe_diff
 from ddptop.model.capture import perturbation_line
 from ddptop.model.report import NA, fmt, table
+from ddptop.model.text import printable
 from ddptop.model.usage import USAGE_EXIT, OneLineParser, UsageError
 from ddptop.run.trace_files import (
     SUFFIXES,
     TraceError,
-    diff_captures,
     read_trace,
     summarize_files,
-    summarize_traces,
     trace_paths,
 )
+from ddptop.run.trace_job import diff_in_child, run_job
+from ddptop.run.untrusted import read_json_object
 
 __all__ = ["SUFFIXES", "TraceError", "main_trace", "read_trace", "render", "summarize_files", "trace_paths"]
 
@@ -130,11 +132,11 @@ def main_trace(argv: list[str]) -> int:
         if args.diff:
             if len(args.paths) != 2:
                 raise UsageError(f"--diff compares two captures A B, got {len(args.paths)} paths")
-            d = diff_captures(args.paths[0], args.paths[1], kernels=args.top)
+            d = asyncio.run(diff_in_child(args.paths[0], args.paths[1], kernels=args.top))
             return _print(json.dumps(d, indent=1) if args.json else "\n".join(describe_diff(d)))
-        summaries, cross = summarize_traces(args.paths, top=args.top)
+        summaries, cross = _summaries(args.paths, args.top)
     except (UsageError, TraceError) as exc:
-        print(f"ddptop trace: error: {exc}", file=sys.stderr)
+        print(f"ddptop trace: error: {printable(str(exc))}", file=sys.stderr)  # it names a file
         return USAGE_EXIT
     profiled = {p: said for p in args.paths if (said := _perturbation(Path(p))) is not None}
     if args.json:
@@ -146,17 +148,21 @@ def main_trace(argv: list[str]) -> int:
     return _print(text)
 
 
+def _summaries(paths: list[str], top: int) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """summarize_traces, read in the memory-limited child (ddptop.run.trace_job): a trace built
+    to explode (300k nested `[`) ends there in one line, not here in a traceback."""
+    result, _ = asyncio.run(run_job({"op": "traces", "paths": paths, "top": top}))
+    if not (isinstance(result, list) and len(result) == 2 and isinstance(result[0], list)):
+        raise TraceError("trace summary process answered no summaries")
+    return result[0], result[1]
+
+
 def _perturbation(path: Path) -> dict[str, Any] | None:
     """What ddptop's capture summary (summary.json beside a capture's traces) says the profiler
     did to the steps it recorded; None where there is none or it is not as ddptop writes it."""
-    try:
-        f = path / "summary.json"
-        if not f.is_file() or f.stat().st_size > (1 << 20):
-            return None
-        data = json.loads(f.read_text())
-        said = ((data.get("summary") if isinstance(data, dict) else None) or {}).get("perturbation")
-    except (OSError, ValueError, AttributeError, RecursionError):
-        return None
+    data = read_json_object(path / "summary.json") if path.is_dir() else None
+    said = data.get("summary") if data is not None else None
+    said = said.get("perturbation") if isinstance(said, dict) else None
     if not isinstance(said, dict):
         return None
     numbers = all(isinstance(said.get(k), (int, float)) and not isinstance(said.get(k), bool)
@@ -165,8 +171,8 @@ def _perturbation(path: Path) -> dict[str, Any] | None:
 
 
 def _print(text: str) -> int:
-    try:
-        print(text, flush=True)
+    try:  # file, stream and kernel names are a trace's bytes: shown as text, never obeyed
+        print(printable(text, newlines=True), flush=True)
     except BrokenPipeError:  # `ddptop trace DIR | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0

@@ -106,14 +106,27 @@ def parse_error_file(text: str) -> ErrorFile | None:
 _EXCEPTION = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b.*)$")
 
 
-def last_exception(lines: Iterable[str]) -> str:
-    """The last `SomeError: message` line a rank printed (its uncaught exception), or ""."""
+def _last_match(pattern: re.Pattern[str], lines: Iterable[str]) -> str:
     found = ""
     for line in lines:
-        m = _EXCEPTION.match(line.strip())
+        m = pattern.match(line.strip())
         if m:
             found = m.group(1)
     return found[:300]
+
+
+def last_exception(lines: Iterable[str]) -> str:
+    """The last `SomeError: message` line a rank printed (its uncaught exception), or ""."""
+    return _last_match(_EXCEPTION, lines)
+
+
+_USAGE = re.compile(r"^(?:run\.py|torchrun|[\w.-]*torch\.distributed\.run): error: (.+)$")
+
+
+def launcher_usage_error(lines: Iterable[str]) -> str:
+    """What torchrun's own argument parser refused (`run.py: error: ambiguous option: ...`),
+    or "": then no rank ran, and none is to blame."""
+    return _last_match(_USAGE, lines)
 
 
 def last_words(lines: Iterable[str]) -> str:

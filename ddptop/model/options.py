@@ -75,3 +75,31 @@ def parse_endpoint(text: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"--rdzv-endpoint {text!r}: expected HOST:PORT with a port in 1-65535")
     return host, int(port)
+
+
+def python_ignores_pythonpath(cmd: list[str] | None) -> str:
+    """Why no rank of `cmd` can be measured: `python -I` (isolated) or `-E` ignores PYTHONPATH,
+    the way ddptop's layer enters a rank, so the run would read `completed` with every figure
+    n/a and nothing saying why; '' when the command is not such a Python."""
+    if not cmd or not cmd[0].rsplit("/", 1)[-1].startswith("python"):
+        return ""
+    args = iter(cmd[1:])
+    for arg in args:
+        if arg.startswith("--"):
+            continue  # --version, --help, --check-hash-based-pycs VALUE (rare): no I/E in them
+        if not arg.startswith("-") or arg == "-":
+            break  # the script (or stdin): its own flags are not Python's
+        flags = arg[1:]
+        for flag in flags:
+            if flag in "IE":
+                return (f"the ranks run `{cmd[0].rsplit('/', 1)[-1]} -{flag}`, which ignores PYTHONPATH: ddptop's "
+                        "layer cannot load in them, so nothing of the ranks is measured (drop -I/-E to measure)")
+            if flag in "cmWX":
+                break  # an option with a value: the rest of the argument, or the next one
+        else:
+            continue
+        if flag in "cm":
+            break  # -c CODE, -m MODULE: what follows is theirs
+        if arg == f"-{flag}" or arg.endswith(flag):
+            next(args, None)  # -W VALUE, -X VALUE
+    return ""

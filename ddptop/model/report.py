@@ -22,7 +22,9 @@ def fmt(value: float | None, spec: str = ".1f", na: str = NA) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    # every plain-text table (ls, trace, headless, sweep) shows its cells as text: names from
+    # files and ranks can hold escapes
+    cells = [[printable(str(h)) for h in headers]] + [[printable(str(c)) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     numeric = [all(_is_number(r[i]) for r in cells[1:]) for i in range(len(headers))]
 

@@ -8,6 +8,7 @@ never parse it."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 # C0 (but tab), DEL, C1 (0x9b is CSI on 8-bit terminals), lone surrogates (undecodable
 # bytes), and the bidirectional overrides that reorder what a line seems to say.
@@ -36,3 +37,15 @@ def printable(text: str, newlines: bool = False) -> str:
     if pattern.search(text) is None:
         return text
     return pattern.sub(_escape, text)
+
+
+def printable_tree(value: Any) -> Any:
+    """Plain JSON data (a trace's summary: file, stream and kernel names) with every string in
+    it, keys too, made `printable`."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable_tree(k): printable_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [printable_tree(v) for v in value]
+    return value

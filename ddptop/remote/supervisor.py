@@ -19,8 +19,6 @@ import os
 import re
 import secrets
 import signal
-import socket
-import struct
 import sys
 import time
 from dataclasses import dataclass
@@ -30,6 +28,7 @@ from typing import Any
 from ddptop.model.config import RunConfig
 from ddptop.model.options import CaptureOptions
 from ddptop.remote.live import LiveRun, ensure_live_dir, new_socket_path, remove_entry, write_entry
+from ddptop.run.hub import peer_credentials
 from ddptop.run.session import Session
 from ddptop.run.signals import on_signals
 from ddptop.viewer_wire import state_codec
@@ -46,22 +45,6 @@ EXIT_CODES = {"completed": 0, "failed": 1, "stopped": 130}
 
 
 VIEWER_KIND = re.compile(r"\bfrom an? ([a-z]{1,16}) viewer\b")  # the TUI's "<reason>, from a web viewer"
-
-
-def peer_credentials(writer: asyncio.StreamWriter) -> tuple[int, int, int] | None:
-    """(pid, uid, gid) of the process at the other end of a Unix socket, as the kernel
-    tells it (SO_PEERCRED: what that process cannot forge); None where the transport
-    does not say."""
-    extra = getattr(writer, "get_extra_info", None)
-    sock = extra("socket") if extra is not None else None
-    option = getattr(socket, "SO_PEERCRED", None)
-    if sock is None or option is None or sock.family != socket.AF_UNIX:
-        return None
-    try:
-        pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
-    except (OSError, struct.error):
-        return None
-    return pid, uid, gid
 
 
 @dataclass(eq=False)  # hashed by identity: kept in a set
@@ -263,6 +246,7 @@ class Supervisor:
                 self.viewers.discard(viewer)
                 self._write_entry()
                 if viewer.owner and not self.detached and not self.session.done:
+                    # not a crash (a crashing viewer says so first): its terminal or process is gone
                     self._audit(viewer, "stop", "its owner viewer disconnected")
                     self.session.request_stop("its owner viewer disconnected")
             writer.close()
@@ -335,6 +319,14 @@ class Supervisor:
                 self.session.state.add_log(-1, "[ddptop] detached: the run no longer belongs to a terminal")
                 self._write_entry()
             viewer.send(vp.encode("detached"))
+        elif kind == "crashed":
+            # the owner's own fault, not a quit: the run it watched goes on (a plain drop stops it)
+            if viewer.owner and not self.detached:
+                reason = str(msg.get("reason") or "no reason given")[:300]
+                self._audit(viewer, "detach", f"its owner viewer crashed ({reason}); the run goes on, "
+                                              f"detached: ddptop attach {self.session.run_id}")
+                self.detached = True
+                self._write_entry()
         elif kind == "capture":
             self._audit(viewer, f"capture of {str(msg.get('count'))[:12]} step(s)")
             await self._capture(viewer, msg)

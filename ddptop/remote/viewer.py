@@ -310,6 +310,15 @@ class RemoteSession:
         self.state.captures.setdefault(cap.capture_id, cap)  # before the next snapshot brings it
         return cap
 
+    def viewer_failed(self, reason: str) -> None:
+        """This viewer is ending through a fault of its own (not a quit): the supervisor keeps
+        an owned run going, detached, instead of stopping it as it does when the owner's
+        connection just drops. Sent without waiting: the app is already going down."""
+        if self.owner and not self._detached and self._writer is not None:
+            with contextlib.suppress(ViewerError, ConnectionError, OSError):
+                self._send("crashed", reason=reason[:300])
+                self._detached = True
+
     async def detach(self) -> None:
         """The run no longer belongs to this viewer's terminal: it survives the viewer."""
         await self._ask(-1, "detach")

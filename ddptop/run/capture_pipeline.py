@@ -86,6 +86,17 @@ class CapturePipeline:
         if self._background:
             await asyncio.wait(self._background, timeout=timeout_s)
 
+    def settle(self) -> None:
+        """The run has ended: a window still scheduled or recording will never be written (a
+        stop, a SIGTERM right after SIGUSR1 asked for it); it ends failed, saying so, never
+        left `recording` in the final summary."""
+        world = self.state.world_size
+        for cap in self.state.captures.values():
+            if cap.status in ("scheduled", "recording"):
+                wrote = sum(1 for v in cap.ranks.values() if v == "written")
+                cap.status = "failed"
+                cap.error = cap.error or f"the run ended before steps {cap.steps} were recorded ({wrote}/{world} rank(s) wrote theirs)"
+
     async def _process(self, cap: Capture) -> None:
         try:
             # in a child process: parsing holds the GIL, and a large trace would stall the UI

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 from ddptop.model.state import RunState
+from ddptop.model.status import RankStatus, rank_is_live
 from ddptop.run.rank_procs import RankProcesses
 from ddptop.run.recorder import Recorder
 from ddptop.wire import protocol
@@ -46,6 +47,12 @@ class Collector:
             self.state.add_log(-1, f"[ddptop] refused a connection ({n} so far): {reason}")
 
     def hub_admit(self, hello: protocol.Hello) -> str | None:
+        rs = self.state.ranks.get(hello.rank)
+        # a rank that said goodbye has ended: a later hello in its name (a token holder's forgery,
+        # which then vanishes) must not make a finished rank lost, and the run failed. A rank
+        # whose connection dropped (lost) may come back.
+        if rs is not None and rs.hello is not None and not rank_is_live(rs.status) and rs.status != RankStatus.LOST:
+            return f"a hello for rank {hello.rank}, which has ended ({rs.status})"
         return self.procs.admit(hello)
 
     def hub_disconnected(self, rank: int) -> None:

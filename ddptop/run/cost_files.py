@@ -11,6 +11,7 @@ from typing import Any
 
 from ddptop.analysis.cost_ab import analyse, run_summary
 from ddptop.model.cost import RunCost
+from ddptop.run.untrusted import read_text
 
 MAX_BYTES = 64 << 20  # 2,000 one-step blocks are ~0.4 MB a rank
 NAME = re.compile(r"rank(\d+)\.json")
@@ -26,16 +27,17 @@ def read_cost_blocks(run_dir: Path, world_size: int) -> tuple[list[dict[str, Any
             continue
         rank = int(name.group(1))
         try:
-            if path.stat().st_size > MAX_BYTES:
-                raise ValueError(f"over {MAX_BYTES >> 20} MiB")
-            data = json.loads(path.read_text())
+            text = read_text(path, MAX_BYTES)  # a regular file only: never a FIFO or a link
+            if text is None:
+                raise ValueError(f"not a regular file of at most {MAX_BYTES >> 20} MiB")
+            data = json.loads(text)
             if not isinstance(data, dict) or data.get("rank") != rank or not isinstance(data.get("blocks"), list):
                 raise ValueError("not this rank's blocks")
             if not 0 <= rank < max(world_size, 1):
                 raise ValueError(f"rank {rank} is outside the world of {world_size}")
             if not all(isinstance(b, dict) for b in data["blocks"]):
                 raise ValueError("a block is not an object")
-        except (OSError, ValueError) as exc:  # json's errors are ValueErrors
+        except (OSError, ValueError, RecursionError) as exc:  # json's errors are ValueErrors
             problems.append(f"cost_ab/{path.name} left out: {exc}")
             continue
         results.append(data)

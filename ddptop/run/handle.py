@@ -68,6 +68,15 @@ class DetachableRun(RunHandle, Protocol):
 
 
 @runtime_checkable
+class SurvivesViewer(Protocol):
+    """A run whose front end can say that it failed (not a quit), so that the run goes on."""
+
+    def viewer_failed(self, reason: str) -> None:
+        """This front end is ending through a fault of its own: the run goes on, detached."""
+        ...
+
+
+@runtime_checkable
 class SharedRun(Protocol):
     """A run that several viewers may drive: its supervisor grants one restart at a time."""
 

@@ -11,6 +11,8 @@ import asyncio
 import hmac
 import os
 import resource
+import socket
+import struct
 import time
 from typing import Protocol
 
@@ -23,6 +25,11 @@ HELLO_TIMEOUT_S = 10.0  # a connection that has not said hello by then is closed
 # lost its connection is missing again). A flood does, and loses its oldest idle connections
 # first, never a rank that says hello at once; once every rank is in, the bound is this again.
 MAX_UNAUTHENTICATED = 64
+# Of those, from one process (Unix socket: the kernel's SO_PEERCRED pid): a rank has one
+# connection in flight; a flood of one process's reconnecting connections closes its own oldest.
+MAX_WAITING_PER_PID = 4
+UNIX_BACKLOG = 4096
+READ_FIRST_S = 0.005  # over the bound: what has arrived is read before the idlest goes
 READ_CHUNK = 1 << 16
 ACCEPT_ERRORS_EVERY_S = 60.0  # out of file descriptors for long: the count, at most this often
 
@@ -42,9 +49,9 @@ class Hub:
         self._token = token
         self._sink = sink
         self.world_size = world_size
-        # connections still waiting for their hello, oldest first: a flood of idle
-        # connections evicts its own, never a rank that says hello at once
-        self._waiting: dict[asyncio.StreamWriter, None] = {}
+        # connections still waiting for their hello, oldest first, with their reader and peer pid:
+        # a flood of idle connections evicts its own, never a rank whose hello has come
+        self._waiting: dict[asyncio.StreamWriter, tuple[asyncio.StreamReader, int | None]] = {}
         self._server: asyncio.AbstractServer | None = None
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -56,7 +63,9 @@ class Hub:
     async def start_unix(self, path: str) -> str:
         """Listen on `path`; its directory must already be private (0700)."""
         self._quiet_accept_errors()
-        self._server = await asyncio.start_unix_server(self._serve, path=path)
+        # a long listen queue: a flood that fills a short one keeps a rank's connect waiting in
+        # the kernel, before the hub can tell it from the flood (the kernel caps it at somaxconn)
+        self._server = await asyncio.start_unix_server(self._serve, path=path, backlog=UNIX_BACKLOG)
         os.chmod(path, 0o600)
         self.address = f"unix:{path}"
         return self.address
@@ -143,13 +152,19 @@ class Hub:
             self._accept_errors_said = self.accept_errors
             self._sink.hub_refused(f"accepting connections again ({self.accept_errors} accept(s) failed "
                                    "so far, out of file descriptors)")
-        self._waiting[writer] = None
-        if len(self._waiting) > self.waiting_bound:
-            oldest = next(iter(self._waiting))
-            self._waiting.pop(oldest)
-            oldest.close()
-            self._sink.hub_refused("too many connections without a hello: closed the oldest")
+        creds = peer_credentials(writer)
+        pid = creds[0] if creds is not None else None
+        if pid is not None and sum(1 for _, p in self._waiting.values() if p == pid) >= MAX_WAITING_PER_PID:
+            # one process's flood cycles its own connections, never another's
+            self._close_idlest(self._idlest(pid), f" from pid {pid}")
+        self._waiting[writer] = (reader, pid)
         try:
+            if len(self._waiting) > self.waiting_bound:
+                # Connections accepted in one batch have had nothing read yet: first let what
+                # has arrived be read (a rank's hello), then close the oldest that sent nothing.
+                await asyncio.sleep(READ_FIRST_S)
+                while len(self._waiting) > self.waiting_bound:
+                    self._close_idlest(self._idlest(), "")
             rank = await self._authenticate(reader, writer)
             self._waiting.pop(writer, None)
             if rank is None:
@@ -165,6 +180,21 @@ class Hub:
             writer.close()
             if task is not None:
                 self._tasks.discard(task)
+
+    def _close_idlest(self, victim: asyncio.StreamWriter, whose: str) -> None:
+        self._waiting.pop(victim, None)
+        victim.close()
+        self._sink.hub_refused(f"too many connections without a hello{whose}: closed the oldest idle one")
+
+    def _idlest(self, pid: int = 0) -> asyncio.StreamWriter:
+        """The connection to close for room (of process `pid`, 0: any): the oldest that has not
+        sent a whole line (a rank whose hello has arrived is kept, however many connections
+        came since); the oldest of them all when every one has."""
+        among = [(w, r) for w, (r, p) in self._waiting.items() if not pid or p == pid]
+        for writer, reader in among:
+            if b"\n" not in getattr(reader, "_buffer", b""):  # what it sent, not read by us yet
+                return writer
+        return among[0][0]
 
     async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> int | None:
         try:
@@ -252,3 +282,19 @@ def raise_fd_limit(need: int) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     except (ValueError, OSError):
         pass  # as it was: accept() errors are counted and said (see _quiet_accept_errors)
+
+
+def peer_credentials(writer: asyncio.StreamWriter) -> tuple[int, int, int] | None:
+    """(pid, uid, gid) of the process at the other end of a Unix socket, as the kernel
+    tells it (SO_PEERCRED: what that process cannot forge); None where the transport
+    does not say."""
+    extra = getattr(writer, "get_extra_info", None)
+    sock = extra("socket") if extra is not None else None
+    option = getattr(socket, "SO_PEERCRED", None)
+    if sock is None or option is None or sock.family != socket.AF_UNIX:
+        return None
+    try:
+        pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+    except (OSError, struct.error):
+        return None
+    return pid, uid, gid

@@ -9,7 +9,12 @@ would have (the hub's private socket directory). At a normal end everything it w
 of is already gone, so it has nothing to do. No torch, no ddptop imports: it starts in a
 few tens of milliseconds.
 
-    python -m ddptop.run.keeper      (stdin: lines "PID START_TIME" or "rm PATH"; EOF: end them all)
+    python -m ddptop.run.keeper      (stdin: lines "PID START_TICKS" or "rm PATH"; EOF: end them all)
+
+A process is known by its pid and its start in clock ticks since boot (/proc/PID/stat field
+22), never by a wall-clock start time: psutil's create_time() is boot time plus those ticks, and
+boot time moves with the wall clock, so a step (NTP, a VM resumed) made every process told of
+look like a reused pid, and the run's daemons outlived a SIGKILLed ddptop.
 """
 
 from __future__ import annotations
@@ -23,29 +28,40 @@ import time
 import psutil
 
 TERM_WAIT_S = 3.0  # after SIGTERM, before SIGKILL: the ranks' own clean exit
-START_TIME_SLACK_S = 0.05  # create_time read twice may differ by rounding
 
 
-def parse(line: str) -> tuple[int, float] | None:
+def start_ticks(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot (/proc/PID/stat field 22); None when it is
+    gone. Unlike a wall-clock start time it never moves when the clock is stepped."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        # after the command name (which may hold spaces and parentheses): field 3 onwards
+        return int(data[data.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def parse(line: str) -> tuple[int, int] | None:
     try:
         pid, started = line.split()
-        return int(pid), float(started)
+        return int(pid), int(started)
     except ValueError:
         return None
 
 
-def same_process(pid: int, started: float) -> psutil.Process | None:
+def same_process(pid: int, started: int) -> psutil.Process | None:
     """The process `pid` if it is still the one told of (not a reused pid), and not a zombie."""
     try:
         proc = psutil.Process(pid)
-        if abs(proc.create_time() - started) > START_TIME_SLACK_S or proc.status() == psutil.STATUS_ZOMBIE:
+        if start_ticks(pid) != started or proc.status() == psutil.STATUS_ZOMBIE:
             return None
         return proc
     except psutil.Error:
         return None
 
 
-def alive(told: dict[int, float]) -> list[psutil.Process]:
+def alive(told: dict[int, int]) -> list[psutil.Process]:
     """What was told of and still runs, with whatever it started since."""
     procs: dict[int, psutil.Process] = {}
     for pid, started in told.items():
@@ -61,7 +77,7 @@ def alive(told: dict[int, float]) -> list[psutil.Process]:
     return [p for p in procs.values() if p.pid != os.getpid()]
 
 
-def end_all(told: dict[int, float]) -> int:
+def end_all(told: dict[int, int]) -> int:
     """SIGTERM everything of the run, SIGKILL what is left after TERM_WAIT_S; how many."""
     procs = alive(told)
     for p in procs:
@@ -95,7 +111,7 @@ def main() -> int:
     # A terminal's Ctrl-C or hangup is for ddptop, which then ends the run itself.
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    told: dict[int, float] = {}
+    told: dict[int, int] = {}
     leftovers: list[str] = []
     for line in sys.stdin:
         if line.startswith("rm "):

@@ -25,6 +25,7 @@ import psutil
 
 from ddptop.model.config import RunConfig
 from ddptop.model.options import NodeOptions
+from ddptop.run.keeper import start_ticks
 from ddptop.run.nsys import profile_command
 from ddptop.wire import protocol
 
@@ -78,7 +79,9 @@ def build_plan(
         out = run_dir / "captures" / "nsys_rank%q{RANK}"
         rank_cmd = [*profile_command(nsys, out, os.environ if base_env is None else base_env), *rank_cmd]
     if user_cmd or nsys:
-        argv += ["--no-python", *rank_cmd]
+        # `--`: the command's own arguments are never torchrun's (`--nproc 99` in them read as
+        # an ambiguous torchrun option)
+        argv += ["--no-python", "--", *rank_cmd]
     else:
         argv += ["-m", "trainer"]
     env = dict(os.environ if base_env is None else base_env)
@@ -214,11 +217,10 @@ class Launcher:
         lines = []
         for p in procs:
             if p.pid not in self._told:
-                try:
-                    lines.append(f"{p.pid} {p.create_time()!r}\n")
+                ticks = start_ticks(p.pid)  # boot-relative: a wall-clock step does not move it
+                if ticks is not None:
+                    lines.append(f"{p.pid} {ticks}\n")
                     self._told.add(p.pid)
-                except psutil.Error:
-                    pass
         if lines:
             try:
                 self._keeper.stdin.write("".join(lines).encode())

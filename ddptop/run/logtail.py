@@ -1,8 +1,12 @@
-"""Follows the files a run writes (rank logs, torchrun's log) and returns new lines."""
+"""Follows the files a run writes (rank logs, torchrun's log) and returns new lines. A file
+is read only where it is a regular file, opened without blocking and without following a link
+at its name (run/untrusted): a FIFO put in a log's place never stalls the monitor."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from ddptop.run.untrusted import read_bytes
 
 MAX_READ = 1 << 20  # per file per poll: a chatty rank cannot stall the loop
 MAX_LINE = 4096  # characters kept of one line (the file on disk keeps all of it)
@@ -16,12 +20,7 @@ class LogTail:
     def read(self, path: Path) -> list[str]:
         """New complete lines of `path` since the last call (empty if unreadable)."""
         offset = self._offsets.get(path, 0)
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read(MAX_READ)
-        except OSError:
-            return []
+        data = read_bytes(path, MAX_READ, offset)
         if not data:
             return []
         self._offsets[path] = offset + len(data)

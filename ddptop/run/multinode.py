@@ -28,6 +28,7 @@ from ddptop.run.logtail import LogTail
 from ddptop.run.recorder import new_run_dir, write_json
 from ddptop.run.signals import STOP_SIGNALS, on_signals
 from ddptop.run.slurm import current_step
+from ddptop.run.untrusted import read_text
 from ddptop.wire import protocol
 
 STOPPED_EXIT = 130  # as a headless run stopped by a signal
@@ -244,7 +245,4 @@ async def run_worker_node(config: RunConfig, node: NodeOptions, runs_dir: Path,
 
 
 def _last_lines(path: Path, n: int) -> list[str]:
-    try:
-        return path.read_text(errors="replace").splitlines()[-n:]
-    except OSError:
-        return []
+    return (read_text(path, 64 << 20) or "").splitlines()[-n:]

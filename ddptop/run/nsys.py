@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import os
 import re
 import shutil
@@ -20,6 +19,7 @@ from typing import Any
 from ddptop.analysis import nsys_stats
 from ddptop.analysis.capture import capture_summary
 from ddptop.analysis.trace_analysis import analyze
+from ddptop.run.untrusted import read_json_object
 
 LIBS_ENV = "DDPTOP_NSYS_LIBS"  # folders (':'-separated) with libraries the importer needs, e.g. libdw.so.1
 IMPORT_TIMEOUT_S = 900.0
@@ -265,11 +265,8 @@ def _size(path: Path) -> str:
 
 def window_times(out_dir: str, rank: int) -> dict[str, float] | None:
     """The rank's timing of cudaProfilerStart/Stop for a window (written by ddptop.rank.capture)."""
-    try:
-        data = json.loads((Path(out_dir) / WINDOW_FILE.format(rank=rank)).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict):
+    data = read_json_object(Path(out_dir) / WINDOW_FILE.format(rank=rank))
+    if data is None:
         return None
     return {k: float(v) for k, v in data.items() if k in ("start_s", "stop_s") and isinstance(v, (int, float))}
 

@@ -5,19 +5,27 @@ has exited. Reads files under the run directory; no UI, no torch.
 
 from __future__ import annotations
 
-import time
-
-from ddptop.model.failures import RootCause, blame, last_exception, last_words, launcher_killed
+from ddptop.model.failures import (
+    RootCause,
+    blame,
+    last_exception,
+    last_words,
+    launcher_killed,
+    launcher_usage_error,
+)
 from ddptop.model.state import RunState
 from ddptop.model.status import RankStatus, rank_in_loop
 from ddptop.model.text import printable
 from ddptop.run.rank_procs import RankProcesses
+from ddptop.run.untrusted import read_text
+
+LOG_MAX = 64 << 20  # torchrun.log read for how torchrun ended (its own log: a few KB)
 
 
-def settle(state: RunState, rc: int, procs: RankProcesses, *, recorder_error: str, stopped: bool,
+def settle(state: RunState, rc: int, procs: RankProcesses, now: float, *, recorder_error: str, stopped: bool,
            stop_reason: str, user_script: bool) -> None:
-    """Finish `state` after torchrun exited with `rc` (-1: it was cancelled)."""
-    now = time.time()
+    """Finish `state` after torchrun exited with `rc` (-1: it was cancelled), at `now` (the
+    session's clock: the run's start plus monotonic time)."""
     if recorder_error:
         state.finish("failed", now, error=recorder_error)
         return
@@ -52,11 +60,7 @@ def _not_monitored(state: RunState, user_script: bool) -> str:
 
 def _settle_failure(state: RunState, rc: int, procs: RankProcesses, now: float) -> None:
     ranks = state.ranks.values()
-    log = ""
-    try:
-        log = (procs.run_dir / "torchrun.log").read_text(errors="replace")
-    except OSError:
-        pass
+    log = read_text(procs.run_dir / "torchrun.log", LOG_MAX) or ""
     errors = procs.error_files()
     gone = launcher_killed(rc, log, errors, (rs.rank for rs in ranks if rs.status == "crashed"))
     if gone:  # torchrun was killed; ddptop's sweep ended the ranks, which had not failed
@@ -65,6 +69,10 @@ def _settle_failure(state: RunState, rc: int, procs: RankProcesses, now: float) 
     lost = sorted((rs.lost_at, rs.rank) for rs in ranks if rs.lost_at is not None)
     cause = blame(log, lost[0][1] if lost else None, errors)
     failed = cause.rank if cause else None
+    usage = launcher_usage_error(log.splitlines()[-50:]) if cause is None and rc > 0 else ""
+    if usage:  # the launcher's own parser: its command line, not a rank, failed
+        state.finish("failed", now, error=f"torchrun (the launcher) refused its command line: {usage}")
+        return
     own = last_exception(log.splitlines()[-200:]) if cause is None and rc > 0 else ""
     if own and "ChildFailedError" not in own:  # that one is the report of a rank's failure
         # torchrun itself failed (a command that does not exist, a bad rendezvous): no rank ran

@@ -17,6 +17,7 @@ from ddptop.model.failures import ErrorFile, parse_error_file
 from ddptop.model.options import NodeOptions
 from ddptop.model.state import RunState
 from ddptop.run.launcher import Launcher
+from ddptop.run.untrusted import open_regular, read_bytes
 from ddptop.wire import protocol
 
 FAILURE_LOG_LINES = 8  # of the failed rank's stderr, in the summary and the final report
@@ -100,12 +101,10 @@ class RankProcesses:
         """What each rank's error.json says (written by torchrun's @record in the rank)."""
         out = {}
         for rank, d in self.rank_dirs().items():
-            try:
-                with open(d / "error.json", "rb") as f:
-                    text = f.read(ERROR_FILE_MAX).decode("utf-8", "replace")
-            except OSError:
+            data = read_bytes(d / "error.json", ERROR_FILE_MAX)
+            if data is None:
                 continue
-            parsed = parse_error_file(text)
+            parsed = parse_error_file(data.decode("utf-8", "replace"))
             if parsed is not None:
                 out[rank] = parsed
         return out
@@ -116,13 +115,16 @@ class RankProcesses:
         d = self.rank_dirs().get(rank)
         if d is None:
             return []
+        fd = open_regular(d / "stderr.log")  # never a FIFO or a link put in its place
+        if fd is None:
+            return []
         try:
-            with open(d / "stderr.log", "rb") as f:
-                start = max(0, f.seek(0, os.SEEK_END) - 16384)
-                f.seek(start)
-                data = f.read()
+            start = max(0, os.fstat(fd).st_size - 16384)
+            data = os.pread(fd, 16384, start)
         except OSError:
             return []
+        finally:
+            os.close(fd)
         text = data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
         cut = text.splitlines()[1 if start else 0:]  # the first line read may be a piece of one
         kept = [line.rstrip()[:500] for line in cut if line.strip()]

@@ -194,6 +194,14 @@ class Recorder:
                 self.error = low_space(self.run_dir)
         return self.error
 
+    def reading_dir(self) -> Path:
+        """Where to read the run's own files (its logs) from: the directory this recorder
+        holds, by its descriptor (/proc/self/fd/N), so that a link put in its place by whoever
+        may write the runs dir is never read through; the path once closed or without /proc."""
+        if self._dir >= 0 and os.path.isdir(f"/proc/self/fd/{self._dir}"):
+            return Path(f"/proc/self/fd/{self._dir}")
+        return self.run_dir
+
     def _replaced(self) -> bool:
         try:
             st = os.stat(self.run_dir, follow_symlinks=False)

@@ -6,7 +6,7 @@ Markdown export. Pure except `load_runs` and `export_markdown`; no UI, no torch.
 from __future__ import annotations
 
 import dataclasses
-import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +14,8 @@ from typing import Any
 
 from ddptop.model.config import RunConfig
 from ddptop.model.report import fmt, markdown_grid
+from ddptop.model.text import printable
+from ddptop.run.untrusted import read_json_object
 
 MAX_EARLIER = 200  # earlier runs listed from disk (newest kept)
 # Most telling first: a narrow terminal scrolls the long settings column off, not the speedup.
@@ -36,6 +38,11 @@ class RunRow:
     this_session: bool = False
     run_dir: str = ""
 
+    @property
+    def key(self) -> str:
+        """What tells two rows apart: a copied run dir holds the same run id twice."""
+        return self.run_dir or self.run_id
+
 
 @dataclass(frozen=True)
 class RunsTable:
@@ -46,7 +53,9 @@ class RunsTable:
 
     def cells(self, row: RunRow, short: bool = False) -> list[str]:
         """One row as display strings, in HEADERS order. `short` drops the preset
-        from the run id (it has its own column) for narrow screens."""
+        from the run id (it has its own column) for narrow screens. Every cell is text from
+        files anyone who can write the runs dir may have written: control characters escaped
+        (the views show it as plain text, never markup)."""
         speed = self.speedups.get(row.run_id)
         if row.run_id == self.reference_id:
             speedup = "1.00x (ref)"
@@ -67,7 +76,7 @@ class RunsTable:
             "model": row.model or "-",
             "settings": row.settings,
         }
-        return [cells[h] for h in HEADERS]
+        return [printable(cells[h]) for h in HEADERS]
 
 
 def describe_config(config: dict[str, Any] | None) -> str:
@@ -77,7 +86,7 @@ def describe_config(config: dict[str, Any] | None) -> str:
     known = {f.name for f in dataclasses.fields(RunConfig)}
     try:
         return RunConfig(**{k: v for k, v in config.items() if k in known}).describe()
-    except (TypeError, ValueError):
+    except Exception:  # noqa: BLE001 - a field of any type a file's writer chose: not a config we know
         return "?"
 
 
@@ -85,21 +94,29 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _text(value: Any, limit: int = 200) -> str | None:
+    """A string field as read (cut to `limit`), None for anything else (a JSON object, a
+    number, an empty string): a file's field is data, of whatever type its writer chose."""
+    if not isinstance(value, str) or not value:
+        return None
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
 def row_from_summary(summary: dict[str, Any], run_dir: Path | str = "",
                      this_session: bool = False) -> RunRow:
     config: dict[str, Any] = summary["config"] if isinstance(summary.get("config"), dict) else {}
     world = summary.get("world_size")
     return RunRow(
-        run_id=str(summary.get("run_id") or Path(run_dir).name),
-        preset=str(summary.get("preset") or config.get("preset") or "?"),
+        run_id=_text(summary.get("run_id")) or Path(run_dir).name,
+        preset=_text(summary.get("preset")) or _text(config.get("preset")) or "?",
         settings=describe_config(config),
-        world_size=world if isinstance(world, int) else None,
-        backend=summary.get("backend") or None,
-        model=summary.get("model") or None,
+        world_size=world if isinstance(world, int) and not isinstance(world, bool) else None,
+        backend=_text(summary.get("backend")),
+        model=_text(summary.get("model")),
         steps_per_s=_num(summary.get("steps_per_s")),
         samples_per_s=_num(summary.get("samples_per_s")),
         step_ms_p50=_num(summary.get("step_ms_p50")),
-        status=str(summary.get("status") or "?"),
+        status=_text(summary.get("status")) or "?",
         this_session=this_session,
         run_dir=str(run_dir),
     )
@@ -111,47 +128,40 @@ def row_from_config(config: dict[str, Any], run_dir: Path) -> RunRow:
     nproc = config.get("nproc")
     ddp = config.get("ddp", True)
     return RunRow(
-        run_id=str(launch.get("run_id") or run_dir.name),
-        preset=str(config.get("preset") or "?"),
+        run_id=_text(launch.get("run_id")) or run_dir.name,
+        preset=_text(config.get("preset")) or "?",
         settings=describe_config(config),
-        world_size=(nproc if ddp else 1) if isinstance(nproc, int) else None,
+        world_size=(nproc if ddp else 1) if isinstance(nproc, int) and not isinstance(nproc, bool) else None,
         backend=None, model=None, steps_per_s=None, samples_per_s=None, step_ms_p50=None,
         status="no summary", run_dir=str(run_dir),
     )
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def load_runs(runs_dir: Path, limit: int = MAX_EARLIER) -> list[RunRow]:
-    """Every run recorded under `runs_dir` (newest `limit`), oldest first."""
+    """Every run recorded under `runs_dir` (newest `limit`), oldest first. Whatever is in the
+    dir is data (untrusted: regular files only, bounded, any field of any type)."""
     try:
         dirs = sorted((p for p in Path(runs_dir).iterdir() if p.is_dir()), key=lambda p: p.name)
     except OSError:
         return []
     rows = []
     for run_dir in dirs[-limit:]:
-        summary = _read_json(run_dir / "summary.json")
+        summary = read_json_object(run_dir / "summary.json")
         if summary is not None:
             rows.append(row_from_summary(summary, run_dir))
             continue
-        config = _read_json(run_dir / "config.json")
+        config = read_json_object(run_dir / "config.json")
         if config is not None:
             rows.append(row_from_config(config, run_dir))
     return rows
 
 
 def merge_rows(mine: list[RunRow], on_disk: list[RunRow]) -> list[RunRow]:
-    """This session's rows win over their own files on disk; oldest first (run ids
-    start with a timestamp)."""
-    seen = {r.run_id for r in mine}
-    merged = [r for r in on_disk if r.run_id not in seen] + list(mine)
-    return sorted(merged, key=lambda r: r.run_id)
+    """This session's rows win over their own files on disk (the same run dir); oldest first
+    (run ids start with a timestamp)."""
+    seen = {os.path.abspath(r.run_dir) for r in mine if r.run_dir}
+    merged = [r for r in on_disk if os.path.abspath(r.run_dir) not in seen] + list(mine)
+    return sorted(merged, key=lambda r: (r.run_id, r.key))
 
 
 def pick_reference(rows: list[RunRow], chosen: str | None = None) -> RunRow | None:

@@ -24,7 +24,7 @@ from ddptop.analysis.capture import Capture
 from ddptop.hw.hardware import HardwareSampler
 from ddptop.model.config import RunConfig
 from ddptop.model.failures import last_exception
-from ddptop.model.options import CaptureOptions, NodeOptions
+from ddptop.model.options import CaptureOptions, NodeOptions, python_ignores_pythonpath
 from ddptop.model.run_ids import new_run_id
 from ddptop.model.state import RunState
 from ddptop.run import nccl_plugin, outcome
@@ -80,6 +80,7 @@ class Session:
         self.hub = Hub(self.token, self.collector, world_size=self.state.world_size)
         self._stop_requested = asyncio.Event()
         self._stop_reason = ""
+        self._started_mono = 0.0  # time.monotonic() at the run's start
         self.stopper = Stopper(self.state, self.procs, config.stop_grace)
         self.watchdog = Watchdog(self.state, self.procs, hardware or HardwareSampler(), config.nccl_env,
                                  self.request_stop, self._stop_requested.is_set)
@@ -134,12 +135,17 @@ class Session:
     async def _launch(self) -> None:
         self.run_dir = new_run_dir(self.run_dir.parent, self.run_id)
         recorder = Recorder(self.run_dir)
+        unmeasured = python_ignores_pythonpath(self.user_cmd)
+        if unmeasured:  # said where every view looks, and in the summary's notes
+            self.state.notes.append(unmeasured)
+            self.state.add_log(-1, f"[ddptop] {unmeasured}")
         shared = runs_dir_warning(self.run_dir.parent)
         if shared:  # said once, where every view looks (the run stops if its directory is swapped)
             self.state.notes.append(shared)
             self.state.add_log(-1, f"[ddptop] {shared}")
         self.collector.recorder = self.watchdog.recorder = recorder
         self.state.started_at = time.time()
+        self._started_mono = time.monotonic()  # the run's length: a wall-clock step is not part of it
         addr = await self._start_hub()
         plugin = await asyncio.to_thread(nccl_plugin.build_for, self.config, self.run_dir)
         plan = build_plan(self.config, self.run_dir, addr, self.token, self.run_id, self.user_cmd,
@@ -270,7 +276,10 @@ class Session:
                 "rdzv_id": n.rdzv_id, "hub": f"{n.rdzv_host}:{n.hub_port}"}
 
     def _finish(self, rc: int) -> None:
-        outcome.settle(self.state, rc, self.procs, recorder_error=self.recorder.error if self.recorder else "",
+        self.capture_pipeline.settle()
+        # the end: its start plus the monotonic time since (a +3600 s step read elapsed_s 3638)
+        end = self.state.started_at + (time.monotonic() - self._started_mono) if self.state.started_at else time.time()
+        outcome.settle(self.state, rc, self.procs, end, recorder_error=self.recorder.error if self.recorder else "",
                        stopped=self._stop_requested.is_set(), stop_reason=self._stop_reason,
                        user_script=bool(self.user_cmd))
         self.watchdog.update_advice()

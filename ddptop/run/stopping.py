@@ -23,6 +23,7 @@ import psutil
 from ddptop.model.state import RunState
 from ddptop.run.rank_procs import RankProcesses
 from ddptop.run.stacks import collect_stacks
+from ddptop.run.untrusted import read_text
 
 AGREED_MAX_S = 2.0  # the agreed step's moment, at most: a Ctrl-C is the ranks' at once, as under torchrun
 OWN_STOP_MAX_S = 15.0  # the same for a stop ddptop makes itself (a full disk): no one waits on a key
@@ -154,9 +155,8 @@ def handler_frame(stacks_file: str) -> str:
     """Where a rank was, from its stack dump (faulthandler's or py-spy's): the innermost frame
     of the script's own code in its main thread ("in save (train.py:42)"), else its innermost
     frame; '' when there is no dump."""
-    try:
-        text = Path(stacks_file).read_text(errors="replace")
-    except OSError:
+    text = read_text(stacks_file, 16 << 20)  # a regular file only: never a FIFO put in its place
+    if text is None:
         return ""
     blocks = [b for b in re.split(r"\n\s*\n", text) if _FRAME.search(b) or "thread" in b.lower()]
     # faulthandler appends a dump to the file at each signal; the thread that took it (the main

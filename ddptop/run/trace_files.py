@@ -25,6 +25,7 @@ import ijson
 from ddptop.analysis.capture import capture_summary
 from ddptop.analysis.rank_trace import RankTrace, capture_cross_rank, rank_trace, rank_trace_of
 from ddptop.analysis.trace_diff import diff
+from ddptop.run.untrusted import open_regular
 
 SUFFIXES = (".json", ".json.gz")
 
@@ -37,12 +38,8 @@ def read_trace(path: str | Path) -> dict[str, Any]:
     """A Chrome trace as JSON (gzipped or not); a bare event list comes back as traceEvents."""
     path = Path(path)
     try:
-        if path.name.endswith(".gz"):
-            with gzip.open(path, "rb") as f:
-                data = json.load(f)
-        else:
-            with open(path, "rb") as f:
-                data = json.load(f)
+        with _open(path) as f:
+            data = json.load(f)
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -59,6 +56,10 @@ def read_trace(path: str | Path) -> dict[str, Any]:
         raise TraceError(f"{path}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except RecursionError:
         raise TraceError(f"{path}: not a trace (JSON nested too deep)") from None
+    except TraceError:
+        raise
+    except ValueError as exc:  # an integer of thousands of digits, past Python's limit
+        raise TraceError(f"{path}: not a trace ({str(exc).split(':')[0]})") from None
     if isinstance(data, list):
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
@@ -67,7 +68,20 @@ def read_trace(path: str | Path) -> dict[str, Any]:
 
 
 def _open(path: Path) -> gzip.GzipFile | io.BufferedReader:
-    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+    """The trace file, if it is a regular file (a FIFO would block the open for good)."""
+    if Path(path).is_dir():
+        raise IsADirectoryError(path)
+    fd = open_regular(path, follow=True)  # a link the user named is theirs to follow
+    if fd is None:
+        if not Path(path).exists():
+            raise FileNotFoundError(path)
+        raise TraceError(f"{path}: not a regular file")
+    if not path.name.endswith(".gz"):
+        return open(fd, "rb")  # noqa: SIM115 - returned open, closed by the caller's with
+    raw = open(fd, "rb", buffering=0)  # noqa: SIM115 - gzip buffers
+    gz = gzip.GzipFile(fileobj=raw, mode="rb")
+    gz.myfileobj = raw  # closed with it, as gzip.open(path) does with the file it opens
+    return gz
 
 
 def _events_prefix(path: Path) -> str | None:

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ddptop.model.text import printable, printable_tree
 from ddptop.run.trace_files import (
     TraceError,
     diff_captures,
@@ -26,6 +27,9 @@ from ddptop.run.trace_files import (
 )
 
 MEMORY_MB = int(os.environ.get("DDPTOP_TRACE_MEMORY_MB", "3072"))  # address space, not RSS: allow slack
+# Below that cap, memory in proportion to the input: a whole read takes ~5x a trace's size
+# (gzip ~10x more), so a 600 KB file of 300k nested `[` stops at ~260 MB, not at the cap.
+BASE_MB, PER_MB, GZIP_RATIO = 256, 10, 10
 TIMEOUT_S = 600.0
 OUT_OF_MEMORY = 3
 
@@ -41,18 +45,40 @@ def _do(request: dict[str, Any]) -> Any:
     raise ValueError(f"unknown trace job {op!r}")
 
 
+def _inputs(request: dict[str, Any]) -> list[str]:
+    op = request.get("op")
+    if op == "capture":
+        return [p for paths in request.get("files", {}).values() for p in paths]
+    if op == "diff":
+        return [request.get("before", ""), request.get("after", "")]
+    return list(request.get("paths", []))
+
+
+def memory_for(request: dict[str, Any]) -> int:
+    """The address space (MB) the job may use: BASE_MB + PER_MB per MB of its traces (a
+    directory: its files), at most MEMORY_MB."""
+    size = 0.0
+    for target in _inputs(request):
+        path = Path(target)
+        with contextlib.suppress(OSError):
+            for file in (p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]:
+                size += file.stat().st_size * (GZIP_RATIO if file.name.endswith(".gz") else 1)
+    return int(min(MEMORY_MB, BASE_MB + PER_MB * size / (1 << 20)))
+
+
 def _peak_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)  # Linux: KiB
 
 
 def main() -> int:
     request = json.loads(sys.stdin.read())
-    limit_mb = int(request.get("memory_mb", MEMORY_MB))
+    limit_mb = int(request.get("memory_mb") or memory_for(request))
     hard = resource.getrlimit(resource.RLIMIT_AS)[1]
     resource.setrlimit(resource.RLIMIT_AS, (limit_mb << 20, hard))
     with contextlib.suppress(OSError):
         os.nice(5)  # behind the UI and the run's own monitoring
-    answer: dict[str, Any] = {"error": f"ran out of memory (limit {limit_mb} MB, DDPTOP_TRACE_MEMORY_MB)"}
+    answer: dict[str, Any] = {"error": f"ran out of memory (limit {limit_mb} MB: {BASE_MB} + {PER_MB}x the "
+                                       f"traces' size, at most DDPTOP_TRACE_MEMORY_MB)"}
     code = OUT_OF_MEMORY
     try:
         answer, code = {"result": _do(request)}, 0
@@ -98,10 +124,10 @@ def _answer(code: int | None, out: bytes, err: bytes) -> tuple[Any, float | None
         answer = json.loads(out.decode().strip().splitlines()[-1])
     except (ValueError, IndexError):
         answer = None
-    if isinstance(answer, dict) and "result" in answer:
-        return answer["result"], answer.get("peak_mb")
+    if isinstance(answer, dict) and "result" in answer:  # names from traces: text for every view
+        return printable_tree(answer["result"]), answer.get("peak_mb")
     if isinstance(answer, dict) and answer.get("error"):
-        raise TraceError(str(answer["error"]))
+        raise TraceError(printable(str(answer["error"])))
     if code is not None and code < 0:
         name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
         why = " (out of memory?)" if -code == signal.SIGKILL else ""

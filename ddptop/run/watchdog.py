@@ -109,7 +109,9 @@ class Watchdog:
 
     def poll_logs(self) -> None:
         """New lines of the ranks' logs, torchrun's and NCCL's (parsed for the NCCL report)."""
-        run_dir, multi = self.procs.run_dir, self.procs.node.multi
+        # read through the recorder's descriptor of the run dir: a swap of it is never followed
+        run_dir = self.recorder.reading_dir() if self.recorder is not None else self.procs.run_dir
+        multi = self.procs.node.multi
         to_rank = self.procs.local_to_rank()
         for local, paths in rank_log_files(run_dir / "logs").items():
             # a line read before that rank's hello goes to the run's log, not a wrong rank

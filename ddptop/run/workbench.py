@@ -18,7 +18,14 @@ from ddptop.analysis.capture import Capture
 from ddptop.model.config import RunConfig
 from ddptop.model.state import RunState
 from ddptop.run import runs
-from ddptop.run.handle import DetachableRun, RestartRefused, RunHandle, SharedRun, owns
+from ddptop.run.handle import (
+    DetachableRun,
+    RestartRefused,
+    RunHandle,
+    SharedRun,
+    SurvivesViewer,
+    owns,
+)
 from ddptop.run.session import Session
 
 # (config, runs directory, the user's command or None) -> a run not started yet
@@ -53,6 +60,7 @@ class Workbench:
         self._factory = session_factory
         self._ended: dict[str, asyncio.Event] = {}
         self._errors: dict[str, str] = {}
+        self._earlier: list[runs.RunRow] = []  # the runs dir as last read (read_earlier_runs)
 
     # --- runs -------------------------------------------------------------------------
     @property
@@ -114,6 +122,19 @@ class Workbench:
         await session.detach()
         return f"run {session.run_id} goes on detached; watch it again with: ddptop attach {session.run_id}"
 
+    def viewer_failed(self, why: str) -> str:
+        """This front end is ending through a fault of its own (an exception), not a quit: a
+        supervised run it owns goes on, detached. Returns what to tell the user ('' when no
+        run of ours is live)."""
+        session = self.current
+        if session is None or not self.is_live(session) or not owns(session):
+            return ""
+        if isinstance(session, SurvivesViewer):
+            session.viewer_failed(why)
+            return (f"the viewer failed ({why}); run {session.run_id} goes on detached: "
+                    f"ddptop attach {session.run_id}")
+        return f"the viewer failed ({why}); its in-process run {session.run_id} ends with it"
+
     def error(self, session: RunHandle) -> str:
         """Why `session` failed to run at all ('' if it ran)."""
         return self._errors.get(session.run_id, "")
@@ -158,15 +179,23 @@ class Workbench:
         return await session.request_capture(count)
 
     # --- comparison -------------------------------------------------------------------
+    def read_earlier_runs(self) -> None:
+        """Read the runs directory again. It blocks on the disk (others may have filled the
+        dir): a front end calls it off its drawing loop; the tables use what it read last."""
+        self._earlier = runs.load_runs(self.runs_dir)
+
     def run_rows(self) -> list[runs.RunRow]:
-        """This session's runs (live ones from their state) and earlier ones from disk."""
+        """This session's runs (live ones from their state) and earlier ones, as the runs
+        directory read last (`read_earlier_runs`); no I/O."""
         mine = [runs.row_from_summary(s.state.summary(), run_dir=s.run_dir, this_session=True)
                 for s in self.sessions]
-        return runs.merge_rows(mine, runs.load_runs(self.runs_dir))
+        return runs.merge_rows(mine, self._earlier)
 
     def runs_table(self) -> runs.RunsTable:
         return runs.build_table(self.run_rows(), self.baseline_id)
 
     def export_runs(self) -> Path:
-        """Write the runs table as Markdown into the runs directory; returns the file."""
+        """Write the runs table as Markdown into the runs directory (read again first);
+        returns the file."""
+        self.read_earlier_runs()
         return runs.export_markdown(self.runs_table(), self.runs_dir)

@@ -10,6 +10,7 @@ supervisor process, does).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from collections.abc import Callable, Iterable
@@ -129,6 +130,14 @@ class DdpTopApp(ViewActions):
         self.query_one(RankTable).focus()
         if self.read_only:
             self.notify(f"{READ_ONLY}: watching only (q leaves, the run goes on)", timeout=8)
+
+    def _handle_exception(self, error: Exception) -> None:
+        # Textual's one door for an exception that ends the app. A viewer's own failure is not
+        # the user's quit: a run it owns goes on (detached) and the closing lines say how to
+        # come back; only a lost terminal or a quit stops it.
+        with contextlib.suppress(Exception):
+            self.exit_note = self.workbench.viewer_failed(f"{type(error).__name__}: {error}"[:200]) or self.exit_note
+        super()._handle_exception(error)
 
     def on_unmount(self) -> None:
         if self._signals is not None:  # a lost terminal's deadline holds until the process ends

@@ -5,6 +5,7 @@ that ended. Reads state only; never touches sockets or subprocesses.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -111,11 +112,26 @@ class ViewRouter:
         elif tab == "runs" and (force_runs or now - self._runs_shown_at >= RUNS_REFRESH_S):
             self._runs_shown_at = now
             query(RunsPanel).show(self.workbench.runs_table())
+            # The runs dir is read in a thread: whatever is in it never holds up the views.
+            self.app.run_worker(self._read_runs, thread=True, group="runs-dir", exclusive=True,
+                                exit_on_error=False)
         elif tab == "wiring":
             query(WiringPanel).show(snap)
         elif tab == "captures":
             query(CapturesPanel).show(snap)
         query(LogView).show(snap)
+
+    def _read_runs(self) -> None:
+        self.workbench.read_earlier_runs()
+        with contextlib.suppress(RuntimeError):  # the app ended meanwhile
+            self.app.call_from_thread(self._show_runs)
+
+    def _show_runs(self) -> None:
+        try:
+            panel = self.app.query_one(RunsPanel)
+        except NoMatches:  # the app is exiting
+            return
+        panel.show(self.workbench.runs_table())
 
     def show_tab(self, tab: str) -> None:
         """Switch to `tab` and focus its view (or the first widget in it that takes focus)."""

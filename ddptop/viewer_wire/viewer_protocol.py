@@ -7,6 +7,8 @@ Viewer -> supervisor, one JSON object per line:
     {"v": 2, "kind": "stop", "reason": R}
     {"v": 2, "kind": "capture", "count": N, "id": I}      answered by "captured" with the same id
     {"v": 2, "kind": "detach"}                            answered by "detached"
+    {"v": 2, "kind": "crashed", "reason": R}              the owner viewer fails (not a quit): its run
+                                                          goes on, detached (no answer)
     {"v": 2, "kind": "restart", "reason": R, "id": I}     answered by "restarting" with the same id:
                                                           granted (error "": the run stops, this viewer
                                                           starts the next) or not (one at a time)
@@ -50,7 +52,7 @@ __all__ = ["VERSION", "SCHEMA", "ViewerProtocolError", "encode", "decode", "fram
 VERSION = 2  # 1: pickled snapshots (ddptop before the JSON schema)
 MAX_LINE = 1 << 16  # a command or a header; payloads are counted separately
 MAX_PAYLOAD = 1 << 30
-COMMANDS = ("stop", "capture", "detach", "restart")
+COMMANDS = ("stop", "capture", "detach", "restart", "crashed")
 HANDSHAKE = ("hello", "welcome")  # the lines that carry the version and the schema
 
 

@@ -49,7 +49,8 @@ class RunsPanel(Vertical):
     def on_mount(self) -> None:
         self._shown: tuple[list[list[str]], int] = ([], 0)
         self._columns: tuple[tuple[str, int | None], ...] = ()
-        self._cells: dict[str, list[str]] = {}  # run id -> its cells, in HEADERS order
+        self._cells: dict[str, list[str]] = {}  # row key (its run dir) -> its cells, in HEADERS order
+        self._ids: dict[str, str] = {}  # row key -> run id (a copied run dir repeats one)
         self._runs: RunsTable | None = None
         self.query_one("#runs-detail", Static).display = False
 
@@ -69,7 +70,8 @@ class RunsPanel(Vertical):
         if (cells, room) == self._shown:
             return
         self._shown = (cells, room)
-        self._cells = {row.run_id: values for row, values in zip(runs.rows, cells)}
+        self._cells = {row.key: values for row, values in zip(runs.rows, cells)}
+        self._ids = {row.key: row.run_id for row in runs.rows}
         columns = self._fit(cells, room)
         cursor = table.cursor_row
         if columns != self._columns:
@@ -80,13 +82,14 @@ class RunsPanel(Vertical):
         table.clear()
         shown = [name for name, _ in columns]
         for row, values in zip(runs.rows, cells):
+            # Text, never a str: DataTable parses a str as markup (`[/bold]` in a run id raised)
             styled = [
                 status_text(v) if name == "status"
                 else Text(v, justify="right", style="bold" if name == "speedup" else "")
-                if name in NUMERIC else v
+                if name in NUMERIC else Text(v)
                 for name, v in zip(HEADERS, values) if name in shown
             ]
-            table.add_row(*styled, key=row.run_id, height=None)  # a long settings cell wraps
+            table.add_row(*styled, key=row.key, height=None)  # a long settings cell wraps
         if cells:
             table.move_cursor(row=min(cursor, len(cells) - 1))
         self._show_detail()
@@ -130,4 +133,6 @@ class RunsPanel(Vertical):
         table = self.table
         if table.row_count:
             key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
-            self.post_message(self.ReferenceChosen(str(key.value)))
+            run_id = self._ids.get(str(key.value))
+            if run_id is not None:
+                self.post_message(self.ReferenceChosen(run_id))
