@@ -72,16 +72,17 @@ def _header(timeline: StepTimeline) -> Text:
     # steps counted from 1, as the rank table and header count them
     head = Text.assemble(("step ", "dim"), (str(timeline.step + 1), "bold"), "  ",
                          (f"{timeline.step_ms:.1f} ms", "bold"))
-    exposed = next((s.ms for s in timeline.lane if s.what == "exposed"), 0.0)
-    in_flight = timeline.in_flight_ms
+    wait, in_flight = timeline.wait_ms, timeline.in_flight_ms
     if in_flight > 0:
-        hidden = timeline.hidden_ms or 0.0
+        hidden, exposed = timeline.hidden_ms or 0.0, timeline.exposed_ms
         n = len(timeline.buckets)
         buckets = f" in {n} bucket{'s' if n != 1 else ''}" if n else ""
         head.append(f"   all-reduce {in_flight:.1f} ms{buckets}: {hidden:.1f} hidden under backward "
                     f"({hidden / in_flight:.0%}), {exposed:.1f} exposed")
-    elif exposed:
-        head.append(f"   waited {fmt(exposed)} ms for the all-reduce after backward")
+        if abs(wait - exposed) >= 0.05:  # the ▒ lane: the wait, a different figure, named apart
+            head.append(f"; backward's wait after compute {wait:.1f} ms (▒)")
+    elif wait:
+        head.append(f"   waited {fmt(wait)} ms for the all-reduce after backward")
     return head
 
 
