@@ -31,6 +31,7 @@ class Snapshot:
     p50_ms: float | None  # window "last 50": the slowest rank's recent median step
     comm: tuple[float | None, float] | None  # (in flight, exposed) share of step, mean over ranks; in flight
     # is None where only exposed comm is measured (GPU, DDP's own all-reduce, no nccl_timing)
+    comm_window: str  # the steps both comm shares are over (figures.comm_window)
     warming_up: bool  # a comm hook is configured but gradients still travel uncompressed
     straggler: Finding | None = None  # the straggler named (ddptop.model.straggler), with its evidence
     verdict: Verdict = Verdict()  # the straggler verdict, named or not ("no straggler: ranks within 3%...")
@@ -71,6 +72,7 @@ def snapshot(state: RunState, now: float) -> Snapshot:
         samples_per_s_run=figures.job_samples_per_s_run(state.ranks.values()),
         p50_ms=figures.job_step_ms_p50_last50(ranks),
         comm=figures.comm_shares_last50(ranks),
+        comm_window=figures.comm_window(ranks),
         warming_up=figures.warming_up(state.config, ranks, state.current_step),
         straggler=named, verdict=state.straggler_verdict if many else Verdict(),
         stall=state.stall if state.stall is not None and state.stall.cleared_at is None else None,

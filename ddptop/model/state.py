@@ -354,6 +354,7 @@ class RunState:
             "stall": self.stall.to_dict() if self.stall else None,
             "comm_share": round_or_none(figures.mean_share_run(self.ranks.values(), "comm_ms"), 4),
             "exposed_comm_share": round_or_none(figures.mean_share_run(self.ranks.values(), "exposed_comm_ms"), 4),
+            "comm_window": figures.comm_window_run(self.ranks.values()),
             "nccl": nccl_facts(self.nccl),
             "advice": self.advice.to_dict() if self.advice is not None else None,
             "captures": [c.to_dict() for c in self.captures.values()],

@@ -153,19 +153,20 @@ def rate_pieces(snap: Snapshot) -> list[Text]:
                                     ("  samples/s ", "dim"), (fmt(snap.recent_samples_per_s, ".1f"), "bold")))
         if snap.slowest is not None and state.world_size > 1:
             pieces.append(Text.assemble(("▲ slowest ", SLOW_STYLE), (f"rank {snap.slowest}", SLOW_STYLE)))
-    pieces.append(comm_text(snap.comm))
+    pieces.append(comm_text(snap.comm, snap.comm_window))
     if state.total_dropped:
         pieces.append(Text(f"dropped frames {state.total_dropped}", style="#c79100"))
     return pieces
 
 
-def comm_text(comm: tuple[float | None, float | None] | None) -> Text:
-    """All-reduce in flight and the part of it no compute hid, as shares of the step, over
-    each rank's last 50 steps (the legend's `exposed` is the same figure)."""
+def comm_text(comm: tuple[float | None, float | None] | None, label: str = RECENT_LABEL) -> Text:
+    """All-reduce in flight and the part of it no compute hid, as shares of the step, both
+    over the same steps of each rank's last 50 (`label`: the timed ones where a GPU times
+    one step in comm_timing_every)."""
     if comm is None:
         return Text()
     total, exposed = comm
-    window = (f" ({RECENT_LABEL})", "dim")
+    window = (f" ({label})", "dim")
     if total is None:
         return Text.assemble(("exposed comm ", "dim"), (f"{exposed or 0.0:.0%}", "bold"),
                              (" of step (total: nccl_timing)", "dim"), window)
