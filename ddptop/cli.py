@@ -346,7 +346,9 @@ def run_subcommand(name: str, argv: list[str]) -> int:
         if argv:
             raise UsageError(f"presets takes no arguments, got {' '.join(argv)!r}")
 
-        print(presets_table())
+        from ddptop.hw.terminal import output_width
+
+        print(presets_table(output_width()[0]))
         return 0
     if name == "nccl":
         from ddptop.commands.nccl import main_nccl

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ddptop.model.config import RunConfig
 from ddptop.model.options import CaptureOptions
+from ddptop.hw.terminal import output_width
 from ddptop.model.report import fmt, table
 from ddptop.model.usage import USAGE_EXIT, OneLineParser, UsageError
 from ddptop.remote.live import (
@@ -80,16 +81,17 @@ def main_ls(argv: list[str]) -> int:
     if not runs:
         print("no live ddptop runs (start one with `ddptop ... --detach`)")
         return 0
-    print(ls_table(runs, time.time()))
+    print(ls_table(runs, time.time(), output_width()[0]))
     return 0
 
 
-def ls_table(runs: list[LiveRun], now: float) -> str:
+def ls_table(runs: list[LiveRun], now: float, width: int | None = None) -> str:
+    """The live runs, fitted to `width`: the run dir wraps, then pid, mode and preset go."""
     head = ("run", "preset", "ranks", "step", "steps/s", "status", "mode", "viewers", "pid", "up", "run dir")
     rows = [(e.run_id, e.preset, str(e.world_size), str(e.step) if e.step >= 0 else "-",
              fmt(e.steps_per_s, ".2f"), e.status, "detached" if e.detached else "owned", str(e.viewers),
              str(e.pid), f"{(now - e.started_at) / 60:.0f}m", e.run_dir) for e in runs]
-    return table(head, rows)
+    return table(head, rows, width, drop=("pid", "mode", "viewers"))
 
 
 def attach_parser() -> argparse.ArgumentParser:

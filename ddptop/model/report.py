@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,17 +22,50 @@ def fmt(value: float | None, spec: str = ".1f", na: str = NA) -> str:
     return na if value is None else format(value, spec)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    numeric = [all(_is_number(r[i]) for r in cells[1:]) for i in range(len(headers))]
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int | None = None,
+          drop: Sequence[str] = ()) -> str:
+    """The one plain-text table. Given a `width` (the terminal's), it fits: first the `drop`
+    columns go (by header, in that order), then the widest text column wraps at word
+    boundaries onto continuation lines (issue 46: `ddptop presets` was 135 columns wide)."""
+    headers, rows = [str(h) for h in headers], [[str(c) for c in row] for row in rows]
+    widths = _widths(headers, rows)
+    for name in drop:
+        if width is None or _span(widths) <= width or name not in headers:
+            continue
+        i = headers.index(name)
+        headers, rows = headers[:i] + headers[i + 1:], [r[:i] + r[i + 1:] for r in rows]
+        widths = _widths(headers, rows)
+    numeric = [all(_is_number(r[i]) for r in rows) for i in range(len(headers))]
+    if width is not None and _span(widths) > width:
+        # the text column with the most room gives a column at a time
+        texts = [i for i in range(len(headers)) if not numeric[i]]
+        floor = {i: max([len(headers[i])] + [len(w) for r in rows for w in r[i].split()]) for i in texts}
+        while texts and _span(widths) > width:
+            i = max(texts, key=lambda k: widths[k] - floor[k])
+            if widths[i] <= floor[i]:
+                break  # no column narrower than its longest word: a line too long beats a cut word
+            widths[i] -= 1
 
-    def line(row: list[str]) -> str:
-        return "  ".join(
-            c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, numeric)
-        ).rstrip()
+    def lines(row: list[str]) -> list[str]:
+        cols = [textwrap.wrap(c, w, break_on_hyphens=False) or [""] if len(c) > w else [c]
+                for c, w in zip(row, widths)]
+        out = []
+        for k in range(max(len(c) for c in cols)):
+            cells = [c[k] if k < len(c) else "" for c in cols]
+            out.append("  ".join(x.rjust(w) if num else x.ljust(w)
+                                 for x, w, num in zip(cells, widths, numeric)).rstrip())
+        return out
 
-    return "\n".join([line(cells[0]), line(["-" * w for w in widths]), *map(line, cells[1:])])
+    body = [line for row in rows for line in lines(row)]
+    return "\n".join([*lines(headers), *lines(["-" * w for w in widths]), *body])
+
+
+def _widths(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[int]:
+    return [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+
+
+def _span(widths: Sequence[int]) -> int:
+    return sum(widths) + 2 * (len(widths) - 1)
 
 
 def markdown_grid(headers: Sequence[str], cells: Sequence[Sequence[str]], numeric: Sequence[bool]) -> str:
@@ -56,12 +90,12 @@ def _is_number(cell: str) -> bool:
     return True
 
 
-def presets_table() -> str:
+def presets_table(width: int | None = None) -> str:
     rows = []
     for name, preset in PRESETS.items():
         cfg = preset_config(name, RunConfig(nproc=2))
         rows.append([name, cfg.describe(), preset.description])
-    return table(["preset", "settings", "what it is for"], rows)
+    return table(["preset", "settings", "what it is for"], rows, width)
 
 
 def status_line(state: RunState, now: float) -> str:
@@ -97,23 +131,32 @@ def status_line(state: RunState, now: float) -> str:
     return printable("  ".join(parts))
 
 
-def ranks_table(summary: dict[str, Any]) -> str:
+def ranks_table(summary: dict[str, Any], width: int | None = None) -> str:
+    """Each rank as the live view's rank table shows it on its final screen: its last 50 steps
+    (p50, p95, own ms, the phases with the exposed wait apart from backward, samples/s) and the
+    straggler flagged in its status; a summary without those (an older ddptop's) gives its
+    whole-run figures."""
     multi = (summary.get("nnodes") or 1) > 1  # which ddptop node: hostnames may repeat
+    named = (summary.get("straggler") or {}).get("rank")
     rows = []
     for r in summary["ranks"]:
-        ph = r["phases_ms"]
+        recent = r.get("last50") or {}
+        ph = recent.get("phases_ms") or r["phases_ms"]
         node = ["-" if r.get("node") is None else r["node"]] if multi else []
+        status = "straggler" if named == r["rank"] and r["status"] in ("running", "done") else r["status"]
         rows.append([
             r["rank"], *node, r["host"] or "-", r["device"] or "-", r["steps"],
-            fmt(r["step_ms_p50"]), fmt(r["step_ms_p95"]),
-            fmt(ph["data"]), fmt(ph["forward"]), fmt(ph["backward"]), fmt(ph["optimizer"]),
-            fmt(r["samples_per_s"]), r["status"],
+            fmt(recent.get("p50_ms", r["step_ms_p50"])), fmt(recent.get("p95_ms", r["step_ms_p95"])),
+            fmt(recent.get("own_ms")), fmt(ph["data"]), fmt(ph["forward"]), fmt(ph["backward"]),
+            fmt(ph.get("exposed")), fmt(ph["optimizer"]),
+            fmt(recent.get("samples_per_s", r["samples_per_s"])), status,
         ])
-    return table(
-        ["rank", *(["node"] if multi else []), "host", "device", "steps", "p50 ms", "p95 ms", "data",
-         "fwd", "bwd", "opt", "samples/s", "status"],
-        rows,
-    )
+    window = "last 50 steps each, as the live view shows them" if any(
+        r.get("last50") for r in summary["ranks"]) else "each rank's run"
+    head = ["rank", *(["node"] if multi else []), "host", "device", "steps", "p50 ms", "p95 ms", "own ms",
+            "data", "fwd", "bwd", "exposed", "opt", "samples/s", "status"]
+    title = f"ranks, {window} (ms a step):"
+    return (wrapped(title, width) if width else title) + "\n" + table(head, rows, width, drop=("host", "device", "p95 ms", "steps", "samples/s"))
 
 
 def what_ran(summary: dict[str, Any]) -> str:
@@ -165,7 +208,10 @@ def script_ddp_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def final_report(summary: dict[str, Any], run_dir: str) -> str:
+def final_report(summary: dict[str, Any], run_dir: str, width: int | None = None, wrap: bool = False) -> str:
+    """The exit summary; `width` (the terminal's): its table fits, and with `wrap` (a terminal,
+    which would break a long line mid-word) its prose wraps at words; piped, a finding stays
+    one line (grep finds it)."""
     params = summary.get("params")
     head = (
         f"run {summary['run_id']}: {summary['status']}"
@@ -180,7 +226,7 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
         + f"step p50 {fmt(summary['step_ms_p50'])} ms  p95 {fmt(summary['step_ms_p95'])} ms  "
         f"(after {summary['warmup']} warmup steps)"
     )
-    lines = [head, *script_ddp_lines(summary), rates, ranks_table(summary)]
+    lines = [head, *script_ddp_lines(summary), rates, ranks_table(summary, width)]
     lines += comm_lines(summary) + eval_lines(summary) + cost_lines(summary)
     verdict = summary.get("straggler_check") or summary.get("straggler")  # older summaries: the latter
     if verdict:
@@ -215,7 +261,17 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
         lines.append(f"dropped telemetry frames: {summary['dropped_frames']}")
     lines.append(f"records: {run_dir}")
     # a summary.json read back may hold a rank's raw bytes (an older ddptop's, or edited)
-    return printable("\n".join(lines), newlines=True)
+    return printable("\n".join([wrapped(x, width) for x in lines] if width and wrap else lines), newlines=True)
+
+
+def wrapped(text: str, width: int) -> str:
+    """A report's prose at `width`, broken at word boundaries, continuation lines indented;
+    multi-line text (a table) is left as it is."""
+    if "\n" in text or len(text) <= width:
+        return text
+    indent = " " * (len(text) - len(text.lstrip()) + 2)
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent=indent, break_long_words=False,
+                                   break_on_hyphens=False))
 
 
 def advice_line(advice: dict[str, Any]) -> str:
@@ -227,10 +283,11 @@ def advice_line(advice: dict[str, Any]) -> str:
     return f"advice{'' if said else f' ({label})'}: {reason}"
 
 
-def closing_lines(state: RunState, run_dir: str | os.PathLike[str], summary: dict[str, Any] | None = None) -> str:
+def closing_lines(state: RunState, run_dir: str | os.PathLike[str], summary: dict[str, Any] | None = None,
+                  width: int | None = None, wrap: bool = False) -> str:
     """What a finished run prints last, headless or after the TUI: status, the final
-    table, where the records are."""
-    return final_report(summary if summary is not None else state.summary(), str(run_dir))
+    table, where the records are; `width`, `wrap`: final_report's."""
+    return final_report(summary if summary is not None else state.summary(), str(run_dir), width, wrap)
 
 
 def cost_lines(summary: dict[str, Any]) -> list[str]:

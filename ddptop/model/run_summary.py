@@ -9,15 +9,17 @@ from __future__ import annotations
 from typing import Any
 
 from ddptop.model import figures, straggler
+from ddptop.model.figures import RankFigures
 from ddptop.model.nccl_facts import NcclFacts
 from ddptop.model.rank_state import RankState
 from ddptop.model.straggler import Finding, Verdict
 
-__all__ = ["bus_bandwidth", "nccl_facts", "rank_summary", "round_or_none", "straggler_dict", "verdict_dict"]
+__all__ = ["bus_bandwidth", "last50", "nccl_facts", "rank_summary", "round_or_none", "straggler_dict", "verdict_dict"]
 
 
-def rank_summary(rs: RankState, world_size: int) -> dict[str, Any]:
-    """One entry of the summary's `ranks` list."""
+def rank_summary(rs: RankState, world_size: int, recent: RankFigures | None = None) -> dict[str, Any]:
+    """One entry of the summary's `ranks` list; `recent`: the rank's last-50 figures, the
+    ones the live view's rank table shows (its final screen, for the exit table)."""
     hello = rs.hello
     entry: dict[str, Any] = {
         "rank": rs.rank,
@@ -36,6 +38,8 @@ def rank_summary(rs: RankState, world_size: int) -> dict[str, Any]:
         "step_ms_p95": round_or_none(rs.step_hist.percentile(95)),
         "phases_ms": {p: round_or_none(v) for p, v in figures.rank_phases_mean_run(rs).items()},
     }
+    if recent is not None and recent.p50 is not None:
+        entry["last50"] = last50(recent)
     for key, total in rs.extra_ms.items():
         entry[key + "_mean"] = round_or_none(total / max(rs.measured, 1))
     if rs.exposed_hist.n:
@@ -56,6 +60,15 @@ def rank_summary(rs: RankState, world_size: int) -> dict[str, Any]:
     if rs.info:
         entry["info"] = dict(rs.info)
     return entry
+
+
+def last50(f: RankFigures) -> dict[str, Any]:
+    """A rank's figures over its last 50 steps, as the live view's rank table shows them: step
+    p50/p95, own work (step minus the exposed wait), the phases with the exposed wait split out
+    of backward, samples/s (the rank's samples a step over the same p50)."""
+    phases = {("exposed" if p == "comm" else p): round_or_none(v) for p, v in f.phases.items()}
+    return {"p50_ms": round_or_none(f.p50), "p95_ms": round_or_none(f.p95), "own_ms": round_or_none(f.own_ms),
+            "phases_ms": phases, "samples_per_s": round_or_none(f.samples_per_s_last50)}
 
 
 def bus_bandwidth(nbytes: float, comm_ms: float, world: int) -> dict[str, float | None]:

@@ -322,6 +322,7 @@ class RunState:
         first = next((rs.hello for rs in self.ranks.values() if rs.hello), None)
         info = next((rs.info for rs in self.ranks.values() if rs.info), {})
         p50, p95 = self.step_ms_pcts(50, 95)
+        figs = self.rank_figures()
         return {
             "run_id": self.run_id,
             "preset": self.config.get("preset"),
@@ -362,5 +363,5 @@ class RunState:
             "cost": self.cost.to_dict() if self.cost is not None else None,
             "dropped_frames": dict(self.dropped),
             "refused_connections": self.refused,
-            "ranks": [rank_summary(self.ranks[r], self.world_size) for r in sorted(self.ranks)],
+            "ranks": [rank_summary(self.ranks[r], self.world_size, figs.get(r)) for r in sorted(self.ranks)],
         }
