@@ -68,3 +68,21 @@ def test_ddp_logger_cross_check_compares_like_with_like_and_says_why():
     assert "not overlapped with compute 4.8 ms" in text and "ddptop exposed p50 0.3 ms" in text
     assert "first bucket's hand-over to the last all-reduce's end" in text  # why the totals differ
     assert "warm-up included" in text
+
+
+def test_steps_per_s_reads_the_same_digits_in_every_view():
+    """The issue's run read 27.31 in the TUI, 27.30 in the exit summary and 27.305 in the JSON."""
+    step_ms = 1000 / 27.3054
+    state = state_of({r: [dict(gpu_like(i), step_ms=step_ms) for i in range(60)] for r in (0, 1)}, warmup=5)
+    snap = snapshot(state, NOW)
+    from ddptop.tui.widgets.run_header import rate_pieces
+
+    header = " ".join(p.plain for p in rate_pieces(snap))
+    summary = state.summary()
+    seen = {
+        "tui": re.search(r"run steps/s (\S+)", header)[1],
+        "status": re.search(r"(\S+) steps/s", report.status_line(state, NOW))[1],
+        "exit": re.search(r"(\S+) steps/s", report.final_report(summary, "/runs/x"))[1],
+        "json": str(summary["steps_per_s"]),
+    }
+    assert set(seen.values()) == {"27.31"}, seen

@@ -10,6 +10,7 @@ from typing import Any
 from ddptop.model import figures
 from ddptop.model.capture import perturbation_line
 from ddptop.model.config import PRESETS, RunConfig, preset_config
+from ddptop.model.run_summary import STEPS_PER_S_DIGITS
 from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState
 from ddptop.model.status import RunStatus
@@ -20,6 +21,12 @@ NA = "n/a"  # how every view writes a value it does not have
 
 def fmt(value: float | None, spec: str = ".1f", na: str = NA) -> str:
     return na if value is None else format(value, spec)
+
+
+def fmt_steps_per_s(value: float | None, na: str = NA) -> str:
+    """Every view's steps/s: the digits summary.json keeps (STEPS_PER_S_DIGITS), so a figure
+    reads the same in the TUI, the status line, the exit summary and the JSON."""
+    return fmt(value, f".{STEPS_PER_S_DIGITS}f", na)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int | None = None,
@@ -105,11 +112,12 @@ def status_line(state: RunState, now: float) -> str:
     connected = figures.ranks_connected(state.ranks.values())
     parts = [f"[{state.elapsed(now):6.1f}s]", f"{state.status:<9}"]
     if state.status == RunStatus.STARTING:
-        parts.append(f"ranks {connected}/{state.world_size} connected")
+        parts.append(f"ranks {connected}/{state.world_size} connected" if connected < state.world_size
+                     else f"all {connected} ranks connected: waiting for the first step")
     else:
         parts += [
             f"step {max(state.current_step + 1, 0)}" + (f"/{steps}" if steps else ""),
-            f"{fmt(snap.steps_per_s, '.2f')} steps/s",
+            f"{fmt_steps_per_s(snap.steps_per_s)} steps/s",
             f"{fmt(snap.samples_per_s_run, '.1f')} samples/s",
             f"p50 {fmt(snap.p50_ms)} ms",
         ]
@@ -221,7 +229,7 @@ def final_report(summary: dict[str, Any], run_dir: str, width: int | None = None
         + (f"  batch {summary['batch_size']}/rank" if summary.get("batch_size") else "")
     )
     rates = (
-        f"{fmt(summary['steps_per_s'], '.2f')} steps/s  {fmt(summary['samples_per_s'], '.1f')} samples/s  "
+        f"{fmt_steps_per_s(summary['steps_per_s'])} steps/s  {fmt(summary['samples_per_s'], '.1f')} samples/s  "
         + (f"{fmt(summary['tokens_per_s'], '.0f')} tokens/s  " if summary.get("tokens_per_s") else "")
         + f"step p50 {fmt(summary['step_ms_p50'])} ms  p95 {fmt(summary['step_ms_p95'])} ms  "
         f"(after {summary['warmup']} warmup steps)"

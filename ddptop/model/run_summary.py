@@ -14,7 +14,12 @@ from ddptop.model.nccl_facts import NcclFacts
 from ddptop.model.rank_state import RankState
 from ddptop.model.straggler import Finding, Verdict
 
-__all__ = ["bus_bandwidth", "last50", "nccl_facts", "rank_summary", "round_or_none", "straggler_dict", "verdict_dict"]
+# steps/s is written with this many decimals everywhere: summary.json rounds to it and every
+# view formats with report.fmt_steps_per_s, so the TUI, the exit summary and the JSON read
+# the same digits (issue 46: 27.31, 27.30 and 27.305 of one run).
+STEPS_PER_S_DIGITS = 2
+
+__all__ = ["STEPS_PER_S_DIGITS", "bus_bandwidth", "last50", "nccl_facts", "rank_summary", "round_or_none", "straggler_dict", "verdict_dict"]
 
 
 def rank_summary(rs: RankState, world_size: int, recent: RankFigures | None = None) -> dict[str, Any]:
@@ -31,7 +36,7 @@ def rank_summary(rs: RankState, world_size: int, recent: RankFigures | None = No
         "status": rs.status,
         "steps": rs.steps,
         "last_step": rs.last_step,
-        "steps_per_s": round_or_none(figures.rank_steps_per_s_run(rs)),
+        "steps_per_s": round_or_none(figures.rank_steps_per_s_run(rs), STEPS_PER_S_DIGITS),
         "samples_per_s": round_or_none(figures.rank_samples_per_s_run(rs)),
         "tokens_per_s": round_or_none(figures.rank_tokens_per_s_run(rs)),
         "step_ms_p50": round_or_none(rs.step_hist.percentile(50)),

@@ -44,6 +44,12 @@ class Snapshot:
     heaviest: int | None = None  # most own work now (figures.slowest; noisy: not a mark)
     lightest: int | None = None  # least own work now (figures.fastest)
     nodes: tuple[NodeFigures, ...] = ()  # a multi-node run's nodes over their ranks (ddptop.model.nodes)
+    # the run's live fields as they were at `now`: a paused view shows these, not the state's
+    # (which goes on changing underneath it; issue 46: a paused header kept counting steps)
+    current_step: int = -1
+    run_status: str = ""
+    finished: bool = False
+    dropped: int = 0
 
     @property
     def phase_names(self) -> tuple[str, ...]:
@@ -82,4 +88,6 @@ def snapshot(state: RunState, now: float) -> Snapshot:
         heaviest=figures.slowest(ranks) if many else None,
         lightest=figures.fastest(ranks) if many else None,
         nodes=node_figures(state, ranks, status, named.rank if named is not None else None),
+        current_step=state.current_step, run_status=str(state.status), finished=state.finished,
+        dropped=state.total_dropped,
     )

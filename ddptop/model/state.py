@@ -23,6 +23,7 @@ from ddptop.model.figures import STALL_MIN_S, STALL_STEPS, RankFigures, RankWind
 from ddptop.model.nccl_facts import NcclFacts
 from ddptop.model.rank_state import RECENT, Histogram, RankState
 from ddptop.model.run_summary import (
+    STEPS_PER_S_DIGITS,
     bus_bandwidth,
     nccl_facts,
     rank_summary,
@@ -343,7 +344,7 @@ class RunState:
             "failure_log": list(self.failure_log),
             "elapsed_s": round_or_none(self.elapsed(self.ended_at or self.started_at)),
             "warmup": self.warmup,
-            "steps_per_s": round_or_none(figures.job_steps_per_s_run(self.ranks.values())),
+            "steps_per_s": round_or_none(figures.job_steps_per_s_run(self.ranks.values()), STEPS_PER_S_DIGITS),
             "samples_per_s": round_or_none(figures.job_samples_per_s_run(self.ranks.values())),
             "tokens_per_s": round_or_none(figures.job_tokens_per_s_run(self.ranks.values())),
             "step_ms_p50": round_or_none(p50),

@@ -210,6 +210,9 @@ class DdpTopApp(ViewActions):
     def _stop_requested(self, event: StopRequested) -> None:
         if self.workbench.is_live() and not self._refused("stop the run"):
             self.workbench.request_stop(self._by(event.reason))
+            current = self.workbench.current
+            self.views.stopping = current.run_id if current is not None else None
+            self.views.refresh()  # the header says `stopping` now, not at the next tick
             self.notify("stopping the run at the next agreed step…")
 
     @on(CaptureEnded)

@@ -1,0 +1,93 @@
+"""Issue 46 point 5 and 9: a screen agrees with itself over time. A paused screen changes in
+nothing (the header's step counted on: 261 -> 283); after `R` the old run's chart goes; after
+`x` the header says `stopping` at once (it said `running` for 6 s); the waiting line ends
+when every rank is connected (then it waits for the first step)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from test_tui_one_screen import NOW, app_on, rec, screen, scripted_state
+from test_web import LiveSession
+from textual.widgets import Sparkline
+
+from ddptop.model import report
+from ddptop.model.config import RunConfig
+from ddptop.model.state import RunState
+from ddptop.wire.protocol import Hello, Steps
+
+
+def test_a_paused_screen_changes_in_nothing_while_the_run_goes_on(tmp_path: Path) -> None:
+    state = scripted_state()
+
+    async def main() -> tuple[str, str]:
+        app = app_on(state, tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.refresh_views()
+            await pilot.press("space")
+            app.refresh_views()
+            await pilot.pause()
+            before = screen(app)
+            for r in (0, 1):  # the run goes on: 22 more steps, one more rank status
+                state.apply(Steps(r, [rec(i, r) for i in range(120, 142)]), NOW)
+            state.dropped[0] = 3
+            app.refresh_views()
+            await pilot.pause()
+            return before, screen(app)
+
+    before, after = asyncio.run(main())
+    assert "[paused]" in before and "step 120/1000" in before
+    assert after == before
+
+
+def test_after_x_the_header_says_stopping_at_once(tmp_path: Path) -> None:
+    async def main() -> str:
+        app = app_on(scripted_state(), tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.refresh_views()
+            await pilot.press("x")
+            await pilot.pause()
+            await pilot.press("y")
+            await pilot.pause()
+            return screen(app).splitlines()[0]
+
+    head = asyncio.run(main())
+    assert "● stopping" in head and "running" not in head
+
+
+def test_after_a_restart_the_old_runs_chart_is_gone_until_the_new_one_steps(tmp_path: Path) -> None:
+    async def main() -> tuple[list, list, str]:
+        app = app_on(scripted_state(), tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            old = scripted_state()
+            for i in range(60):
+                old.history.append((i * 0.5, 10.0 + i % 3))
+            app.workbench.sessions[-1] = LiveSession(old, RunConfig.from_dict(old.config), tmp_path / "a")
+            app.refresh_views()
+            await pilot.pause()
+            spark = app.query_one("#rate-spark", Sparkline)
+            shown = list(spark.data or [])
+            fresh = RunState(run_id="20260101-120100-baseline", config=old.config, world_size=2, warmup=0,
+                             started_at=NOW)
+            app.workbench.sessions.append(LiveSession(fresh, RunConfig.from_dict(fresh.config), tmp_path / "b"))
+            app.refresh_views()
+            await pilot.pause()
+            return shown, list(spark.data or []), app.query_one("#rate-box").border_title
+
+    shown, after, title = asyncio.run(main())
+    assert shown and not after and title == "steps/s: waiting for steps"
+
+
+def test_the_waiting_line_ends_when_every_rank_is_connected() -> None:
+    state = RunState(run_id="r", config={"steps": 10}, world_size=2, warmup=0, started_at=NOW)
+    for r in (0, 1):
+        state.apply(Hello(rank=r, local_rank=r, world_size=2, host="h", pid=1 + r, token="", device="cpu",
+                          backend="gloo", model="tiny"), NOW)
+    line = report.status_line(state, NOW)
+    assert "waiting for the first step" in line and "2/2 connected" not in line
+    from ddptop.model.snapshot import snapshot
+    from ddptop.tui.widgets.run_header import rate_pieces
+
+    header = " ".join(p.plain for p in rate_pieces(snapshot(state, NOW)))
+    assert "all 2 ranks connected: waiting for the first step" in header
