@@ -91,3 +91,23 @@ def test_the_waiting_line_ends_when_every_rank_is_connected() -> None:
 
     header = " ".join(p.plain for p in rate_pieces(snapshot(state, NOW)))
     assert "all 2 ranks connected: waiting for the first step" in header
+
+
+def test_at_200x60_with_2_ranks_no_empty_timeline_rows_and_two_different_steps(tmp_path: Path) -> None:
+    """The lanes box had ~22 empty rows; the cursor's panel and the fastest rank's showed one step twice."""
+    from ddptop.tui.synthetic import show_tab, snapshot_app
+    from ddptop.tui.widgets.rank_lanes import RankLanes
+    from ddptop.tui.widgets.step_timeline import StepTimelineView
+
+    async def main() -> tuple[int, str, str]:
+        app = snapshot_app(2, tmp_path)
+        async with app.run_test(size=(200, 60)) as pilot:
+            await show_tab(app, pilot, "ranks")
+            lanes = app.query_one(RankLanes)
+            left = app.query_one("#overview-timeline", StepTimelineView).border_title
+            right = app.query_one("#fastest-timeline", StepTimelineView).border_title
+            return lanes.region.height, str(left), str(right)
+
+    height, left, right = asyncio.run(main())
+    assert height <= 2 + 2, height  # its two rows and its border
+    assert left.split(":")[0] != right.split(":")[0], (left, right)

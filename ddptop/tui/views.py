@@ -103,7 +103,10 @@ class ViewRouter:
                     widget.display = tall
             show_cursor_rank(query("#overview-timeline", StepTimelineView), snap, table.cursor_rank, tall,
                              "node" if table.cursor_on_node else "cursor")
-            show_cursor_rank(query("#fastest-timeline", StepTimelineView), snap, snap.lightest, tall, "fastest")
+            shown = table.cursor_rank if table.cursor_rank in snap.state.ranks else (
+                snap.slowest if snap.slowest in snap.state.ranks else snap.heaviest)
+            show_cursor_rank(query("#fastest-timeline", StepTimelineView), snap, snap.lightest, tall, "fastest",
+                             cursor=shown)
             table.show(snap)
             query(ThroughputPanel).show(snap)
             if tall:
