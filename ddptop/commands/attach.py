@@ -20,6 +20,7 @@ from ddptop.hw.terminal import output_width
 from ddptop.model.report import fmt, fmt_steps_per_s, table
 from ddptop.model.usage import USAGE_EXIT, OneLineParser, UsageError
 from ddptop.remote.live import (
+    PACKAGE_ROOT,
     LiveDirError,
     LiveRun,
     ensure_live_dir,
@@ -163,6 +164,18 @@ def ended_note(entry: LiveRun) -> str:
             f"this server can be stopped (Ctrl-C where `ddptop attach --web` runs).")
 
 
+def viewer_argv(args: list[str]) -> list[str]:
+    """`ddptop attach ARGS` as a web page's viewer runs it: this ddptop, whatever the folder
+    the server was started in holds. `python -m ddptop` put that folder first on sys.path,
+    where an unrelated `ddptop/` (the parent of a clone holds one) became the package: the
+    viewer died on `cannot import name '__version__'` and the page stayed blank (issue 46).
+    So the viewer puts this ddptop's root first itself, and gets it on PYTHONPATH as the
+    supervisor does (ddptop.remote.web.ViewerService)."""
+    boot = ("import sys; sys.path.insert(0, sys.argv.pop(1)); from ddptop.cli import main; "
+            "sys.argv[0] = 'ddptop'; sys.exit(main())")
+    return [sys.executable, "-c", boot, str(PACKAGE_ROOT), "attach", *args]
+
+
 def serve_web(entry: LiveRun, port: int, read_only: bool = False) -> int:
     """Serve `ddptop attach RUN_ID` to browsers that hold this server's secret: each page
     load runs one viewer of the run (never its owner: closing a tab leaves the run alone).
@@ -172,7 +185,7 @@ def serve_web(entry: LiveRun, port: int, read_only: bool = False) -> int:
     # The token is made here and stays in this process: never in a viewer's argv.
     flags = ["--read-only"] if read_only else []
     # exec: the viewer is the shell's process itself, which the server ends with its page
-    command = "exec " + shlex.join([sys.executable, "-m", "ddptop", "attach", *flags, entry.run_id])
+    command = "exec " + shlex.join(viewer_argv([*flags, entry.run_id]))
     server = WebServer(command, port, new_token(), title=f"ddptop {entry.run_id}",
                        ended=lambda: ended_note(entry))
     mode = "read-only: no page can stop, restart or change the run" if read_only else \
