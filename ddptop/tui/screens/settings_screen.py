@@ -31,7 +31,7 @@ from ddptop.model.config import (
 
 CUSTOM = "custom"
 SECTIONS = (
-    ("Run", ("nproc", "model", "backend", "batch_size", "steps", "warmup", "seed", "data", "workers",
+    ("Run", ("nproc", "model", "backend", "batch_size", "steps", "until_stopped", "warmup", "seed", "data", "workers",
              "lr")),
     ("DDP", ("ddp", "static_graph", "gradient_as_bucket_view", "bucket_cap_mb", "comm_hook",
              "powersgd_rank", "powersgd_start_iter", "autocast", "grad_accum")),
@@ -52,7 +52,8 @@ HELP = {
     "model": "auto: vit_l_32 on GPU, tiny_vit on CPU",
     "backend": "auto: nccl with CUDA, else gloo",
     "batch_size": "samples per rank per micro-batch",
-    "steps": "optimizer steps per rank",
+    "steps": "optimizer steps per rank (unless until_stopped)",
+    "until_stopped": "train until stopped (x, q): the demo in a terminal; steps then bounds nothing",
     "warmup": "steps left out of throughput figures",
     "seed": "random seed",
     "data": "loader: DataLoader + workers; device: batches made on the device",

@@ -112,7 +112,7 @@ def _setup(snap: Snapshot) -> list[Text]:
     state, cfg = snap.state, snap.state.config
     backend = _hello_field(state, "backend") or str(cfg.get("backend", "?"))
     model = _hello_field(state, "model") or str(cfg.get("model", "?"))
-    steps = cfg.get("steps", 0)
+    steps = 0 if cfg.get("until_stopped") else cfg.get("steps", 0)
     hook = (_hello_field(state, "comm_hook") or "?") if state.command else hook_text(cfg)
     ddp = script_ddp_text(state) if state.command else ()
     return [
