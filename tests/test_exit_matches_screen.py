@@ -77,3 +77,22 @@ def test_the_exit_table_and_the_presets_and_ls_tables_follow_the_width() -> None
         return {w for w in text.split() if w.strip("-")}
 
     assert words(report.presets_table(200)) == words(report.presets_table(60))  # wrapped at words, none cut
+
+
+def test_on_a_terminal_the_exit_summarys_advice_wraps_at_words() -> None:
+    """An advice line of ~400 characters broke mid-word at 200 columns (the terminal wrapped it)."""
+    state = synthetic_state(2, slow_rank=1, backend="gloo")
+    state.status = "completed"
+    summary = state.summary()
+    summary["advice"] = {"reason": "all-reduce is 29% of the step: " + "compress gradients and overlap " * 14,
+                         "label": "expected, not measured yet"}
+    flat_advice = "advice (expected, not measured yet): " + summary["advice"]["reason"]
+    for width in (80, 200):
+        text = report.final_report(summary, "/runs/x", width=width, wrap=True)
+        lines = text.splitlines()
+        assert max(map(len, lines)) <= width
+        start = next(i for i, x in enumerate(lines) if x.startswith("advice"))
+        joined = " ".join(x.strip() for x in lines[start:start + 12] if not x.startswith("records"))
+        assert " ".join(flat_advice.split()) in " ".join(joined.split())  # every word whole
+    piped = report.final_report(summary, "/runs/x", width=80, wrap=False)
+    assert flat_advice.rstrip() in piped  # piped: one line a finding, for grep

@@ -86,3 +86,12 @@ def test_steps_per_s_reads_the_same_digits_in_every_view():
         "json": str(summary["steps_per_s"]),
     }
     assert set(seen.values()) == {"27.31"}, seen
+
+
+def test_the_header_says_the_runs_comm_share_the_exit_summary_says():
+    """The TUI showed only the last-50 comm share, the exit summary only the run's."""
+    state = state_of({r: [gpu_like(i, timed_every=1) for i in range(200)] for r in (0, 1)}, warmup=5)
+    snap = snapshot(state, NOW)
+    header = comm_text(snap.comm, snap.comm_window, snap.comm_run).plain
+    summary = state.summary()
+    assert f"run {summary['comm_share']:.0%}, exposed {summary['exposed_comm_share']:.0%}" in header, header

@@ -32,6 +32,8 @@ class Snapshot:
     comm: tuple[float | None, float] | None  # (in flight, exposed) share of step, mean over ranks; in flight
     # is None where only exposed comm is measured (GPU, DDP's own all-reduce, no nccl_timing)
     comm_window: str  # the steps both comm shares are over (figures.comm_window)
+    # (in flight, exposed) over the whole run, as the exit summary and summary.json say them
+    comm_run: tuple[float | None, float | None]
     warming_up: bool  # a comm hook is configured but gradients still travel uncompressed
     straggler: Finding | None = None  # the straggler named (ddptop.model.straggler), with its evidence
     verdict: Verdict = Verdict()  # the straggler verdict, named or not ("no straggler: ranks within 3%...")
@@ -79,6 +81,8 @@ def snapshot(state: RunState, now: float) -> Snapshot:
         p50_ms=figures.job_step_ms_p50_last50(ranks),
         comm=figures.comm_shares_last50(ranks),
         comm_window=figures.comm_window(ranks),
+        comm_run=(figures.mean_share_run(state.ranks.values(), "comm_ms"),
+                  figures.mean_share_run(state.ranks.values(), "exposed_comm_ms")),
         warming_up=figures.warming_up(state.config, ranks, state.current_step),
         straggler=named, verdict=state.straggler_verdict if many else Verdict(),
         stall=state.stall if state.stall is not None and state.stall.cleared_at is None else None,

@@ -154,7 +154,7 @@ def rate_pieces(snap: Snapshot) -> list[Text]:
                                     ("  samples/s ", "dim"), (fmt(snap.recent_samples_per_s, ".1f"), "bold")))
         if snap.slowest is not None and state.world_size > 1:
             pieces.append(Text.assemble(("▲ slowest ", SLOW_STYLE), (f"rank {snap.slowest}", SLOW_STYLE)))
-    pieces.append(comm_text(snap.comm, snap.comm_window))
+    pieces.append(comm_text(snap.comm, snap.comm_window, snap.comm_run))
     if snap.dropped:
         pieces.append(Text(f"dropped frames {snap.dropped}", style="#c79100"))
     return pieces
@@ -168,14 +168,18 @@ def waiting_text(connected: int, world_size: int) -> str:
     return f"all {world_size} ranks connected: waiting for the first step"
 
 
-def comm_text(comm: tuple[float | None, float | None] | None, label: str = RECENT_LABEL) -> Text:
+def comm_text(comm: tuple[float | None, float | None] | None, label: str = RECENT_LABEL,
+              run: tuple[float | None, float | None] = (None, None)) -> Text:
     """All-reduce in flight and the part of it no compute hid, as shares of the step, both
     over the same steps of each rank's last 50 (`label`: the timed ones where a GPU times
     one step in comm_timing_every)."""
     if comm is None:
         return Text()
     total, exposed = comm
-    window = (f" ({label})", "dim")
+    # the whole run's beside it: the exit summary says only that one (issue 46)
+    over_run = (f"; {RUN_LABEL} {run[0]:.0%}, exposed {run[1] or 0.0:.0%}" if run[0] is not None and total is not None
+                else f"; {RUN_LABEL} exposed {run[1]:.0%}" if run[1] is not None and total is None else "")
+    window = (f" ({label}{over_run})", "dim")
     if total is None:
         return Text.assemble(("exposed comm ", "dim"), (f"{exposed or 0.0:.0%}", "bold"),
                              (" of step (total: nccl_timing)", "dim"), window)
