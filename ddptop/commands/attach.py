@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+from ddptop.hw.terminal import output_width
 from ddptop.model.config import RunConfig
 from ddptop.model.options import CaptureOptions
-from ddptop.hw.terminal import output_width
-from ddptop.model.report import fmt, fmt_steps_per_s, table
+from ddptop.model.report import fmt_steps_per_s, table
 from ddptop.model.usage import USAGE_EXIT, OneLineParser, UsageError
 from ddptop.remote.live import (
     PACKAGE_ROOT,

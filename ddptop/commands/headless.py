@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from ddptop.hw.terminal import output_width
 from ddptop.model import report
 from ddptop.model.exit_codes import EXIT_CODES
-from ddptop.hw.terminal import output_width
 from ddptop.model.report import closing_lines
 from ddptop.run.session import Session
 from ddptop.run.signals import STOP_SIGNALS, on_signals

@@ -32,21 +32,21 @@ def fmt_steps_per_s(value: float | None, na: str = NA) -> str:
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int | None = None,
           drop: Sequence[str] = ()) -> str:
     """The one plain-text table. Given a `width` (the terminal's), it fits: first the `drop`
-    columns go (by header, in that order), then the widest text column wraps at word
-    boundaries onto continuation lines (issue 46: `ddptop presets` was 135 columns wide)."""
-    headers, rows = [str(h) for h in headers], [[str(c) for c in row] for row in rows]
-    widths = _widths(headers, rows)
+    columns go (by header, in that order), then the text column with the most room wraps at
+    word boundaries onto continuation lines (issue 46: `ddptop presets` was 135 columns wide)."""
+    heads: list[str] = [str(h) for h in headers]
+    body: list[list[str]] = [[str(c) for c in row] for row in rows]
+    widths = _widths(heads, body)
     for name in drop:
-        if width is None or _span(widths) <= width or name not in headers:
+        if width is None or _span(widths) <= width or name not in heads:
             continue
-        i = headers.index(name)
-        headers, rows = headers[:i] + headers[i + 1:], [r[:i] + r[i + 1:] for r in rows]
-        widths = _widths(headers, rows)
-    numeric = [all(_is_number(r[i]) for r in rows) for i in range(len(headers))]
+        i = heads.index(name)
+        heads, body = heads[:i] + heads[i + 1:], [r[:i] + r[i + 1:] for r in body]
+        widths = _widths(heads, body)
+    numeric = [all(_is_number(r[i]) for r in body) for i in range(len(heads))]
     if width is not None and _span(widths) > width:
-        # the text column with the most room gives a column at a time
-        texts = [i for i in range(len(headers)) if not numeric[i]]
-        floor = {i: max([len(headers[i])] + [len(w) for r in rows for w in r[i].split()]) for i in texts}
+        texts = [i for i in range(len(heads)) if not numeric[i]]
+        floor = {i: max([len(heads[i])] + [len(w) for r in body for w in r[i].split()]) for i in texts}
         while texts and _span(widths) > width:
             i = max(texts, key=lambda k: widths[k] - floor[k])
             if widths[i] <= floor[i]:
@@ -58,13 +58,13 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int | No
                 for c, w in zip(row, widths)]
         out = []
         for k in range(max(len(c) for c in cols)):
-            cells = [c[k] if k < len(c) else "" for c in cols]
+            parts = [c[k] if k < len(c) else "" for c in cols]
             out.append("  ".join(x.rjust(w) if num else x.ljust(w)
-                                 for x, w, num in zip(cells, widths, numeric)).rstrip())
+                                 for x, w, num in zip(parts, widths, numeric)).rstrip())
         return out
 
-    body = [line for row in rows for line in lines(row)]
-    return "\n".join([*lines(headers), *lines(["-" * w for w in widths]), *body])
+    shown = [line for row in body for line in lines(row)]
+    return "\n".join([*lines(heads), *lines(["-" * w for w in widths]), *shown])
 
 
 def _widths(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[int]:
@@ -267,9 +267,11 @@ def final_report(summary: dict[str, Any], run_dir: str, width: int | None = None
         lines += [f"  | {line}" for line in tail]
     if summary.get("dropped_frames"):
         lines.append(f"dropped telemetry frames: {summary['dropped_frames']}")
-    lines.append(f"records: {run_dir}")
+    if width and wrap:
+        lines = [wrapped(x, width) for x in lines]
+    lines.append(f"records: {run_dir}")  # whole, however long: the path is what a reader copies
     # a summary.json read back may hold a rank's raw bytes (an older ddptop's, or edited)
-    return printable("\n".join([wrapped(x, width) for x in lines] if width and wrap else lines), newlines=True)
+    return printable("\n".join(lines), newlines=True)
 
 
 def wrapped(text: str, width: int) -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ddptop.model.exit_codes import EXIT_CODES
 from ddptop.hw.terminal import output_width
+from ddptop.model.exit_codes import EXIT_CODES
 from ddptop.model.report import closing_lines
 from ddptop.run.workbench import Workbench
 

@@ -296,7 +296,7 @@ class SettingsScreen(Screen["RunConfig | None"]):
         label = self.query_one(f"#help-{name}", Label)
         label.set_class(bool(reason), "knob-bad")
         label.update(reason or help_text(name))
-        if control.has_focus and control.parent is not None:
+        if control.has_focus and isinstance(control.parent, Widget):
             self._show_detail(control.parent)
 
     def _remember(self) -> None:

@@ -14,7 +14,6 @@ from ddptop.tui.live import Snapshot
 from ddptop.tui.render import SLOW_STYLE, spark
 from ddptop.tui.widgets.lines_view import LinesView
 
-
 EMPTY_TITLE = "steps/s: waiting for steps"
 
 
