@@ -111,3 +111,28 @@ def test_at_200x60_with_2_ranks_no_empty_timeline_rows_and_two_different_steps(t
     height, left, right = asyncio.run(main())
     assert height <= 2 + 2, height  # its two rows and its border
     assert left.split(":")[0] != right.split(":")[0], (left, right)
+
+
+def test_the_gpu_tab_on_a_cpu_run_is_not_a_few_lines_then_blank(tmp_path: Path) -> None:
+    """On CPU the GPU tab was 4 lines, then 50 blank ones: now each rank's CPU history and,
+    right under the table, what the tab shows and where GPU figures come from."""
+    from ddptop.tui.synthetic import SYNTHETIC_NOW, app_on_state, show_tab, synthetic_state
+
+    state = synthetic_state(2, backend="gloo", now=SYNTHETIC_NOW)
+    state.gpu_unavailable = "NVML not available: no NVIDIA driver"
+    for i in range(20):
+        sample = {rs.hello.pid: (50.0 + 2 * i, 500 << 20) for rs in state.ranks.values()}
+        state.proc_history.append(sample)
+        state.proc_stats = sample
+
+    async def main() -> list[str]:
+        app = app_on_state(state, tmp_path, SYNTHETIC_NOW)
+        async with app.run_test(size=(200, 60)) as pilot:
+            await show_tab(app, pilot, "gpu")
+            return [s.text.rstrip() for s in app.screen._compositor.render_strips()]
+
+    lines = asyncio.run(main())
+    head = next(i for i, x in enumerate(lines) if "CPU % history" in x)
+    rows = lines[head + 1:head + 3]
+    assert all("▁" in r or "█" in r for r in rows), rows  # each rank's CPU over time
+    assert "on a machine with NVML this tab shows each GPU" in " ".join(lines[head + 3:head + 6])

@@ -113,6 +113,9 @@ class RunState:
     # psutil, every second: pid -> (cpu_percent, rss_bytes) of each rank and its children
     proc_stats: dict[int, tuple[float, int]] = field(default_factory=dict)
     proc_children: dict[int, list[int]] = field(default_factory=dict)  # a rank's pid -> its children's
+    # the last proc_stats samples (the GPU tab's CPU history where there is no NVML)
+    proc_history: collections.deque[dict[int, tuple[float, int]]] = field(
+        default_factory=lambda: collections.deque(maxlen=120))
     nccl: NcclFacts | None = None  # latest ddptop.analysis.nccl.NcclReport parsed from the run's NCCL logs
     topology: TopologyMatrix | None = None  # once, when NVML is there
     advice: Advice | None = None  # latest from ddptop.analysis.advisor

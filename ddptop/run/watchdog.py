@@ -147,6 +147,7 @@ class Watchdog:
             pids = list(self.procs.rank_pids().values())
             gpu, procs, children = await asyncio.to_thread(hw.sample, pids)
             state.proc_stats, state.proc_children = procs, children
+            state.proc_history.append(procs)
             if gpu is not None:
                 state.gpu = gpu
                 state.gpu_history.append(gpu)
