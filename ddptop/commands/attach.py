@@ -17,7 +17,7 @@ from pathlib import Path
 from ddptop.hw.terminal import output_width
 from ddptop.model.config import RunConfig
 from ddptop.model.options import CaptureOptions
-from ddptop.model.report import fmt_steps_per_s, table
+from ddptop.model.report import fmt_step_rate, table
 from ddptop.model.usage import USAGE_EXIT, OneLineParser, UsageError
 from ddptop.remote.live import (
     PACKAGE_ROOT,
@@ -90,7 +90,7 @@ def ls_table(runs: list[LiveRun], now: float, width: int | None = None) -> str:
     """The live runs, fitted to `width`: the run dir wraps, then pid, mode and preset go."""
     head = ("run", "preset", "ranks", "step", "steps/s", "status", "mode", "viewers", "pid", "up", "run dir")
     rows = [(e.run_id, e.preset, str(e.world_size), str(e.step) if e.step >= 0 else "-",
-             fmt_steps_per_s(e.steps_per_s), e.status, "detached" if e.detached else "owned", str(e.viewers),
+             fmt_step_rate(e.steps_per_s), e.status, "detached" if e.detached else "owned", str(e.viewers),
              str(e.pid), f"{(now - e.started_at) / 60:.0f}m", e.run_dir) for e in runs]
     return table(head, rows, width, drop=("pid", "mode", "viewers"))
 

@@ -23,7 +23,7 @@ def fmt(value: float | None, spec: str = ".1f", na: str = NA) -> str:
     return na if value is None else format(value, spec)
 
 
-def fmt_steps_per_s(value: float | None, na: str = NA) -> str:
+def fmt_step_rate(value: float | None, na: str = NA) -> str:
     """Every view's steps/s: the digits summary.json keeps (STEPS_PER_S_DIGITS), so a figure
     reads the same in the TUI, the status line, the exit summary and the JSON."""
     return fmt(value, f".{STEPS_PER_S_DIGITS}f", na)
@@ -117,7 +117,7 @@ def status_line(state: RunState, now: float) -> str:
     else:
         parts += [
             f"step {max(state.current_step + 1, 0)}" + (f"/{steps}" if steps else ""),
-            f"{fmt_steps_per_s(snap.steps_per_s)} steps/s",
+            f"{fmt_step_rate(snap.steps_per_s)} steps/s",
             f"{fmt(snap.samples_per_s_run, '.1f')} samples/s",
             f"p50 {fmt(snap.p50_ms)} ms",
         ]
@@ -229,7 +229,7 @@ def final_report(summary: dict[str, Any], run_dir: str, width: int | None = None
         + (f"  batch {summary['batch_size']}/rank" if summary.get("batch_size") else "")
     )
     rates = (
-        f"{fmt_steps_per_s(summary['steps_per_s'])} steps/s  {fmt(summary['samples_per_s'], '.1f')} samples/s  "
+        f"{fmt_step_rate(summary['steps_per_s'])} steps/s  {fmt(summary['samples_per_s'], '.1f')} samples/s  "
         + (f"{fmt(summary['tokens_per_s'], '.0f')} tokens/s  " if summary.get("tokens_per_s") else "")
         + f"step p50 {fmt(summary['step_ms_p50'])} ms  p95 {fmt(summary['step_ms_p95'])} ms  "
         f"(after {summary['warmup']} warmup steps)"

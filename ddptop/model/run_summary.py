@@ -15,7 +15,7 @@ from ddptop.model.rank_state import RankState
 from ddptop.model.straggler import Finding, Verdict
 
 # steps/s is written with this many decimals everywhere: summary.json rounds to it and every
-# view formats with report.fmt_steps_per_s, so the TUI, the exit summary and the JSON read
+# view formats with report.fmt_step_rate, so the TUI, the exit summary and the JSON read
 # the same digits (issue 46: 27.31, 27.30 and 27.305 of one run).
 STEPS_PER_S_DIGITS = 2
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ddptop.model.config import RunConfig
-from ddptop.model.report import fmt, fmt_steps_per_s, markdown_grid
+from ddptop.model.report import fmt, fmt_step_rate, markdown_grid
 
 MAX_EARLIER = 200  # earlier runs listed from disk (newest kept)
 # Most telling first: a narrow terminal scrolls the long settings column off, not the speedup.
@@ -58,7 +58,7 @@ class RunsTable:
         cells = {
             "run": run_id + ("" if row.this_session else " *"),
             "preset": row.preset,
-            "steps/s": fmt_steps_per_s(row.steps_per_s, "-"),
+            "steps/s": fmt_step_rate(row.steps_per_s, "-"),
             "speedup": speedup,
             "p50 ms": fmt(row.step_ms_p50, ".1f", "-"),
             "samples/s": fmt(row.samples_per_s, ".1f", "-"),

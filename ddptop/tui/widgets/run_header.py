@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ddptop.model.figures import RECENT_LABEL, RUN_LABEL, ranks_connected
-from ddptop.model.report import fmt, fmt_steps_per_s
+from ddptop.model.report import fmt, fmt_step_rate
 from ddptop.model.state import RunState
 from ddptop.tui.live import Snapshot
 from ddptop.tui.render import SLOW_STYLE, fmt_duration, status_text
@@ -145,12 +145,12 @@ def rate_pieces(snap: Snapshot) -> list[Text]:
     elif snap.run_status == "starting":
         pieces.append(Text(waiting_text(ranks_connected(state.ranks.values()), state.world_size), style="italic"))
     else:
-        pieces.append(Text.assemble((RUN_LABEL + " ", "dim"), ("steps/s ", "dim"), (fmt_steps_per_s(snap.steps_per_s), "bold"),
+        pieces.append(Text.assemble((RUN_LABEL + " ", "dim"), ("steps/s ", "dim"), (fmt_step_rate(snap.steps_per_s), "bold"),
                                     ("  samples/s ", "dim"), (fmt(snap.samples_per_s_run, ".1f"), "bold")))
         if snap.warming_up:  # what the run is doing matters more than its second pace figure
             pieces.append(Text(warm_up_text(state.config), style="bold #c79100"))
         pieces.append(Text.assemble((RECENT_LABEL + " ", "dim"), ("steps/s ", "dim"),
-                                    (fmt_steps_per_s(snap.recent_steps_per_s), "bold"),
+                                    (fmt_step_rate(snap.recent_steps_per_s), "bold"),
                                     ("  samples/s ", "dim"), (fmt(snap.recent_samples_per_s, ".1f"), "bold")))
         if snap.slowest is not None and state.world_size > 1:
             pieces.append(Text.assemble(("▲ slowest ", SLOW_STYLE), (f"rank {snap.slowest}", SLOW_STYLE)))

@@ -9,7 +9,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
 from ddptop.model.figures import RECENT_LABEL, RUN_LABEL
-from ddptop.model.report import fmt, fmt_steps_per_s
+from ddptop.model.report import fmt, fmt_step_rate
 from ddptop.tui.live import Snapshot
 from ddptop.tui.render import SLOW_STYLE, spark
 from ddptop.tui.widgets.lines_view import LinesView
@@ -40,8 +40,8 @@ class ThroughputPanel(Horizontal):
             # which the sparkline and the whole-run line need (issue 21: they were clipped).
             # "now" is the header's figure (the last 50 steps' pace), the range the chart's.
             current = snap.recent_steps_per_s if snap.recent_steps_per_s is not None else rates[-1]
-            now, lo, hi = (fmt_steps_per_s(current), fmt_steps_per_s(min([*rates, current])),
-                           fmt_steps_per_s(max([*rates, current])))
+            now, lo, hi = (fmt_step_rate(current), fmt_step_rate(min([*rates, current])),
+                           fmt_step_rate(max([*rates, current])))
             title = f"steps/s {RECENT_LABEL} {now}, over the {RUN_LABEL} min {lo}  max {hi}"
             if len(title) > box.outer_size.width - 6:
                 title = f"steps/s {RECENT_LABEL} {now} ({lo}-{hi})"
