@@ -195,6 +195,10 @@ def build_config(args: argparse.Namespace, script: bool = False) -> RunConfig:
         # short runs keep most of their steps measured unless told otherwise
         changes["warmup"] = min(base.warmup, max(args.steps, 0) // 4)
     base = base.with_changes(**{k: v for k, v in changes.items() if v is not None})
+    if not script and args.steps is None and not getattr(args, "headless", True) and sys.stdout.isatty() \
+            and getattr(args, "detach", False) is False and getattr(args, "cost", None) is None \
+            and (getattr(args, "nnodes", None) or 1) == 1:  # every node must agree on the steps
+        base = base.with_changes(until_stopped=True)  # the demo in a terminal: until stopped
     config = preset_config(args.preset or ("asis" if script else "baseline"), base)
     grace = getattr(args, "stop_grace", None)
     if grace is not None:
@@ -217,7 +221,7 @@ def check_runnable(config: RunConfig, args: argparse.Namespace) -> None:
         raise UsageError("--json needs --headless (the TUI owns the terminal)")
     for spec in args.capture:
         try:
-            parse_capture_spec(spec, config.steps)
+            parse_capture_spec(spec, 2**31 if config.until_stopped else config.steps)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     if args.profiler == "nsys" and not find_nsys(args.nsys_path):
@@ -330,7 +334,7 @@ def capture_options(args: argparse.Namespace, config: RunConfig) -> CaptureOptio
     nsys = find_nsys(args.nsys_path) if args.profiler == "nsys" and config.backend != "gloo" else None
     profiler = "nsys" if args.profiler == "nsys" else "torch"
     return CaptureOptions(
-        windows=[parse_capture_spec(s, config.steps) for s in args.capture],
+        windows=[parse_capture_spec(s, 2**31 if config.until_stopped else config.steps) for s in args.capture],
         profiler=profiler, nsys=nsys if profiler == "nsys" else None,
     )
 
@@ -346,7 +350,9 @@ def run_subcommand(name: str, argv: list[str]) -> int:
         if argv:
             raise UsageError(f"presets takes no arguments, got {' '.join(argv)!r}")
 
-        print(presets_table())
+        from ddptop.hw.terminal import output_width
+
+        print(presets_table(output_width()[0]))
         return 0
     if name == "nccl":
         from ddptop.commands.nccl import main_nccl

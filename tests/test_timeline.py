@@ -125,3 +125,42 @@ def test_without_spans_a_rank_shows_the_newest_step_whose_all_reduce_was_timed()
     assert rec["step"] == 10 and "comm_ms" in rec and spans == ()
     lines = timeline_lines(step_timeline(untimed), 80)
     assert "a GPU times one step in comm_timing_every" in lines[2].plain
+
+
+def _bucket_line(header: str) -> tuple[float, float, float]:
+    import re
+    m = re.search(r"all-reduce ([\d.]+) ms.*?: ([\d.]+) hidden under backward \(\d+%\), ([\d.]+) exposed", header)
+    assert m, header
+    return float(m[1]), float(m[2]), float(m[3])
+
+
+def test_hidden_plus_exposed_is_the_all_reduce_on_every_step():
+    """Issue 46 point 1: the line read `1.0 ms in 1 bucket: 1.0 hidden (100%), 1.0 exposed`:
+    its exposed was the wait lane, not the all-reduce's unhidden part. Any step, any spans:
+    hidden + exposed = in flight (to the printed digit); the wait, when it differs, is named apart."""
+    import random
+
+    rng = random.Random(46)
+    for _ in range(400):
+        data, fwd, bwd = rng.uniform(0, 5), rng.uniform(0.5, 10), rng.uniform(0.5, 20)
+        wait = rng.uniform(0, bwd)
+        rec = {"step": 3, "step_ms": data + fwd + bwd + 2, "data_ms": data, "forward_ms": fwd,
+               "backward_ms": bwd, "exposed_comm_ms": wait, "optimizer_ms": 1.0,
+               "comm_ms": rng.uniform(0.1, bwd + 5)}
+        end = data + fwd + bwd
+        spans = tuple(sorted((a, a + rng.uniform(0.05, 6)) for a in
+                             (rng.uniform(data + fwd, end) for _ in range(rng.randint(0, 4)))))
+        header = timeline_lines(step_timeline(rec, spans), 80)[0].plain
+        total, hidden, exposed = _bucket_line(header)
+        assert abs(hidden + exposed - total) <= 0.1 + 1e-9, header
+        if "wait" in header:
+            assert "backward's wait after compute" in header
+
+
+def test_a_bucket_done_before_compute_ends_is_all_hidden_and_the_wait_is_named_apart():
+    # the issue's reading: 1 ms in flight under compute, then a 1 ms wait after compute
+    rec = {"step": 0, "step_ms": 6.0, "data_ms": 0.0, "forward_ms": 1.0, "backward_ms": 4.0,
+           "exposed_comm_ms": 1.0, "optimizer_ms": 1.0}
+    header = timeline_lines(step_timeline(rec, ((1.5, 2.5),)), 80)[0].plain
+    assert "all-reduce 1.0 ms in 1 bucket: 1.0 hidden under backward (100%), 0.0 exposed" in header
+    assert "backward's wait after compute 1.0 ms" in header

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import sys
@@ -60,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     criterion = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
     scaler = torch.amp.GradScaler("cuda") if cuda and config.autocast == "fp16" else None
-    micro_batches = config.steps * config.grad_accum
+    # the dataset's length (batches go round it, epoch after epoch): a run until stopped has
+    # the default run's
+    micro_batches = (200 if config.until_stopped else config.steps) * config.grad_accum
     dataset = data.SyntheticImages(
         length=micro_batches * config.batch_size * world, image_size=spec.image_size,
         num_classes=spec.num_classes, seed=config.seed,
@@ -79,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     reason = "completed"
     step = -1
     own_clock = OwnClock(cuda, config.warmup)
-    for step in range(config.steps):
+    for step in itertools.count() if config.until_stopped else range(config.steps):
         own_clock.at(step)
         loss = None
         for micro in range(config.grad_accum):

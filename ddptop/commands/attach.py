@@ -14,11 +14,13 @@ import sys
 import time
 from pathlib import Path
 
+from ddptop.hw.terminal import output_width
 from ddptop.model.config import RunConfig
 from ddptop.model.options import CaptureOptions
-from ddptop.model.report import fmt, table
+from ddptop.model.report import fmt_step_rate, table
 from ddptop.model.usage import USAGE_EXIT, OneLineParser, UsageError
 from ddptop.remote.live import (
+    PACKAGE_ROOT,
     LiveDirError,
     LiveRun,
     ensure_live_dir,
@@ -81,16 +83,17 @@ def main_ls(argv: list[str]) -> int:
     if not runs:
         print("no live ddptop runs (start one with `ddptop ... --detach`)")
         return 0
-    print(ls_table(runs, time.time()))
+    print(ls_table(runs, time.time(), output_width()[0]))
     return 0
 
 
-def ls_table(runs: list[LiveRun], now: float) -> str:
+def ls_table(runs: list[LiveRun], now: float, width: int | None = None) -> str:
+    """The live runs, fitted to `width`: the run dir wraps, then pid, mode and preset go."""
     head = ("run", "preset", "ranks", "step", "steps/s", "status", "mode", "viewers", "pid", "up", "run dir")
     rows = [(e.run_id, e.preset, str(e.world_size), str(e.step) if e.step >= 0 else "-",
-             fmt(e.steps_per_s, ".2f"), e.status, "detached" if e.detached else "owned", str(e.viewers),
+             fmt_step_rate(e.steps_per_s), e.status, "detached" if e.detached else "owned", str(e.viewers),
              str(e.pid), f"{(now - e.started_at) / 60:.0f}m", e.run_dir) for e in runs]
-    return table(head, rows)
+    return table(head, rows, width, drop=("pid", "mode", "viewers"))
 
 
 def attach_parser() -> argparse.ArgumentParser:
@@ -159,6 +162,18 @@ def ended_note(entry: LiveRun) -> str:
             f"this server can be stopped (Ctrl-C where `ddptop attach --web` runs).")
 
 
+def viewer_argv(args: list[str]) -> list[str]:
+    """`ddptop attach ARGS` as a web page's viewer runs it: this ddptop, whatever the folder
+    the server was started in holds. `python -m ddptop` put that folder first on sys.path,
+    where an unrelated `ddptop/` (the parent of a clone holds one) became the package: the
+    viewer died on `cannot import name '__version__'` and the page stayed blank (issue 46).
+    So the viewer puts this ddptop's root first itself, and gets it on PYTHONPATH as the
+    supervisor does (ddptop.remote.web.ViewerService)."""
+    boot = ("import sys; sys.path.insert(0, sys.argv.pop(1)); from ddptop.cli import main; "
+            "sys.argv[0] = 'ddptop'; sys.exit(main())")
+    return [sys.executable, "-c", boot, str(PACKAGE_ROOT), "attach", *args]
+
+
 def serve_web(entry: LiveRun, port: int, read_only: bool = False) -> int:
     """Serve `ddptop attach RUN_ID` to browsers that hold this server's secret: each page
     load runs one viewer of the run (never its owner: closing a tab leaves the run alone).
@@ -168,7 +183,7 @@ def serve_web(entry: LiveRun, port: int, read_only: bool = False) -> int:
     # The token is made here and stays in this process: never in a viewer's argv.
     flags = ["--read-only"] if read_only else []
     # exec: the viewer is the shell's process itself, which the server ends with its page
-    command = "exec " + shlex.join([sys.executable, "-m", "ddptop", "attach", *flags, entry.run_id])
+    command = "exec " + shlex.join(viewer_argv([*flags, entry.run_id]))
     server = WebServer(command, port, new_token(), title=f"ddptop {entry.run_id}",
                        ended=lambda: ended_note(entry))
     mode = "read-only: no page can stop, restart or change the run" if read_only else \

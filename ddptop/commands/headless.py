@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from ddptop.hw.terminal import output_width
 from ddptop.model import report
 from ddptop.model.exit_codes import EXIT_CODES
 from ddptop.model.report import closing_lines
@@ -47,7 +48,7 @@ async def run_headless(session: Session, interval: float = 3.0, as_json: bool = 
                       file=out, flush=True)
         state = runner.result()
     summary = state.summary()
-    print(closing_lines(state, session.run_dir, summary), file=out, flush=True)
+    print(closing_lines(state, session.run_dir, summary, *output_width(out)), file=out, flush=True)
     if as_json:
         print(json.dumps(summary, separators=(",", ":")), file=out, flush=True)
     return EXIT_CODES[state.status]

@@ -13,7 +13,7 @@ from ddptop.analysis.advisor import Advice
 from ddptop.analysis.sweep_advice import measured, reference
 from ddptop.model.config import ConfigError, RunConfig
 from ddptop.model.figures import speedup, summary_comm_shares, summary_mean_ms
-from ddptop.model.report import NA, fmt, markdown_grid
+from ddptop.model.report import NA, fmt, fmt_step_rate, markdown_grid
 
 IN_EFFECT = ("static_graph", "gradient_as_bucket_view", "bucket_cap_mb", "comm_hook", "autocast")
 
@@ -153,7 +153,7 @@ def table_cells(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list
             r["settings"],
             fmt(r["world_size"], "d"),
             str(r["status"]),
-            fmt(r["steps_per_s"], ".2f"),
+            fmt_step_rate(r["steps_per_s"]),
             *([ci_text(r.get("steps_per_s_ci"))] if has_ci else []),
             fmt(r["samples_per_s"], ".1f"),
             *([fmt(r.get("tokens_per_s"), ".0f")] if has_tokens else []),

@@ -24,7 +24,7 @@ from ddptop.commands.tune_search import (
 )
 from ddptop.model.config import PRESETS, RunConfig
 from ddptop.model.figures import speedup
-from ddptop.model.report import fmt, markdown_grid
+from ddptop.model.report import fmt, fmt_step_rate, markdown_grid
 
 HEADERS = (
     "#",
@@ -101,7 +101,7 @@ def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
             str(r["settings"]),
             str(r["source"]),
             str(r["status"]),
-            fmt(r["steps_per_s"], ".2f"),
+            fmt_step_rate(r["steps_per_s"]),
             fmt(r["step_ms_p50"], ".1f"),
             share_text(r["comm_share"]),
             ratio_text(r["speedup"]),

@@ -70,6 +70,9 @@ class RunConfig:
     model: str = "auto"  # auto: vit_l_32 on GPU, tiny_vit on CPU
     batch_size: int = 32  # per rank
     steps: int = 200
+    # the demo in a terminal (the TUI, no --steps) trains until stopped (x, q): a newcomer's
+    # run was over in ~10 s, before a key was found (issue 46); `steps` then bounds nothing
+    until_stopped: bool = False
     warmup: int = 5  # steps excluded from throughput and percentiles
     seed: int = 0
     backend: str = "auto"  # auto: nccl when CUDA is available, else gloo

@@ -52,6 +52,10 @@ class RankState:
     # its share and bandwidth are over the steps that carry it
     timed_step_ms: float = 0.0
     timed_bytes: float = 0.0
+    # the exposed part of each timed all-reduce (figures.exposed_of_comm), over those same
+    # steps: the exposed share and p50 shown beside comm's are taken over comm's steps
+    timed_exposed_ms: float = 0.0
+    timed_exposed_hist: Histogram = field(default_factory=Histogram)
     ddp_timing: dict[str, float] = field(default_factory=dict)  # DDP's own logger, from the goodbye
     # the all-reduce buckets' [hand-over, completion] (ms from the step's start) of the newest
     # step the rank sent them for (a few times a second): the live step timeline
@@ -86,6 +90,9 @@ class RankState:
             self.comm_hist.add(rec["comm_ms"])
             self.timed_step_ms += step_ms
             self.timed_bytes += rec.get("comm_bytes", 0.0)
+            exposed = figures.exposed_of_comm(rec) or 0.0
+            self.timed_exposed_ms += exposed
+            self.timed_exposed_hist.add(exposed)
         if "exposed_comm_ms" in rec:
             self.exposed_hist.add(rec["exposed_comm_ms"])
         if "hook_ms" in rec:

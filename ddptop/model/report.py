@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
 from ddptop.model import figures
 from ddptop.model.capture import perturbation_line
 from ddptop.model.config import PRESETS, RunConfig, preset_config
+from ddptop.model.run_summary import STEPS_PER_S_DIGITS
 from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState
 from ddptop.model.status import RunStatus
@@ -21,19 +23,58 @@ def fmt(value: float | None, spec: str = ".1f", na: str = NA) -> str:
     return na if value is None else format(value, spec)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def fmt_step_rate(value: float | None, na: str = NA) -> str:
+    """Every view's steps/s: the digits summary.json keeps (STEPS_PER_S_DIGITS), so a figure
+    reads the same in the TUI, the status line, the exit summary and the JSON."""
+    return fmt(value, f".{STEPS_PER_S_DIGITS}f", na)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int | None = None,
+          drop: Sequence[str] = ()) -> str:
+    """The one plain-text table. Given a `width` (the terminal's), it fits: first the `drop`
+    columns go (by header, in that order), then the text column with the most room wraps at
+    word boundaries onto continuation lines (issue 46: `ddptop presets` was 135 columns wide)."""
     # every plain-text table (ls, trace, headless, sweep) shows its cells as text: names from
     # files and ranks can hold escapes
-    cells = [[printable(str(h)) for h in headers]] + [[printable(str(c)) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    numeric = [all(_is_number(r[i]) for r in cells[1:]) for i in range(len(headers))]
+    heads: list[str] = [printable(str(h)) for h in headers]
+    body: list[list[str]] = [[printable(str(c)) for c in row] for row in rows]
+    widths = _widths(heads, body)
+    for name in drop:
+        if width is None or _span(widths) <= width or name not in heads:
+            continue
+        i = heads.index(name)
+        heads, body = heads[:i] + heads[i + 1:], [r[:i] + r[i + 1:] for r in body]
+        widths = _widths(heads, body)
+    numeric = [all(_is_number(r[i]) for r in body) for i in range(len(heads))]
+    if width is not None and _span(widths) > width:
+        texts = [i for i in range(len(heads)) if not numeric[i]]
+        floor = {i: max([len(heads[i])] + [len(w) for r in body for w in r[i].split()]) for i in texts}
+        while texts and _span(widths) > width:
+            i = max(texts, key=lambda k: widths[k] - floor[k])
+            if widths[i] <= floor[i]:
+                break  # no column narrower than its longest word: a line too long beats a cut word
+            widths[i] -= 1
 
-    def line(row: list[str]) -> str:
-        return "  ".join(
-            c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, numeric)
-        ).rstrip()
+    def lines(row: list[str]) -> list[str]:
+        cols = [textwrap.wrap(c, w, break_on_hyphens=False) or [""] if len(c) > w else [c]
+                for c, w in zip(row, widths)]
+        out = []
+        for k in range(max(len(c) for c in cols)):
+            parts = [c[k] if k < len(c) else "" for c in cols]
+            out.append("  ".join(x.rjust(w) if num else x.ljust(w)
+                                 for x, w, num in zip(parts, widths, numeric)).rstrip())
+        return out
 
-    return "\n".join([line(cells[0]), line(["-" * w for w in widths]), *map(line, cells[1:])])
+    shown = [line for row in body for line in lines(row)]
+    return "\n".join([*lines(heads), *lines(["-" * w for w in widths]), *shown])
+
+
+def _widths(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[int]:
+    return [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+
+
+def _span(widths: Sequence[int]) -> int:
+    return sum(widths) + 2 * (len(widths) - 1)
 
 
 def markdown_grid(headers: Sequence[str], cells: Sequence[Sequence[str]], numeric: Sequence[bool]) -> str:
@@ -58,33 +99,34 @@ def _is_number(cell: str) -> bool:
     return True
 
 
-def presets_table() -> str:
+def presets_table(width: int | None = None) -> str:
     rows = []
     for name, preset in PRESETS.items():
         cfg = preset_config(name, RunConfig(nproc=2))
         rows.append([name, cfg.describe(), preset.description])
-    return table(["preset", "settings", "what it is for"], rows)
+    return table(["preset", "settings", "what it is for"], rows, width)
 
 
 def status_line(state: RunState, now: float) -> str:
     """The headless status line, from the same Snapshot the TUI shows."""
     snap = snapshot(state, now)
-    steps = state.config.get("steps", 0)
+    steps = 0 if state.config.get("until_stopped") else state.config.get("steps", 0)
     connected = figures.ranks_connected(state.ranks.values())
     parts = [f"[{state.elapsed(now):6.1f}s]", f"{state.status:<9}"]
     if state.status == RunStatus.STARTING:
-        parts.append(f"ranks {connected}/{state.world_size} connected")
+        parts.append(f"ranks {connected}/{state.world_size} connected" if connected < state.world_size
+                     else f"all {connected} ranks connected: waiting for the first step")
     else:
         parts += [
             f"step {max(state.current_step + 1, 0)}" + (f"/{steps}" if steps else ""),
-            f"{fmt(snap.steps_per_s, '.2f')} steps/s",
+            f"{fmt_step_rate(snap.steps_per_s)} steps/s",
             f"{fmt(snap.samples_per_s_run, '.1f')} samples/s",
             f"p50 {fmt(snap.p50_ms)} ms",
         ]
         if snap.comm is not None:
             total, exposed = snap.comm
             parts.append(f"exposed comm {100 * (exposed or 0.0):.0f}%" if total is None
-                         else f"comm {100 * total:.0f}% (exposed {100 * (exposed or 0.0):.0f}%)")
+                         else f"comm {100 * total:.0f}% (exposed {100 * (exposed or 0.0):.0f}%; {snap.comm_window})")
         if snap.verdict_text:  # the one wording every view shows
             parts.append(snap.verdict_text)
         if snap.stall is not None:
@@ -96,23 +138,32 @@ def status_line(state: RunState, now: float) -> str:
     return printable("  ".join(parts))
 
 
-def ranks_table(summary: dict[str, Any]) -> str:
+def ranks_table(summary: dict[str, Any], width: int | None = None) -> str:
+    """Each rank as the live view's rank table shows it on its final screen: its last 50 steps
+    (p50, p95, own ms, the phases with the exposed wait apart from backward, samples/s) and the
+    straggler flagged in its status; a summary without those (an older ddptop's) gives its
+    whole-run figures."""
     multi = (summary.get("nnodes") or 1) > 1  # which ddptop node: hostnames may repeat
+    named = (summary.get("straggler") or {}).get("rank")
     rows = []
     for r in summary["ranks"]:
-        ph = r["phases_ms"]
+        recent = r.get("last50") or {}
+        ph = recent.get("phases_ms") or r["phases_ms"]
         node = ["-" if r.get("node") is None else r["node"]] if multi else []
+        status = "straggler" if named == r["rank"] and r["status"] in ("running", "done") else r["status"]
         rows.append([
             r["rank"], *node, r["host"] or "-", r["device"] or "-", r["steps"],
-            fmt(r["step_ms_p50"]), fmt(r["step_ms_p95"]),
-            fmt(ph["data"]), fmt(ph["forward"]), fmt(ph["backward"]), fmt(ph["optimizer"]),
-            fmt(r["samples_per_s"]), r["status"],
+            fmt(recent.get("p50_ms", r["step_ms_p50"])), fmt(recent.get("p95_ms", r["step_ms_p95"])),
+            fmt(recent.get("own_ms")), fmt(ph["data"]), fmt(ph["forward"]), fmt(ph["backward"]),
+            fmt(ph.get("exposed")), fmt(ph["optimizer"]),
+            fmt(recent.get("samples_per_s", r["samples_per_s"])), status,
         ])
-    return table(
-        ["rank", *(["node"] if multi else []), "host", "device", "steps", "p50 ms", "p95 ms", "data",
-         "fwd", "bwd", "opt", "samples/s", "status"],
-        rows,
-    )
+    window = "last 50 steps each, as the live view shows them" if any(
+        r.get("last50") for r in summary["ranks"]) else "each rank's run"
+    head = ["rank", *(["node"] if multi else []), "host", "device", "steps", "p50 ms", "p95 ms", "own ms",
+            "data", "fwd", "bwd", "exposed", "opt", "samples/s", "status"]
+    title = f"ranks, {window} (ms a step):"
+    return (wrapped(title, width) if width else title) + "\n" + table(head, rows, width, drop=("host", "device", "p95 ms", "steps", "samples/s"))
 
 
 def what_ran(summary: dict[str, Any]) -> str:
@@ -164,7 +215,10 @@ def script_ddp_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def final_report(summary: dict[str, Any], run_dir: str) -> str:
+def final_report(summary: dict[str, Any], run_dir: str, width: int | None = None, wrap: bool = False) -> str:
+    """The exit summary; `width` (the terminal's): its table fits, and with `wrap` (a terminal,
+    which would break a long line mid-word) its prose wraps at words; piped, a finding stays
+    one line (grep finds it)."""
     params = summary.get("params")
     head = (
         f"run {summary['run_id']}: {summary['status']}"
@@ -174,12 +228,12 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
         + (f"  batch {summary['batch_size']}/rank" if summary.get("batch_size") else "")
     )
     rates = (
-        f"{fmt(summary['steps_per_s'], '.2f')} steps/s  {fmt(summary['samples_per_s'], '.1f')} samples/s  "
+        f"{fmt_step_rate(summary['steps_per_s'])} steps/s  {fmt(summary['samples_per_s'], '.1f')} samples/s  "
         + (f"{fmt(summary['tokens_per_s'], '.0f')} tokens/s  " if summary.get("tokens_per_s") else "")
         + f"step p50 {fmt(summary['step_ms_p50'])} ms  p95 {fmt(summary['step_ms_p95'])} ms  "
         f"(after {summary['warmup']} warmup steps)"
     )
-    lines = [head, *script_ddp_lines(summary), rates, ranks_table(summary)]
+    lines = [head, *script_ddp_lines(summary), rates, ranks_table(summary, width)]
     lines += comm_lines(summary) + eval_lines(summary) + cost_lines(summary)
     verdict = summary.get("straggler_check") or summary.get("straggler")  # older summaries: the latter
     if verdict:
@@ -212,9 +266,21 @@ def final_report(summary: dict[str, Any], run_dir: str) -> str:
         lines += [f"  | {line}" for line in tail]
     if summary.get("dropped_frames"):
         lines.append(f"dropped telemetry frames: {summary['dropped_frames']}")
-    lines.append(f"records: {run_dir}")
+    if width and wrap:
+        lines = [wrapped(x, width) for x in lines]
+    lines.append(f"records: {run_dir}")  # whole, however long: the path is what a reader copies
     # a summary.json read back may hold a rank's raw bytes (an older ddptop's, or edited)
     return printable("\n".join(lines), newlines=True)
+
+
+def wrapped(text: str, width: int) -> str:
+    """A report's prose at `width`, broken at word boundaries, continuation lines indented;
+    multi-line text (a table) is left as it is."""
+    if "\n" in text or len(text) <= width:
+        return text
+    indent = " " * (len(text) - len(text.lstrip()) + 2)
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent=indent, break_long_words=False,
+                                   break_on_hyphens=False))
 
 
 def advice_line(advice: dict[str, Any]) -> str:
@@ -226,10 +292,11 @@ def advice_line(advice: dict[str, Any]) -> str:
     return f"advice{'' if said else f' ({label})'}: {reason}"
 
 
-def closing_lines(state: RunState, run_dir: str | os.PathLike[str], summary: dict[str, Any] | None = None) -> str:
+def closing_lines(state: RunState, run_dir: str | os.PathLike[str], summary: dict[str, Any] | None = None,
+                  width: int | None = None, wrap: bool = False) -> str:
     """What a finished run prints last, headless or after the TUI: status, the final
-    table, where the records are."""
-    return final_report(summary if summary is not None else state.summary(), str(run_dir))
+    table, where the records are; `width`, `wrap`: final_report's."""
+    return final_report(summary if summary is not None else state.summary(), str(run_dir), width, wrap)
 
 
 def cost_lines(summary: dict[str, Any]) -> list[str]:
@@ -269,7 +336,8 @@ def comm_lines(summary: dict[str, Any]) -> list[str]:
     if summary.get("comm_share") is not None:
         busbw = [r.get("busbw_gbps") for r in summary["ranks"] if r.get("busbw_gbps") is not None]
         lines.append(f"gradient communication: {100 * summary['comm_share']:.1f}% of the step, "
-                     f"{100 * (summary.get('exposed_comm_share') or 0):.1f}% exposed (not hidden by backward)"
+                     f"{100 * (summary.get('exposed_comm_share') or 0):.1f}% exposed (not hidden by backward; "
+                     f"{summary.get('comm_window') or 'run'})"
                      + (f"; all-reduce bus bandwidth {min(busbw):.2f}-{max(busbw):.2f} GB/s" if busbw else "")
                      + (" (effective: the gradient's bytes before compression over the compressed collectives' "
                         "time, so it can exceed the link)" if any(r.get("busbw_effective") for r in summary["ranks"]) else ""))
@@ -279,17 +347,32 @@ def comm_lines(summary: dict[str, Any]) -> list[str]:
             lines.append("comm hook, p50 per rank: " + ", ".join(
                 f"rank {r['rank']} {r['hook_ms_p50']:.1f} ms, of which collectives {r['comm_ms_p50']:.1f} ms"
                 for r in hooked))
-        ddp = next((r for r in summary["ranks"] if r.get("ddp_timing")), None)
-        if ddp is not None and "backward_comm_ms" in ddp["ddp_timing"]:
-            t = ddp["ddp_timing"]
-            lines.append(f"cross-check, rank {ddp['rank']}: DDP's own logger (sampled, up to iteration "
-                         f"{fmt(t.get('iteration'), '.0f')}) backward comm {fmt(t['backward_comm_ms'], '.1f')} ms, "
-                         f"overlapped with compute {fmt(t.get('overlap_ms'), '.1f')} ms; ddptop comm p50 "
-                         f"{fmt(ddp.get('comm_ms_p50'), '.1f')} ms, exposed {fmt(ddp.get('exposed_comm_ms_p50'), '.1f')} ms")
+        lines += ddp_cross_check(summary)
     elif summary.get("exposed_comm_share") is not None:
         lines.append(f"gradient communication: {100 * summary['exposed_comm_share']:.1f}% of the step exposed "
                      "(not hidden by backward); the all-reduce total is not timed here (nccl_timing is off)")
     return lines
+
+
+def ddp_cross_check(summary: dict[str, Any]) -> list[str]:
+    """DDP's own logger beside ddptop's figures, compared like with like: DDP's comm span
+    runs from the first bucket's hand-over to the last all-reduce's end (queueing behind
+    backward's kernels included) and averages sampled iterations from the first on (NCCL's
+    set-up included), so its total is not ddptop's in-flight time; the part it did not
+    overlap with compute is the figure to hold against ddptop's exposed comm."""
+    ddp = next((r for r in summary["ranks"] if r.get("ddp_timing")), None)
+    if ddp is None or "backward_comm_ms" not in ddp["ddp_timing"]:
+        return []
+    t = ddp["ddp_timing"]
+    total, overlap = t["backward_comm_ms"], t.get("overlap_ms")
+    alone = None if overlap is None else max(0.0, total - overlap)
+    return [f"cross-check, rank {ddp['rank']}: DDP's own logger (a mean over sampled iterations up to "
+            f"{fmt(t.get('iteration'), '.0f')}, warm-up included) not overlapped with compute "
+            f"{fmt(alone, '.1f')} ms; ddptop exposed p50 {fmt(ddp.get('exposed_comm_ms_p50'), '.1f')} ms "
+            f"(after warmup)",
+            f"  DDP's comm span {fmt(total, '.1f')} ms runs from the first bucket's hand-over to the last "
+            f"all-reduce's end ({fmt(overlap, '.1f')} ms of it under backward's compute); ddptop's all-reduce "
+            f"p50 {fmt(ddp.get('comm_ms_p50'), '.1f')} ms is the collectives' own time"]
 
 
 def clock_lines(summary: dict[str, Any]) -> list[str]:

@@ -9,16 +9,23 @@ from __future__ import annotations
 from typing import Any
 
 from ddptop.model import figures, straggler
+from ddptop.model.figures import RankFigures
 from ddptop.model.host_load import Contention
 from ddptop.model.nccl_facts import NcclFacts
 from ddptop.model.rank_state import RankState
 from ddptop.model.straggler import Finding, Verdict
 
-__all__ = ["bus_bandwidth", "host_dict", "nccl_facts", "rank_summary", "round_or_none", "straggler_dict", "verdict_dict"]
+# steps/s is written with this many decimals everywhere: summary.json rounds to it and every
+# view formats with report.fmt_step_rate, so the TUI, the exit summary and the JSON read
+# the same digits (issue 46: 27.31, 27.30 and 27.305 of one run).
+STEPS_PER_S_DIGITS = 2
+
+__all__ = ["STEPS_PER_S_DIGITS", "bus_bandwidth", "host_dict", "last50", "nccl_facts", "rank_summary", "round_or_none", "straggler_dict", "verdict_dict"]
 
 
-def rank_summary(rs: RankState, world_size: int) -> dict[str, Any]:
-    """One entry of the summary's `ranks` list."""
+def rank_summary(rs: RankState, world_size: int, recent: RankFigures | None = None) -> dict[str, Any]:
+    """One entry of the summary's `ranks` list; `recent`: the rank's last-50 figures, the
+    ones the live view's rank table shows (its final screen, for the exit table)."""
     hello = rs.hello
     entry: dict[str, Any] = {
         "rank": rs.rank,
@@ -30,19 +37,23 @@ def rank_summary(rs: RankState, world_size: int) -> dict[str, Any]:
         "status": rs.status,
         "steps": rs.steps,
         "last_step": rs.last_step,
-        "steps_per_s": round_or_none(figures.rank_steps_per_s_run(rs)),
+        "steps_per_s": round_or_none(figures.rank_steps_per_s_run(rs), STEPS_PER_S_DIGITS),
         "samples_per_s": round_or_none(figures.rank_samples_per_s_run(rs)),
         "tokens_per_s": round_or_none(figures.rank_tokens_per_s_run(rs)),
         "step_ms_p50": round_or_none(rs.step_hist.percentile(50)),
         "step_ms_p95": round_or_none(rs.step_hist.percentile(95)),
         "phases_ms": {p: round_or_none(v) for p, v in figures.rank_phases_mean_run(rs).items()},
     }
+    if recent is not None and recent.p50 is not None:
+        entry["last50"] = last50(recent)
     for key, total in rs.extra_ms.items():
         entry[key + "_mean"] = round_or_none(total / max(rs.measured, 1))
     if rs.exposed_hist.n:
         entry["comm_ms_p50"] = round_or_none(rs.comm_hist.percentile(50))
         entry["comm_timed_steps"] = rs.comm_hist.n
-        entry["exposed_comm_ms_p50"] = round_or_none(rs.exposed_hist.percentile(50))
+        # over the steps comm_ms_p50 is over (figures.exposed_of_comm), where comm is timed
+        exposed = rs.timed_exposed_hist if rs.timed_exposed_hist.n else rs.exposed_hist
+        entry["exposed_comm_ms_p50"] = round_or_none(exposed.percentile(50))
         if rs.hook_hist.n:  # the comm hook's whole span; comm_ms is then the collectives' own time
             entry["hook_ms_p50"] = round_or_none(rs.hook_hist.percentile(50))
         entry["comm_share"] = round_or_none(figures.rank_share_run(rs, "comm_ms"), 4)
@@ -55,6 +66,15 @@ def rank_summary(rs: RankState, world_size: int) -> dict[str, Any]:
     if rs.info:
         entry["info"] = dict(rs.info)
     return entry
+
+
+def last50(f: RankFigures) -> dict[str, Any]:
+    """A rank's figures over its last 50 steps, as the live view's rank table shows them: step
+    p50/p95, own work (step minus the exposed wait), the phases with the exposed wait split out
+    of backward, samples/s (the rank's samples a step over the same p50)."""
+    phases = {("exposed" if p == "comm" else p): round_or_none(v) for p, v in f.phases.items()}
+    return {"p50_ms": round_or_none(f.p50), "p95_ms": round_or_none(f.p95), "own_ms": round_or_none(f.own_ms),
+            "phases_ms": phases, "samples_per_s": round_or_none(f.samples_per_s_last50)}
 
 
 def bus_bandwidth(nbytes: float, comm_ms: float, world: int) -> dict[str, float | None]:

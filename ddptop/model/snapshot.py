@@ -31,6 +31,9 @@ class Snapshot:
     p50_ms: float | None  # window "last 50": the slowest rank's recent median step
     comm: tuple[float | None, float] | None  # (in flight, exposed) share of step, mean over ranks; in flight
     # is None where only exposed comm is measured (GPU, DDP's own all-reduce, no nccl_timing)
+    comm_window: str  # the steps both comm shares are over (figures.comm_window)
+    # (in flight, exposed) over the whole run, as the exit summary and summary.json say them
+    comm_run: tuple[float | None, float | None]
     warming_up: bool  # a comm hook is configured but gradients still travel uncompressed
     straggler: Finding | None = None  # the straggler named (ddptop.model.straggler), with its evidence
     verdict: Verdict = Verdict()  # the straggler verdict, named or not
@@ -46,6 +49,12 @@ class Snapshot:
     heaviest: int | None = None  # most own work now (figures.slowest; noisy: not a mark)
     lightest: int | None = None  # least own work now (figures.fastest)
     nodes: tuple[NodeFigures, ...] = ()  # a multi-node run's nodes over their ranks (ddptop.model.nodes)
+    # the run's live fields as they were at `now`: a paused view shows these, not the state's
+    # (which goes on changing underneath it; issue 46: a paused header kept counting steps)
+    current_step: int = -1
+    run_status: str = ""
+    finished: bool = False
+    dropped: int = 0
 
     @property
     def phase_names(self) -> tuple[str, ...]:
@@ -76,6 +85,9 @@ def snapshot(state: RunState, now: float) -> Snapshot:
         samples_per_s_run=figures.job_samples_per_s_run(state.ranks.values()),
         p50_ms=figures.job_step_ms_p50_last50(ranks),
         comm=figures.comm_shares_last50(ranks),
+        comm_window=figures.comm_window(ranks),
+        comm_run=(figures.mean_share_run(state.ranks.values(), "comm_ms"),
+                  figures.mean_share_run(state.ranks.values(), "exposed_comm_ms")),
         warming_up=figures.warming_up(state.config, ranks, state.current_step),
         straggler=named, verdict=verdict, verdict_text=words(verdict, state.finished),
         stall=state.stall if state.stall is not None and state.stall.cleared_at is None else None,
@@ -85,4 +97,6 @@ def snapshot(state: RunState, now: float) -> Snapshot:
         heaviest=figures.slowest(ranks) if many else None,
         lightest=figures.fastest(ranks) if many else None,
         nodes=node_figures(state, ranks, status, named.rank if named is not None else None),
+        current_step=state.current_step, run_status=str(state.status), finished=state.finished,
+        dropped=state.total_dropped,
     )

@@ -25,6 +25,7 @@ from ddptop.model.host_load import KEEP_S, HostHistory
 from ddptop.model.nccl_facts import NcclFacts
 from ddptop.model.rank_state import RECENT, Histogram, RankState
 from ddptop.model.run_summary import (
+    STEPS_PER_S_DIGITS,
     bus_bandwidth,
     host_dict,
     nccl_facts,
@@ -115,6 +116,9 @@ class RunState:
     # psutil, every second: pid -> (cpu_percent, rss_bytes) of each rank and its children
     proc_stats: dict[int, tuple[float, int]] = field(default_factory=dict)
     proc_children: dict[int, list[int]] = field(default_factory=dict)  # a rank's pid -> its children's
+    # the last proc_stats samples (the GPU tab's CPU history where there is no NVML)
+    proc_history: collections.deque[dict[int, tuple[float, int]]] = field(
+        default_factory=lambda: collections.deque(maxlen=120))
     nccl: NcclFacts | None = None  # latest ddptop.analysis.nccl.NcclReport parsed from the run's NCCL logs
     topology: TopologyMatrix | None = None  # once, when NVML is there
     advice: Advice | None = None  # latest from ddptop.analysis.advisor
@@ -330,6 +334,7 @@ class RunState:
         first = next((rs.hello for rs in self.ranks.values() if rs.hello), None)
         info = next((rs.info for rs in self.ranks.values() if rs.info), {})
         p50, p95 = self.step_ms_pcts(50, 95)
+        figs = self.rank_figures()
         return {
             "run_id": self.run_id,
             "preset": self.config.get("preset"),
@@ -350,7 +355,7 @@ class RunState:
             "failure_log": list(self.failure_log),
             "elapsed_s": round_or_none(self.elapsed(self.ended_at or self.started_at)),
             "warmup": self.warmup,
-            "steps_per_s": round_or_none(figures.job_steps_per_s_run(self.ranks.values())),
+            "steps_per_s": round_or_none(figures.job_steps_per_s_run(self.ranks.values()), STEPS_PER_S_DIGITS),
             "samples_per_s": round_or_none(figures.job_samples_per_s_run(self.ranks.values())),
             "tokens_per_s": round_or_none(figures.job_tokens_per_s_run(self.ranks.values())),
             "step_ms_p50": round_or_none(p50),
@@ -364,6 +369,7 @@ class RunState:
             "stall": self.stall.to_dict() if self.stall else None,
             "comm_share": round_or_none(figures.mean_share_run(self.ranks.values(), "comm_ms"), 4),
             "exposed_comm_share": round_or_none(figures.mean_share_run(self.ranks.values(), "exposed_comm_ms"), 4),
+            "comm_window": figures.comm_window_run(self.ranks.values()),
             "nccl": nccl_facts(self.nccl),
             "advice": self.advice.to_dict() if self.advice is not None else None,
             "captures": [c.to_dict() for c in self.captures.values()],
@@ -371,5 +377,5 @@ class RunState:
             "cost": self.cost.to_dict() if self.cost is not None else None,
             "dropped_frames": dict(self.dropped),
             "refused_connections": self.refused,
-            "ranks": [rank_summary(self.ranks[r], self.world_size) for r in sorted(self.ranks)],
+            "ranks": [rank_summary(self.ranks[r], self.world_size, figs.get(r)) for r in sorted(self.ranks)],
         }

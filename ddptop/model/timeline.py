@@ -39,6 +39,19 @@ class StepTimeline:
     buckets: tuple[Span, ...] = ()
     in_flight_ms: float = 0.0  # time any all-reduce was in flight (the union of the buckets' spans)
 
+    @property
+    def exposed_ms(self) -> float:
+        """The all-reduce's in-flight time that backward's compute did not hide: in flight
+        minus hidden, so hidden + exposed = in flight on every step (issue 46)."""
+        return max(0.0, self.in_flight_ms - (self.hidden_ms or 0.0))
+
+    @property
+    def wait_ms(self) -> float:
+        """The lane's wait after backward's compute (exposed_comm_ms): the all-reduce's
+        exposed part plus DDP's own work after it (copying the buckets back), as the rank
+        measured it; not the same figure as exposed_ms."""
+        return next((s.ms for s in self.lane if s.what == "exposed"), 0.0)
+
     def columns(self, span: Span, width: int) -> tuple[int, int]:
         """Where a span falls in a bar of `width` columns: [start, end), at least one column
         for any span of positive length."""

@@ -11,7 +11,9 @@ import contextlib
 import hmac
 import json
 import logging
+import os
 import secrets
+from asyncio.subprocess import Process
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from textual_serve.app_service import AppService
 from textual_serve.server import Server, to_int
 
 from ddptop.model.text import printable
+from ddptop.remote.live import PACKAGE_ROOT
 
 HOST = "127.0.0.1"  # never a public interface: reach it through an SSH port forward
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -62,9 +65,56 @@ class ViewerService(AppService):
     """textual-serve's AppService whose viewer process ends with its page, however early
     the page goes (even before the viewer has drawn anything, when it cannot read "quit"
     yet): "quit", then SIGTERM, then SIGKILL, in bounded time. Stopping twice (a cancelled
-    handler stops it again) waits for the same stop."""
+    handler stops it again) waits for the same stop. The viewer runs with this ddptop's root
+    first on PYTHONPATH, as the supervisor does; one that ends before drawing anything has its
+    page say why (its stderr's end), not a splash that never loads (issue 46)."""
 
     _stopping: asyncio.Task[None] | None = None
+    _drawn = False
+    _stderr: bytearray | None = None
+
+    def _build_environment(self, width: int = 80, height: int = 24) -> dict[str, str]:
+        env = super()._build_environment(width, height)
+        path = env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = str(PACKAGE_ROOT) + (os.pathsep + path if path else "")
+        return env
+
+    async def _open_app_process(self, width: int = 80, height: int = 24) -> Process:
+        process = await super()._open_app_process(width, height)
+        if process.stderr is not None:  # what textual-serve's reader reads, kept for the page too
+            self._stderr = bytearray()
+            process.stderr = _Tee(process.stderr, self._stderr)  # type: ignore[assignment]
+        return process
+
+    async def on_data(self, payload: bytes) -> None:
+        self._drawn = True
+        await super().on_data(payload)
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        except asyncio.CancelledError:
+            # textual-serve cancels its stderr reader, and awaits it, when the viewer is gone
+            # at once; a reader cancelled before it ran raises here (not this task's cancel)
+            task = asyncio.current_task()
+            if task is None or getattr(task, "cancelling", lambda: 1)():
+                raise
+        if self._drawn or self._stopping is not None:
+            return
+        process = self._process
+        if process is not None and process.stderr is not None:  # what the reader had no turn to read
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(process.stderr.read(), 2.0)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(process.wait(), 2.0)
+        code = process.returncode if process is not None else None
+        tail = bytes(self._stderr or b"").decode("utf-8", "replace").strip().splitlines()[-12:]
+        lines = [f"ddptop: the viewer did not start (exit code {code}); the end of what it said:", "",
+                 *(f"  | {line}" for line in tail or ["(nothing)"]), "",
+                 "the run itself goes on; this server's console has the whole output."]
+        text = "\r\n".join(f"  {printable(line)}" for line in ["", *lines])
+        with contextlib.suppress(Exception):  # the page may be gone already
+            await self.remote_write_bytes(f"\x1b[2J\x1b[H{text}\r\n".encode())
 
     async def stop(self) -> None:
         if self._task is None:
@@ -90,6 +140,19 @@ class ViewerService(AppService):
         if self._task is not None:
             await self._task  # its reader ends on the closed output
             self._task = None
+
+
+class _Tee:
+    """A stream reader whose reads are also kept in `kept` (the last 64 KiB)."""
+
+    def __init__(self, reader: asyncio.StreamReader, kept: bytearray) -> None:
+        self.reader, self.kept = reader, kept
+
+    async def read(self, n: int = -1) -> bytes:
+        data = await self.reader.read(n)
+        self.kept += data
+        del self.kept[:-65536]
+        return data
 
 
 class WebServer(Server):

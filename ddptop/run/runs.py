@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ddptop.model.config import RunConfig
-from ddptop.model.report import fmt, markdown_grid
+from ddptop.model.report import fmt, fmt_step_rate, markdown_grid
 from ddptop.model.text import printable
 from ddptop.run.untrusted import read_json_object
 
@@ -67,7 +67,7 @@ class RunsTable:
         cells = {
             "run": run_id + ("" if row.this_session else " *"),
             "preset": row.preset,
-            "steps/s": fmt(row.steps_per_s, ".2f", "-"),
+            "steps/s": fmt_step_rate(row.steps_per_s, "-"),
             "speedup": speedup,
             "p50 ms": fmt(row.step_ms_p50, ".1f", "-"),
             "samples/s": fmt(row.samples_per_s, ".1f", "-"),

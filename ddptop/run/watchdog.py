@@ -150,6 +150,7 @@ class Watchdog:
             rank_pids = self.procs.rank_pids()
             gpu, procs, children = await asyncio.to_thread(hw.sample, list(rank_pids.values()))
             state.proc_stats, state.proc_children = procs, children
+            state.proc_history.append(procs)
             # the host's CPU for the straggler rule (a busy host is not a straggler)
             host = await asyncio.to_thread(read_host, rank_pids, time.monotonic())
             if host is not None:

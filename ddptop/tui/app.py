@@ -219,6 +219,9 @@ class DdpTopApp(ViewActions):
     def _stop_requested(self, event: StopRequested) -> None:
         if self.workbench.is_live() and not self._refused("stop the run"):
             self.workbench.request_stop(self._by(event.reason))
+            current = self.workbench.current
+            self.views.stopping = current.run_id if current is not None else None
+            self.views.refresh()  # the header says `stopping` now, not at the next tick
             self.notify("stopping the run at the next agreed step…")
 
     @on(CaptureEnded)
@@ -314,7 +317,15 @@ class DdpTopApp(ViewActions):
             else:
                 self.post_message(SettingsApplied(config))
 
-        self.push_screen(SettingsScreen(self.workbench.config), applied)
+        # built once and kept (installed), filled anew on each opening: building its ~250
+        # widgets took 0.6-2.6 s a time (issue 46)
+        config = self.workbench.config
+        name = f"settings-{'script' if config.script else 'trainer'}"
+        if not self.is_screen_installed(name):
+            self.install_screen(SettingsScreen(config), name)
+        else:
+            self.get_screen(name).reset(config)  # type: ignore[attr-defined]
+        self.push_screen(name, applied)
 
     def _confirm(self, question: str, then: Callable[[], object]) -> None:
         """Ask a yes/no `question`; `then()` on yes."""

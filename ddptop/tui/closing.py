@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ddptop.hw.terminal import output_width
 from ddptop.model.exit_codes import EXIT_CODES
 from ddptop.model.report import closing_lines
 from ddptop.run.workbench import Workbench
@@ -36,7 +37,7 @@ def run_app(app: EndingApp) -> int:
     session = app.workbench.current
     if session is not None and app.workbench.owns_current() and session.state.finished:
         try:
-            print(closing_lines(session.state, session.run_dir), flush=True)
+            print(closing_lines(session.state, session.run_dir, None, *output_width()), flush=True)
         except OSError:  # the terminal went away just now
             pass
     return code

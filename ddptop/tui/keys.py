@@ -30,13 +30,16 @@ BINDINGS: list[BindingType] = [
     # priority binding: a focused input or a text selection still copies first.
     Binding("ctrl+c", "request_quit", "Quit", show=False),
     Binding("s", "settings", "Settings"),
+    Binding("f2", "settings", "Settings", show=False),  # htop's Setup
     Binding("x", "stop_run", "Stop run"),
+    Binding("f9", "stop_run", "Stop run", show=False),  # htop's Kill: the whole run, asking first
     Binding("R", "rerun", "Run again", show=False),  # footer: priority keys only (80x24)
     Binding("c", "capture", "Capture", tooltip=f"Profile the next {CAPTURE_STEPS} steps on every rank"),
     Binding("d", "detach", "Detach", show=False),
     # the same keys when the state refuses them: hidden, they say why
     *(Binding(key, f"refuse('{action}')", show=False)
-      for key, action in (("s", "settings"), ("x", "stop_run"), ("R", "rerun"), ("c", "capture"), ("d", "detach"))),
+      for key, action in (("s", "settings"), ("f2", "settings"), ("x", "stop_run"), ("f9", "stop_run"),
+                          ("R", "rerun"), ("c", "capture"), ("d", "detach"))),
     *(Binding(str(i + 1), f"show_tab('{tab}')", tab.capitalize(), show=False) for i, tab in enumerate(TABS)),
     Binding("t", "toggle_dark", "Theme", show=False),
     Binding("space", "pause", "Pause display", show=False),
@@ -45,13 +48,34 @@ BINDINGS: list[BindingType] = [
     Binding("slash", "search", "Search", show=False),
     Binding("f3", "search", "Search", show=False),
     Binding("f6", "sort", "Sort ranks (next column)", show=False),
+    Binding("P", "sort_by('p50')", "Sort ranks by p50 ms", show=False),  # htop's P (CPU%): the step time
+    Binding("f4", "search", "", show=False),  # htop's filter: the logs' search (help: EVERYWHERE_EXTRA)
+    # keys an htop/nvitop user presses first that mean nothing here: each says where its
+    # feature is (POINTERS); the ranks tab's own keys come first where it binds them
+    *(Binding(key, f"point_to('{key}')", show=False) for key in ("f5", "M", "T", "H", "u", "l", "e", "b", "f", "k", "n", "N")),
     Binding("h", "help", "Help", show=False),
     Binding("f1", "help", "Help", show=False),
     Binding("question_mark", "help", "Help"),
 ]
 # Actions that only make sense on the main screen (not under settings/help/confirm).
 MAIN_ONLY = {"settings", "stop_run", "rerun", "show_tab", "help", "request_quit", "capture", "detach",
-             "refuse", "search", "sort"}
+             "refuse", "search", "sort", "sort_by", "sort_step", "point_to"}
+# What an htop/nvitop key that ddptop does not bind says: where that feature is here.
+POINTERS = {
+    "f5": "F5 (tree): a multi-node run groups its ranks under their node (n opens one, N switches); ⏎ opens a rank",
+    "M": "M (memory): a rank's memory is in its detail (⏎) and on the GPU tab (2)",
+    "T": "T (time): the rank table sorts by p50 ms or own ms (P, F6, < >); ⏎ shows a rank's step timeline",
+    "H": "H (threads): one row per rank, no threads; ⏎ opens a rank with its processes",
+    "u": "u (user): every rank is this run's; f on the logs tab (4) shows one rank's lines",
+    "l": "l (open files): a rank's output is on the logs tab (4), its records in the run directory (runs tab, 3)",
+    "e": "e (environment): ⏎ opens the rank's facts, s the run's settings; e exports on the runs tab (3)",
+    "b": "b: sets the reference run on the runs tab (3)",
+    "f": "f (follow): the logs tab (4) follows one rank with f; ⏎ opens this one",
+    "k": "k (kill): x stops the whole run (a DDP job cannot lose one rank); on the logs tab k filters by kind",
+    "N": "n/N: open a node / node rows on a multi-node run (this one is one node); n/N step through search matches on the logs tab (4)",
+    "n": "n/N: open a node / node rows on a multi-node run (this one is one node); n/N step through search matches on the logs tab (4)",
+}
+SORT_TOAST = "ranks sorted by"  # the sort toast's start: a newer sort replaces it
 
 
 @dataclass(frozen=True)
@@ -95,7 +119,7 @@ class PaletteActions(Protocol):
     def action_invert_sort(self) -> None: ...
     def action_filter_logs(self) -> None: ...
     def export_runs(self) -> None: ...
-    def action_toggle_dark(self) -> None: ...
+    def action_toggle_dark(self) -> None: ...  # "Theme", as help names `t`
     def action_show_tab(self, tab: str) -> None: ...
 
 
@@ -117,7 +141,7 @@ def run_commands(app: PaletteActions) -> Iterator[SystemCommand]:
         ("Run again", "Start a new run with the same settings (R; asks first)", app.action_rerun, "rerun"),
         ("Settings", "Change the run's knobs and restart (s)", app.action_settings, "settings"),
         ("Export runs", "Write the runs table as Markdown into the runs directory", app.export_runs, ""),
-        ("Toggle light/dark", "Switch between light and dark themes (t)", app.action_toggle_dark, ""),
+        ("Theme", "Switch between light and dark themes (t)", app.action_toggle_dark, ""),
     ]
     for title, help_text, call, action in entries:
         if not (action and refusal(action, state)) and not (title == "Export runs" and state.read_only):

@@ -27,6 +27,7 @@ STATUS_STYLES = {
     "completed": "bold #3a9e5f",
     "done": "#3a9e5f",
     "stopped": "#c79100",
+    "stopping": "bold #c79100",
     "failed": "bold #d7503c",
     "lost": "bold #d7503c",
     "stalled?": "bold #c79100",

@@ -7,6 +7,7 @@ from textual.app import App
 from textual.timer import Timer
 from textual.widgets import TabbedContent
 
+from ddptop.tui.keys import POINTERS, SORT_TOAST
 from ddptop.tui.views import ViewRouter
 from ddptop.tui.widgets.log_view import LogView
 from ddptop.tui.widgets.rank_table import RankTable
@@ -45,15 +46,41 @@ class ViewActions(App[int]):
             self.notify("search is in the logs tab: 4, then / or F3 (ranks sort with F6, < > and i)")
 
     def action_sort(self) -> None:
-        if self.query_one(TabbedContent).active != "ranks":
-            self.notify("F6 sorts the rank table: 1 shows it")
-            return
-        table = self.query_one(RankTable)
-        table.action_sort_column(1)
-        self.notify(f"ranks sorted by {table.sort_label()} (F6 next column, i inverts)", timeout=3)
+        self.action_sort_step(1)
+
+    def action_sort_step(self, delta: int) -> None:
+        """F6, < and >: the rank table by the next (previous) column."""
+        if self._sorting("F6"):
+            self.query_one(RankTable).action_sort_column(delta)
+            self._sort_toast()
+
+    def action_sort_by(self, key: str) -> None:
+        if self._sorting("P"):
+            self.query_one(RankTable).sort_by(key)
+            self._sort_toast()
 
     def action_invert_sort(self) -> None:
-        self.query_one(RankTable).action_invert_sort()
+        if self._sorting("i"):
+            self.query_one(RankTable).action_invert_sort()
+            self._sort_toast()
+
+    def _sorting(self, key: str) -> bool:
+        if self.query_one(TabbedContent).active != "ranks":
+            self.notify(f"{key} sorts the rank table: 1 shows it")
+            return False
+        return True
+
+    def _sort_toast(self) -> None:
+        """The order now, replacing the last sort's toast (issue 46: after i it went stale)."""
+        for note in list(self._notifications):
+            if str(note.message).startswith(SORT_TOAST):
+                self._unnotify(note)
+        table = self.query_one(RankTable)
+        self.notify(f"{SORT_TOAST} {table.sort_label()} (F6 < > next column, i inverts)", timeout=3)
+
+    def action_point_to(self, key: str) -> None:
+        """An htop/nvitop key ddptop does not bind: where its feature is here."""
+        self.notify(POINTERS[key], timeout=6)
 
     def action_filter_logs(self) -> None:
         self.action_show_tab("logs")

@@ -57,14 +57,16 @@ class ViewRouter:
         self.last: Snapshot | None = None  # what the views show now (the rank detail reads it)
         self.paused = False  # space: the views keep what they show; the run goes on
         self.read_only = False  # a watcher's app: the header says so
+        self.stopping: str | None = None  # the run this viewer asked to stop (its header says so)
         self._badges: tuple[str, ...] | None = None  # what the header said last (the footer follows)
 
     def badges(self) -> tuple[str, ...]:
         """The viewer's state as the header's badges (a finished run adds its own)."""
         session = self.workbench.current
         detached = isinstance(session, DetachableRun) and session.detached and self.workbench.is_live()
+        stopping = session is not None and self.stopping == session.run_id and not session.state.finished
         return tuple(name for name, on in (("read-only", self.read_only), ("detached", detached),
-                                           ("paused", self.paused)) if on)
+                                           ("paused", self.paused), ("stopping", stopping)) if on)
 
     def _state_changed(self, state: RunState) -> tuple[str, ...]:
         """The badges; when they (or the run's end) change, the footer's keys are asked again."""
@@ -102,7 +104,10 @@ class ViewRouter:
                     widget.display = tall
             show_cursor_rank(query("#overview-timeline", StepTimelineView), snap, table.cursor_rank, tall,
                              "node" if table.cursor_on_node else "cursor")
-            show_cursor_rank(query("#fastest-timeline", StepTimelineView), snap, snap.lightest, tall, "fastest")
+            shown = table.cursor_rank if table.cursor_rank in snap.state.ranks else (
+                snap.slowest if snap.slowest in snap.state.ranks else snap.heaviest)
+            show_cursor_rank(query("#fastest-timeline", StepTimelineView), snap, snap.lightest, tall, "fastest",
+                             cursor=shown)
             table.show(snap)
             query(ThroughputPanel).show(snap)
             if tall:

@@ -72,6 +72,7 @@ _PINNED: dict[tuple[type, str], Any] = {
     (RunState, "gpu"): GpuSample | None,
     (RunState, "gpu_history"): _Ring(GpuSample, _ring_maxlen(RunState, "gpu_history")),
     (RunState, "history"): _Ring(tuple[float, float], _ring_maxlen(RunState, "history")),
+    (RunState, "proc_history"): _Ring(dict[int, tuple[float, int]], _ring_maxlen(RunState, "proc_history")),
     (RunState, "nccl"): NcclReport | None,
     (RunState, "topology"): TopologyMatrix | None,
     (RunState, "advice"): Advice | None,

@@ -47,7 +47,7 @@ class Marks:
     rings: dict[str, Any]
 
 
-_RINGS = ("history", "gpu_history")  # RunState rings that only ever get entries appended
+_RINGS = ("history", "gpu_history", "proc_history")  # RunState rings that only ever get entries appended
 
 
 def _after(ring: collections.deque[Any], mark: Any) -> list[Any]:

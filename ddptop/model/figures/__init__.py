@@ -16,6 +16,7 @@ which needs paired steps and a memory across checks, is ddptop.model.straggler's
 
 from ddptop.model.figures.rules import (
     comm_shares_last50,
+    comm_window,
     fastest,
     job_samples_per_s_last50,
     job_samples_per_step_last50,
@@ -31,6 +32,7 @@ from ddptop.model.figures.rules import (
 )
 from ddptop.model.figures.run_window import (
     RankTotals,
+    comm_window_run,
     eval_ms_per_step_run,
     job_samples_per_s_run,
     job_steps_per_s_run,
@@ -74,13 +76,14 @@ from ddptop.model.figures.window import (
     RankRecords,
     RankWindow,
     eval_ms_per_step_recent,
+    exposed_of_comm,
     rank_figures,
 )
 
 __all__ = [
     "EMPTY", "MIN_RECORDS", "PHASES_WITH_COMM", "RECENT_LABEL", "RUN_LABEL", "STALL_MIN_S", "STALL_STEPS",
     "WINDOW", "Histogram", "RankFigures", "RankRecords", "RankTotals", "RankWindow", "Span",
-    "comm_shares_last50", "eval_ms_per_step_recent", "eval_ms_per_step_run", "fastest", "job_samples_per_s_last50", "job_samples_per_s_run",
+    "comm_shares_last50", "comm_window", "comm_window_run", "eval_ms_per_step_recent", "eval_ms_per_step_run", "exposed_of_comm", "fastest", "job_samples_per_s_last50", "job_samples_per_s_run",
     "job_samples_per_step_last50", "job_step_ms_p50_last50", "job_steps_per_s_last50",
     "job_steps_per_s_run", "job_tokens_per_s_run", "mean", "mean_share_run", "median", "median_nonempty", "merge_spans",
     "merged_percentiles", "node_own_ms_last50", "node_step_ms_p50_last50", "pct", "percent", "percentile", "phase_shares_last50", "rank_figures",

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ddptop.model.figures.stats import median
-from ddptop.model.figures.window import STALL_MIN_S, STALL_STEPS, RankFigures
+from ddptop.model.figures.window import RECENT_LABEL, STALL_MIN_S, STALL_STEPS, RankFigures
 
 
 def _own(figures: Mapping[int, RankFigures]) -> dict[int, float]:
@@ -77,6 +77,17 @@ def comm_shares_last50(figures: Mapping[int, RankFigures]) -> tuple[float | None
         return (sum(a for a, _ in shares) / len(shares), sum(b for _, b in shares) / len(shares))
     exposed = [f.exposed_share for f in figures.values() if f.exposed_share is not None]
     return (None, sum(exposed) / len(exposed)) if exposed else None
+
+
+def comm_window(figures: Mapping[int, RankFigures]) -> str:
+    """The window comm_shares_last50 is over, in words: the last 50 steps, or, where the
+    all-reduce is timed on some steps only (a GPU times one in comm_timing_every), the timed
+    ones among them (both shares are over those same steps)."""
+    timed = [(f.comm_steps, f.window_steps) for f in figures.values() if f.comm_steps]
+    if not timed or all(k == n for k, n in timed):
+        return RECENT_LABEL
+    k, n = min(k for k, _ in timed), max(n for _, n in timed)
+    return f"the steps of the {RECENT_LABEL} that timed the all-reduce, {k} of {n}"
 
 
 def warming_up(config: Mapping[str, Any], figures: Mapping[int, RankFigures], current_step: int) -> bool:

@@ -25,7 +25,9 @@ class RankTotals(Protocol):
     phase_ms: dict[str, float]
     extra_ms: dict[str, float]  # comm_ms, exposed_comm_ms, ... summed
     timed_step_ms: float  # step time of the steps that carry comm_ms
+    timed_exposed_ms: float  # the exposed part of their all-reduce (figures.exposed_of_comm)
     step_hist: Histogram
+    comm_hist: Histogram  # comm_ms of the steps that carry it
 
 
 class RankHello(Protocol):
@@ -58,16 +60,29 @@ def rank_tokens_per_s_run(rs: RankTotals) -> float | None:
 
 def rank_share_run(rs: RankTotals, key: str) -> float | None:
     """Fraction of measured step time spent in `key` (comm_ms: over the steps that carry it,
-    as GPUs time comm every Nth step; exposed_comm_ms: over every measured step)."""
-    total = rs.timed_step_ms if key == "comm_ms" else rs.measured_ms
-    if key not in rs.extra_ms or total <= 0:
+    as GPUs time comm every Nth step; exposed_comm_ms: over those same steps, the exposed part
+    of each timed all-reduce, so never above comm's share; over every measured step, the wait,
+    only where the all-reduce is not timed)."""
+    if key not in rs.extra_ms:
         return None
-    return rs.extra_ms[key] / total
+    if key == "exposed_comm_ms" and rs.timed_step_ms > 0:
+        return rs.timed_exposed_ms / rs.timed_step_ms
+    total = rs.timed_step_ms if key == "comm_ms" else rs.measured_ms
+    return rs.extra_ms[key] / total if total > 0 else None
 
 
 def rank_phases_mean_run(rs: RankTotals) -> dict[str, float]:
+    """Mean ms a measured step per phase; where the wait after backward's compute is measured,
+    it is split out of backward as `exposed` (as the live view's phase bar splits it), so a
+    rank that waits for another does not read as backward-bound (issue 46)."""
     n = max(rs.measured, 1)
-    return {p: rs.phase_ms[p] / n for p in PHASES}
+    means = {p: rs.phase_ms[p] / n for p in PHASES}
+    if "exposed_comm_ms" not in rs.extra_ms:
+        return means
+    exposed = rs.extra_ms["exposed_comm_ms"] / n
+    return {"data": means["data"], "forward": means["forward"],
+            "backward": max(means["backward"] - exposed, 0.0), "exposed": exposed,
+            "optimizer": means["optimizer"]}
 
 
 # --- the job --------------------------------------------------------------------------
@@ -118,6 +133,19 @@ def mean_share_run(ranks: Iterable[RankTotals], key: str) -> float | None:
     """rank_share_run's mean over the ranks that have one: summary.json's comm_share and
     exposed_comm_share."""
     return mean(rank_share_run(rs, key) for rs in ranks)
+
+
+def comm_window_run(ranks: Iterable[RankTotals]) -> str | None:
+    """The steps summary.json's comm_share and exposed_comm_share are both over, in words:
+    every measured step, or the ones that timed the all-reduce (a GPU times one in
+    comm_timing_every). None where no rank timed it."""
+    timed = [(rs.comm_hist.n, rs.measured) for rs in ranks if rs.comm_hist.n]
+    if not timed:
+        return None
+    if all(k == n for k, n in timed):
+        return "run: every measured step"
+    k, n = min(k for k, _ in timed), max(n for _, n in timed)
+    return f"run: the steps that timed the all-reduce, {k} of {n} measured"
 
 
 def speedup(rate: float | None, ref_rate: float | None) -> float | None:

@@ -24,10 +24,11 @@ STALL_MIN_S = 10.0
 STALL_STEPS = 20  # a stall is this many median steps with no progress (at least STALL_MIN_S)
 PHASES_WITH_COMM = ("data", "forward", "backward", "comm", "optimizer")
 
-# Per record, in this order: step, data, forward, backward, optimizer, samples, comm, exposed.
+# Per record, in this order: step, data, forward, backward, optimizer, samples, comm, exposed,
+# and the exposed part of a timed all-reduce (exposed_of_comm).
 _FIELDS = ("step_ms", "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "samples",
-           "comm_ms", "exposed_comm_ms")
-_STEP, _SAMPLES, _COMM, _EXPOSED = 0, 5, 6, 7
+           "comm_ms", "exposed_comm_ms", "exposed_of_comm")
+_STEP, _SAMPLES, _COMM, _EXPOSED, _EXPOSED_OF_COMM = 0, 5, 6, 7, 8
 _RESUM_EVERY = 4096  # records; running sums are recomputed now and then against float drift
 
 
@@ -51,10 +52,16 @@ class RankFigures:
     samples_per_s_last50: float | None  # samples_per_step / p50: the same statistic as the rank's p50
     phases: dict[str, float]  # mean ms per phase; with comm timing, `comm` is split out of backward
     has_comm: bool
+    # Both shares over the same steps (issue 46): with comm timed, the rows that carry comm_ms
+    # (a GPU times one step in comm_timing_every), exposed then being the part of each timed
+    # all-reduce no compute hid, min(wait, in flight), so it never exceeds comm_share; without
+    # comm timing, exposed is the wait over every row.
     comm_share: float | None  # all-reduce in flight / step time
-    exposed_share: float | None  # exposed all-reduce wait / step time
+    exposed_share: float | None  # exposed all-reduce / step time
     compressing: float | None  # the last record's flag, if the probe sends it
     step_ms: tuple[float, ...]  # the step times of the rank's whole ring (RECENT), oldest first
+    comm_steps: int = 0  # rows of the window that timed the all-reduce (the shares' window)
+    window_steps: int = 0  # rows in the window (WINDOW once the rank has sent that many)
 
 
 EMPTY = RankFigures(None, None, None, False, None, None, dict.fromkeys(PHASES, 0.0), False, None, None, None, ())
@@ -79,7 +86,7 @@ class RankWindow:
 
     @staticmethod
     def _row(rec: dict[str, float]) -> tuple[float | None, ...]:
-        return tuple(rec.get(k) for k in _FIELDS)
+        return tuple(rec.get(k) for k in _FIELDS[:-1]) + (exposed_of_comm(rec),)
 
     def _sum(self, row: tuple[float | None, ...], sign: int) -> None:
         """`row` into (sign 1) or out of (-1) the window's sums."""
@@ -160,10 +167,22 @@ class RankWindow:
             samples_per_s_last50=per_step * 1000.0 / p50 if per_step and p50 else None,
             phases=means, has_comm=has_comm,
             comm_share=sums[_COMM] / self.comm_step if self.n_comm and self.comm_step > 0 else None,
-            exposed_share=sums[_EXPOSED] / step_total if has_comm and step_total > 0 else None,
+            exposed_share=(sums[_EXPOSED_OF_COMM] / self.comm_step if self.n_comm and self.comm_step > 0
+                           else sums[_EXPOSED] / step_total if has_comm and step_total > 0 else None),
             compressing=tail[-1].get("compressing") if tail else None,
             step_ms=tuple(self.steps),
+            comm_steps=self.n_comm, window_steps=n,
         )
+
+
+def exposed_of_comm(rec: dict[str, float]) -> float | None:
+    """The part of a step's timed all-reduce that no compute hid: the wait after backward's
+    compute, at most the all-reduce's own time (the wait also holds DDP's work after it). None
+    on a step whose all-reduce was not timed. The step timeline's `exposed` is the same figure."""
+    comm = rec.get("comm_ms")
+    if comm is None:
+        return None
+    return min(max(rec.get("exposed_comm_ms", 0.0), 0.0), comm)
 
 
 def rank_figures(rs: RankRecords) -> RankFigures:

@@ -34,6 +34,7 @@ EXTRA: dict[str, Sequence[tuple[str, str]]] = {
               ("dbl-click", "open the rank")),
 }
 EVERYWHERE_EXTRA = (("1-6", "switch tab"), ("ctrl+p", "actions by name"),
+                    ("f4 f5 M T H u l", "htop's keys: where that is here"),
                     ("ctrl+q", "quit now (no question)"))
 
 

@@ -15,7 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from ddptop.model import memory
-from ddptop.model.figures import RECENT_LABEL, eval_ms_per_step_recent
+from ddptop.model.figures import RECENT_LABEL, comm_window, eval_ms_per_step_recent
 from ddptop.model.report import NA, fmt
 from ddptop.model.snapshot import Snapshot
 from ddptop.model.state import RunState
@@ -48,7 +48,7 @@ def summary_lines(snap: Snapshot, rank: int, width: int) -> list[Text]:
     else:
         comm.append(f"in flight {fmt(None if f.comm_share is None else 100 * f.comm_share, '.0f')}% of the step"
                     f"  exposed {fmt(None if f.exposed_share is None else 100 * f.exposed_share, '.0f')}%")
-        comm.append(f"  ({RECENT_LABEL})", style="dim")
+        comm.append(f"  ({comm_window({rank: f})})", style="dim")
     return [hist, bar, *eval_line(snap, rank), comm]
 
 

@@ -31,7 +31,7 @@ from ddptop.model.config import (
 
 CUSTOM = "custom"
 SECTIONS = (
-    ("Run", ("nproc", "model", "backend", "batch_size", "steps", "warmup", "seed", "data", "workers",
+    ("Run", ("nproc", "model", "backend", "batch_size", "steps", "until_stopped", "warmup", "seed", "data", "workers",
              "lr")),
     ("DDP", ("ddp", "static_graph", "gradient_as_bucket_view", "bucket_cap_mb", "comm_hook",
              "powersgd_rank", "powersgd_start_iter", "autocast", "grad_accum")),
@@ -52,7 +52,8 @@ HELP = {
     "model": "auto: vit_l_32 on GPU, tiny_vit on CPU",
     "backend": "auto: nccl with CUDA, else gloo",
     "batch_size": "samples per rank per micro-batch",
-    "steps": "optimizer steps per rank",
+    "steps": "optimizer steps per rank (unless until_stopped)",
+    "until_stopped": "train until stopped (x, q): the demo in a terminal; steps then bounds nothing",
     "warmup": "steps left out of throughput figures",
     "seed": "random seed",
     "data": "loader: DataLoader + workers; device: batches made on the device",
@@ -76,6 +77,13 @@ HELP = {
     "comm_timing": "time each gradient bucket's all-reduce",
     "comm_timing_every": "GPU: time comm on one step in N (hook completions, NCCL kernel stamps)",
     "nccl_timing": "NCCL times the all-reduce kernels: total comm live (off: exposed only)",
+    "capture_memory": "captures also record memory (HTA's memory timeline); larger traces, slower profiled steps",
+    "stop_grace": "seconds the ranks get to finish their stop handlers (a checkpoint) before SIGKILL",
+    "cost_ab": "ddptop's own cost: seconds a block of each arm runs, in a random order (0: off)",
+    "cost_ab_arms": "the arms: on (engaged), off (bypassed), aa (off again: A/A check), busy (calibration)",
+    "cost_ab_blocks": "stop the run after this many blocks (0: at its own end)",
+    "cost_ab_busy_pct": "the busy arm's extra wait, % of the step: the calibration the verdict is held to",
+    "cost_ab_parts": "also time the hooks' parts (tracker, clock): a diagnosis, ~1.5 us a call",
 }
 _DEFAULTS = RunConfig()
 
@@ -213,6 +221,8 @@ class SettingsScreen(Screen["RunConfig | None"]):
             with Horizontal(id="settings-buttons"):
                 yield Button("Apply & restart", variant="primary", id="apply", compact=True)
                 yield Button("Cancel", id="cancel", compact=True)
+        # the focused field's whole description: a row's own help is cut at 80 columns
+        yield Static("", id="settings-detail")
         yield Footer(show_command_palette=False)
 
     @staticmethod
@@ -244,11 +254,35 @@ class SettingsScreen(Screen["RunConfig | None"]):
     def on_mount(self) -> None:
         self._remember()
 
+    def reset(self, config: RunConfig) -> None:
+        """Show `config` again (the screen is kept between openings): its values, preset,
+        whose-knob marks; no error, no edits left from last time."""
+        self.config, self.applied = config, set(config.applied)
+        preset = config.preset if config.preset in self.presets else CUSTOM
+        with self.prevent(Select.Changed):
+            self._control("preset").value = preset
+        self.query_one("#preset-help", Label).update(self._preset_help(preset))
+        self._fill(config)
+        if self.script:
+            self._show_whose()
+        self._error("")
+
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
         # The row being edited is marked by a class: Textual does not restyle a focused
         # widget's siblings on :focus-within, so the row's name would not change.
         for row in self.query(".knob"):
-            row.set_class(event.widget in row.children, "editing")
+            editing = event.widget in row.children
+            row.set_class(editing, "editing")
+            if editing:
+                self._show_detail(row)
+
+    def _show_detail(self, row: Widget) -> None:
+        """The focused row's name and its whole help (or what is wrong with its text)."""
+        name = str(row.query_one(".knob-name", Label).content)
+        help_label = row.query_one(".knob-help", Label)
+        bad = help_label.has_class("knob-bad")
+        self.query_one("#settings-detail", Static).update(Text.assemble(
+            (name, "bold"), ": ", (str(help_label.content), "bold #d7503c" if bad else "")))
 
     def _judge(self, control: Input) -> None:
         """Mark an Input whose text means nothing, and say why in place of its help line."""
@@ -262,6 +296,8 @@ class SettingsScreen(Screen["RunConfig | None"]):
         label = self.query_one(f"#help-{name}", Label)
         label.set_class(bool(reason), "knob-bad")
         label.update(reason or help_text(name))
+        if control.has_focus and isinstance(control.parent, Widget):
+            self._show_detail(control.parent)
 
     def _remember(self) -> None:
         """What each script knob's control shows now: a Changed event that leaves it so

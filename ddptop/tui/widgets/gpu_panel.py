@@ -21,7 +21,11 @@ from ddptop.tui.render import fit_columns, fmt_bytes, fmt_rate_kbs, spark
 
 NVML_COLUMNS = ("gpu", "name", "util", "memory", "power", "temp", "SM MHz", "PCIe tx/rx B/s",
                 "NVLink", "ranks", "util history")
-CPU_COLUMNS = ("rank", "pid", "host", "CPU %", "RSS")
+CPU_COLUMNS = ("rank", "pid", "host", "CPU %", "RSS", "CPU % history")
+# under the CPU table (no NVML): what the tab shows instead, and where GPU figures come from
+CPU_NOTE = ("each rank's process as psutil samples it every second (CPU % of one core, its "
+            "resident memory, the last samples on the right); on a machine with NVML this tab "
+            "shows each GPU: utilization, memory, power, temperature, clocks, PCIe and NVLink")
 # What a narrow terminal leaves out first (the note above the table names them): the GPU's
 # name (the note says it), clocks and links before power, utilisation and the ranks.
 NVML_DROP = ("name", "SM MHz", "PCIe tx/rx B/s", "NVLink", "power", "util history")
@@ -142,6 +146,7 @@ class GpuPanel(Vertical):
         yield Static("", id="gpu-note")
         yield Static("", id="nccl-note")
         yield DataTable(id="gpu-table", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="gpu-foot")
 
     def on_mount(self) -> None:
         self._mode: tuple[str, ...] = ()
@@ -164,6 +169,8 @@ class GpuPanel(Vertical):
         if nccl is not None:
             _update(nccl_note, nccl)
         note = self.query_one("#gpu-note", Static)
+        foot = self.query_one("#gpu-foot", Static)
+        foot.display = not gpus
         if gpus:
             hidden = self._show_gpus(gpus, state)
             driver = _get(state.gpu, "driver", default="")
@@ -179,6 +186,7 @@ class GpuPanel(Vertical):
                                         (reason or "no GPU sample yet", "bold #c79100"),
                                         ("  (showing each rank's CPU and memory instead)", "dim")))
             self._show_procs(state)
+            _update(foot, Text(CPU_NOTE, style="dim"))
 
     def _util_history(self, state: RunState) -> dict[Any, list[float]]:
         history: dict[Any, list[float]] = {}
@@ -229,6 +237,7 @@ class GpuPanel(Vertical):
 
     def _show_procs(self, state: RunState) -> None:
         table = self._set_mode(CPU_COLUMNS)
+        history = list(state.proc_history)[-HISTORY_W * 2:]
         rows = []
         for r in sorted(state.ranks):
             hello = state.ranks[r].hello
@@ -239,6 +248,7 @@ class GpuPanel(Vertical):
                 str(r), str(pid or "-"), hello.host if hello else "-",
                 Text(fmt(cpu, ".0f"), justify="right"),
                 Text(fmt_bytes(rss) if rss is not None else NA, justify="right"),
+                spark([s[pid][0] for s in history if pid in s], HISTORY_W * 2, 0.0) if pid is not None else "",
             ]))
         self._fill(table, rows)
 

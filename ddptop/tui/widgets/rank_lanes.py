@@ -48,6 +48,11 @@ class RankLanes(LinesView):
         if not lines:
             self.set_lines([Text("no steps yet", style="dim")])
             return
+        # as tall as its ranks (and its border), no taller: 2 ranks at 200x60 left 22 empty
+        # rows in it (issue 46); the tab's rows left below it stay blank
+        rows = len(lines) + 2
+        if self.styles.max_height is None or self.styles.max_height.value != rows:
+            self.styles.max_height = rows
         scale = max(t.step_ms for t in lines.values())
         width = max(self.content_region.width - LABEL_W - VALUE_W - 1, 10)
         ranks = list(lines)

@@ -69,10 +69,11 @@ class RankTable(Vertical):
     previous/next column, `i` inverts, a click on a column's title sorts by it."""
 
     BINDINGS = [
-        Binding("less_than_sign", "sort_column(-1)", "Sort by previous column", show=False),
-        Binding("greater_than_sign", "sort_column(1)", "Sort by next column", show=False),
-        Binding("i", "invert_sort", "Invert sort", show=False),
-        Binding("I", "invert_sort", "Invert sort", show=False),  # htop's
+        # through the app, whose toast says the order now
+        Binding("less_than_sign", "app.sort_step(-1)", "Sort by previous column", show=False),
+        Binding("greater_than_sign", "app.sort_step(1)", "Sort by next column", show=False),
+        Binding("i", "app.invert_sort", "Invert sort", show=False),
+        Binding("I", "app.invert_sort", "Invert sort", show=False),  # htop's
         Binding("enter", "choose", "Detail", tooltip="Open the rank: timeline, memory, processes; on a node's row, open/close it"),
         # a multi-node run only (check_action): the node rows of a big run, a node's ranks
         Binding("n", "toggle_node", "Open/close node", tooltip="Show or hide the ranks of the cursor's node"),
@@ -142,6 +143,10 @@ class RankTable(Vertical):
         goes to the node's row)."""
         snap, item = self._last, self._cursor_item()
         if snap is None or not self.nodes_shown(snap):
+            if snap is not None and snap.nodes:
+                self.app.notify("n opens a node's row: N shows the node rows first", timeout=4)
+            else:
+                self.app.action_point_to("n")  # type: ignore[attr-defined]
             return
         rank = self.cursor_rank
         nf = item if isinstance(item, NodeFigures) else node_of(snap, rank) if rank is not None else None
@@ -154,6 +159,7 @@ class RankTable(Vertical):
         on its node, or its rank where that rank is shown."""
         snap = self._last
         if snap is None or not snap.nodes:
+            self.app.action_point_to("n")  # type: ignore[attr-defined]
             return
         key = self._cursor_key(snap)
         self.node_view = not self.nodes_shown(snap)

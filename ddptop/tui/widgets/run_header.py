@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ddptop.model.figures import RECENT_LABEL, RUN_LABEL, ranks_connected
-from ddptop.model.report import fmt
+from ddptop.model.report import fmt, fmt_step_rate
 from ddptop.model.state import RunState
 from ddptop.tui.live import Snapshot
 from ddptop.tui.render import SLOW_STYLE, fmt_duration, status_text
@@ -87,7 +87,7 @@ def pack(pieces: list[Text], width: int) -> Text:
 
 
 def badge_texts(snap: Snapshot, badges: tuple[str, ...]) -> list[Text]:
-    shown = [*badges, *(["finished"] if snap.state.finished else [])]
+    shown = [*(b for b in badges if b != "stopping"), *(["finished"] if snap.finished else [])]
     return [Text(f"[{b}]", style=BADGE_STYLE) for b in shown]
 
 
@@ -95,7 +95,9 @@ def _identity(snap: Snapshot, badges: tuple[str, ...] = ()) -> list[Text]:
     """Status, elapsed, run id, and what ran (the user's command or the preset)."""
     state, cfg = snap.state, snap.state.config
     paused = "paused" in badges
-    status = Text.assemble(("● ", status_text(state.status).style), status_text(state.status),
+    # asked to stop, a live run says so at once (issue 46: `running` for 6 s after `x`)
+    word = "stopping" if "stopping" in badges and not snap.finished else snap.run_status
+    status = Text.assemble(("● ", status_text(word).style), status_text(word),
                            f" {fmt_duration(state.elapsed(snap.now))}" + (" (frozen)" if paused else ""))
     if state.command:  # the user's own script: what ran is the command, not a preset
         command = " ".join(state.command)
@@ -110,13 +112,13 @@ def _setup(snap: Snapshot) -> list[Text]:
     state, cfg = snap.state, snap.state.config
     backend = _hello_field(state, "backend") or str(cfg.get("backend", "?"))
     model = _hello_field(state, "model") or str(cfg.get("model", "?"))
-    steps = cfg.get("steps", 0)
+    steps = 0 if cfg.get("until_stopped") else cfg.get("steps", 0)
     hook = (_hello_field(state, "comm_hook") or "?") if state.command else hook_text(cfg)
     ddp = script_ddp_text(state) if state.command else ()
     return [
         Text.assemble(("world ", "dim"), str(state.world_size),
                       (f" on {state.nnodes} nodes" if state.nnodes > 1 else "", "dim")),
-        Text.assemble(("step ", "dim"), f"{max(state.current_step + 1, 0)}" + (f"/{steps}" if steps else "")),
+        Text.assemble(("step ", "dim"), f"{max(snap.current_step + 1, 0)}" + (f"/{steps}" if steps else "")),
         Text.assemble(("backend ", "dim"), backend),
         Text.assemble(("model ", "dim"), model),
         Text.assemble(("hook ", "dim"), hook),
@@ -138,34 +140,46 @@ def rate_pieces(snap: Snapshot) -> list[Text]:
         # Why it ended goes first: the end of a long line is what a narrow terminal cuts.
         failed = f"rank {state.failed_rank}: " if state.failed_rank is not None else ""
         pieces.append(Text(failed + state.error, style="bold #d7503c"))
-    if state.status == "starting" and state.error:
+    if snap.run_status == "starting" and state.error:
         pass  # not started as far as this view knows, and the error says why (a supervisor not answering)
-    elif state.status == "starting":
-        connected = ranks_connected(state.ranks.values())
-        pieces.append(Text(f"waiting for ranks: {connected}/{state.world_size} connected", style="italic"))
+    elif snap.run_status == "starting":
+        pieces.append(Text(waiting_text(ranks_connected(state.ranks.values()), state.world_size), style="italic"))
     else:
-        pieces.append(Text.assemble((RUN_LABEL + " ", "dim"), ("steps/s ", "dim"), (fmt(snap.steps_per_s, ".2f"), "bold"),
+        pieces.append(Text.assemble((RUN_LABEL + " ", "dim"), ("steps/s ", "dim"), (fmt_step_rate(snap.steps_per_s), "bold"),
                                     ("  samples/s ", "dim"), (fmt(snap.samples_per_s_run, ".1f"), "bold")))
         if snap.warming_up:  # what the run is doing matters more than its second pace figure
             pieces.append(Text(warm_up_text(state.config), style="bold #c79100"))
         pieces.append(Text.assemble((RECENT_LABEL + " ", "dim"), ("steps/s ", "dim"),
-                                    (fmt(snap.recent_steps_per_s, ".2f"), "bold"),
+                                    (fmt_step_rate(snap.recent_steps_per_s), "bold"),
                                     ("  samples/s ", "dim"), (fmt(snap.recent_samples_per_s, ".1f"), "bold")))
         if snap.slowest is not None and state.world_size > 1:
             pieces.append(Text.assemble(("▲ slowest ", SLOW_STYLE), (f"rank {snap.slowest}", SLOW_STYLE)))
-    pieces.append(comm_text(snap.comm))
-    if state.total_dropped:
-        pieces.append(Text(f"dropped frames {state.total_dropped}", style="#c79100"))
+    pieces.append(comm_text(snap.comm, snap.comm_window, snap.comm_run))
+    if snap.dropped:
+        pieces.append(Text(f"dropped frames {snap.dropped}", style="#c79100"))
     return pieces
 
 
-def comm_text(comm: tuple[float | None, float | None] | None) -> Text:
-    """All-reduce in flight and the part of it no compute hid, as shares of the step, over
-    each rank's last 50 steps (the legend's `exposed` is the same figure)."""
+def waiting_text(connected: int, world_size: int) -> str:
+    """Before the first step: the ranks still to connect, then (all in) the first step, which
+    a model's build and DDP's first sync take (issue 46: `2/2 connected` stayed ~8 s)."""
+    if connected < world_size:
+        return f"waiting for ranks: {connected}/{world_size} connected"
+    return f"all {world_size} ranks connected: waiting for the first step"
+
+
+def comm_text(comm: tuple[float | None, float | None] | None, label: str = RECENT_LABEL,
+              run: tuple[float | None, float | None] = (None, None)) -> Text:
+    """All-reduce in flight and the part of it no compute hid, as shares of the step, both
+    over the same steps of each rank's last 50 (`label`: the timed ones where a GPU times
+    one step in comm_timing_every)."""
     if comm is None:
         return Text()
     total, exposed = comm
-    window = (f" ({RECENT_LABEL})", "dim")
+    # the whole run's beside it: the exit summary says only that one (issue 46)
+    over_run = (f"; {RUN_LABEL} {run[0]:.0%}, exposed {run[1] or 0.0:.0%}" if run[0] is not None and total is not None
+                else f"; {RUN_LABEL} exposed {run[1]:.0%}" if run[1] is not None and total is None else "")
+    window = (f" ({label}{over_run})", "dim")
     if total is None:
         return Text.assemble(("exposed comm ", "dim"), (f"{exposed or 0.0:.0%}", "bold"),
                              (" of step (total: nccl_timing)", "dim"), window)

@@ -72,16 +72,17 @@ def _header(timeline: StepTimeline) -> Text:
     # steps counted from 1, as the rank table and header count them
     head = Text.assemble(("step ", "dim"), (str(timeline.step + 1), "bold"), "  ",
                          (f"{timeline.step_ms:.1f} ms", "bold"))
-    exposed = next((s.ms for s in timeline.lane if s.what == "exposed"), 0.0)
-    in_flight = timeline.in_flight_ms
+    wait, in_flight = timeline.wait_ms, timeline.in_flight_ms
     if in_flight > 0:
-        hidden = timeline.hidden_ms or 0.0
+        hidden, exposed = timeline.hidden_ms or 0.0, timeline.exposed_ms
         n = len(timeline.buckets)
         buckets = f" in {n} bucket{'s' if n != 1 else ''}" if n else ""
         head.append(f"   all-reduce {in_flight:.1f} ms{buckets}: {hidden:.1f} hidden under backward "
                     f"({hidden / in_flight:.0%}), {exposed:.1f} exposed")
-    elif exposed:
-        head.append(f"   waited {fmt(exposed)} ms for the all-reduce after backward")
+        if abs(wait - exposed) >= 0.05:  # the ▒ lane: the wait, a different figure, named apart
+            head.append(f"; backward's wait after compute {wait:.1f} ms (▒)")
+    elif wait:
+        head.append(f"   waited {fmt(wait)} ms for the all-reduce after backward")
     return head
 
 
@@ -94,10 +95,11 @@ class StepTimelineView(Static):
 
 
 def show_cursor_rank(view: StepTimelineView, snap: Snapshot, rank: int | None, tall: bool,
-                     role: str = "cursor") -> None:
+                     role: str = "cursor", cursor: int | None = None) -> None:
     """A ranks tab's timeline: `rank` (the cursor row's; the straggler, else the rank with the
     most own work, before the cursor is on one), shown only in a terminal of
-    TIMELINE_MIN_HEIGHT rows or more. `role` "fastest": the rank with the least own work;
+    TIMELINE_MIN_HEIGHT rows or more. `role` "fastest": the rank with the least own work
+    (the most, where that is the `cursor`'s rank: two panels never show one step twice);
     "node": the cursor is on a node's row (its straggler, else its first rank)."""
     if not tall:
         return
@@ -105,7 +107,13 @@ def show_cursor_rank(view: StepTimelineView, snap: Snapshot, rank: int | None, t
     fallback = snap.slowest if snap.slowest in ranks else snap.heaviest
     rank = rank if rank in ranks else fallback if fallback in ranks else min(ranks, default=None)
     rs = ranks.get(rank) if rank is not None else None
-    if role == "fastest":
+    if role == "fastest" and rank is not None and rank == cursor and snap.heaviest not in (None, rank):
+        # the cursor is on the fastest rank: beside it, the one with the most own work, not
+        # the same step twice (issue 46)
+        rank = snap.heaviest
+        rs = ranks.get(rank) if rank is not None else None
+        title = f"rank {rank}: most own work (last 50), its last step" if rs else "slowest rank"
+    elif role == "fastest":
         title = f"rank {rank}: least own work (last 50), its last step" if rs else "fastest rank"
     elif role == "node":  # the cursor on a node's row: Enter opens the node, not the rank
         title = f"rank {rank} of the cursor's node (⏎ opens the node)" if rs else "step timeline"

@@ -9,10 +9,12 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
 from ddptop.model.figures import RECENT_LABEL, RUN_LABEL
-from ddptop.model.report import fmt
+from ddptop.model.report import fmt, fmt_step_rate
 from ddptop.tui.live import Snapshot
 from ddptop.tui.render import SLOW_STYLE, spark
 from ddptop.tui.widgets.lines_view import LinesView
+
+EMPTY_TITLE = "steps/s: waiting for steps"
 
 
 class ThroughputPanel(Horizontal):
@@ -25,7 +27,7 @@ class ThroughputPanel(Horizontal):
         yield LinesView(cursor=False, id="step-times")
 
     def on_mount(self) -> None:
-        self.query_one("#rate-box").border_title = "steps/s: waiting for steps"
+        self.query_one("#rate-box").border_title = EMPTY_TITLE
         self.query_one("#step-times").border_title = f"step ms per rank · p50 {RECENT_LABEL}"
 
     def show(self, snap: Snapshot) -> None:
@@ -38,7 +40,8 @@ class ThroughputPanel(Horizontal):
             # which the sparkline and the whole-run line need (issue 21: they were clipped).
             # "now" is the header's figure (the last 50 steps' pace), the range the chart's.
             current = snap.recent_steps_per_s if snap.recent_steps_per_s is not None else rates[-1]
-            now, lo, hi = fmt(current, ".2f"), fmt(min([*rates, current]), ".2f"), fmt(max([*rates, current]), ".2f")
+            now, lo, hi = (fmt_step_rate(current), fmt_step_rate(min([*rates, current])),
+                           fmt_step_rate(max([*rates, current])))
             title = f"steps/s {RECENT_LABEL} {now}, over the {RUN_LABEL} min {lo}  max {hi}"
             if len(title) > box.outer_size.width - 6:
                 title = f"steps/s {RECENT_LABEL} {now} ({lo}-{hi})"
@@ -50,6 +53,11 @@ class ThroughputPanel(Horizontal):
             data = rates[-width * 4:]
             if data != spark_widget.data:
                 spark_widget.data = data
+        else:  # a new run (after R) before its first step: not the last run's chart (issue 46)
+            if spark_widget.data:
+                spark_widget.data = []
+            if box.border_title != EMPTY_TITLE:
+                box.border_title = EMPTY_TITLE
         self.query_one("#step-times", LinesView).set_lines(self._step_lines(snap))
         _update(self.query_one("#rate-facts", Static), self._facts(snap))
 
