@@ -658,6 +658,13 @@ def raised_file_limit(need: int) -> int:
     return soft
 
 
+def idle_refusals(refused: list[str]) -> int:
+    """Connections closed for want of a hello: at the deadline, or as the oldest idle one of a
+    process that opened too many (ddptop.run.hub: a flood from one process evicts its own)."""
+    return sum(n for why, n in reasons(refused).items()
+               if why == "no hello" or why.startswith("too many connections without a hello"))
+
+
 def test_two_thousand_idle_connections_leave_the_hub_quiet_and_open_to_ranks():
     """The hub limited to 1024 files, 2000 idle connections: a rank that comes meanwhile reports
     (the oldest idle ones make room), the rest are closed at the hello deadline, a rank that comes
@@ -685,10 +692,9 @@ def test_two_thousand_idle_connections_leave_the_hub_quiet_and_open_to_ranks():
     print(f"\n2000 idle connections in {flood_s:.1f}s; all closed by the hub {closed_s:.1f}s later; "
           f"refusals {reasons(got['refused'])}; {len(err.splitlines())} line(s) on stderr")
     assert got["steps"] == [[0], [0]]
-    # each idle connection refused once: the oldest closed as newer ones came (rank 0 the last of
-    # them), the last ones at their hello deadline
-    assert reasons(got["refused"]) == {"too many connections without a hello: closed the oldest":
-                                       2001 - MAX_UNAUTHENTICATED, "no hello": MAX_UNAUTHENTICATED - 1}
+    # each idle connection refused once: the oldest closed as newer ones came (all from one
+    # process: its own oldest, issue 49), the last ones at their hello deadline
+    assert idle_refusals(got["refused"]) == 2000, reasons(got["refused"])
     assert "Traceback" not in err and len(err.splitlines()) < 100, err[-3000:]
 
 
@@ -719,5 +725,5 @@ def test_out_of_files_at_accept_is_said_once_with_a_count_and_ranks_connect_afte
     assert got["accept_errors"] >= 2  # retried (and failed) again, without a word each time...
     again = [r for r in got["refused"] if r.startswith("accepting connections again")]
     assert again and f"({got['accept_errors']} accept(s) failed so far" in again[-1], again  # ...counted
-    assert counts.get("no hello") == 30  # every idle one was let in, then closed at its deadline
+    assert idle_refusals(got["refused"]) == 30  # every idle one was let in, then closed (its process's oldest, or at its deadline)
     assert "Traceback" not in err and len(err.splitlines()) < 100, err[-3000:]

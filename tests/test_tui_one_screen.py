@@ -115,7 +115,7 @@ def test_every_figure_reads_the_same_and_names_its_window(tmp_path: Path, size: 
             legend = number(r"exposed (\d+)%", text)
             assert legend == 12  # (20 + 4) / 2 of 100 ms
             if size == "200x60":
-                assert "comm 40% of step, exposed 12% (last 50)" in text
+                assert "comm 40% of step, exposed 12% (last 50;" in text  # then the run's shares
                 assert number(r"r1\s+\S+\s+([0-9.]+) ms", text) == float(rows[1]["p50 ms"])  # the sparkline's figure
             # the detail: titled, the same p50 and own work, the same step as its timeline
             await pilot.press("down", "enter")

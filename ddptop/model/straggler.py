@@ -142,8 +142,8 @@ NONE, HOST = "none", "host"  # the verdict in force, besides a rank: none, or th
 class Verdict:
     """The straggler verdict across checks (RunState.straggler_verdict): it changes only
     when PERSIST checks in a row agree on another one. `held` counts, over the run's checks,
-    which verdict was in force (a rank's "rank N", HOST or NONE); `kept` has the finding behind
-    each (a rank's latest; HOST's and NONE's largest cost): the run's verdict."""
+    what each found (a rank named, "rank N", HOST or NONE); `kept` has the finding behind each
+    (a rank's latest; HOST's and NONE's largest cost): the run's verdict."""
 
     checked: int = -1  # the last step a check ended on
     rank: int | None = None  # the straggler named; None: there is none
@@ -171,13 +171,16 @@ class Verdict:
         return out._tally(finding)
 
     def _tally(self, finding: Finding) -> Verdict:
-        key = self.in_force()
+        """The run's count goes by what each check found, not by the verdict in force (which
+        waits PERSIST checks before it names a rank: a 50-step run named its delayed rank on
+        1 of 3 checks and read "no straggler" at the end)."""
+        key = f"rank {finding.rank}" if finding.named else (HOST if finding.slow and finding.contended else NONE)
         held = {**self.held, key: self.held.get(key, 0) + 1}
-        old = self.kept.get(key)
-        mine = self.basis if self.rank is not None else finding
-        if mine is None or (self.rank is None and old is not None and old.cost_ms >= finding.cost_ms):
-            mine = old
-        kept = {**self.kept, key: mine} if mine is not None else self.kept
+        kept = dict(self.kept)
+        for k in {key, NONE}:  # NONE's: the largest cost of any check, named or not ("largest: ...")
+            old = kept.get(k)
+            if (k == key and finding.named) or old is None or finding.cost_ms > old.cost_ms:
+                kept[k] = finding
         return replace(self, held=held, kept=kept)
 
     def in_force(self) -> str:

@@ -46,7 +46,7 @@ def legend() -> Text:
     text.append("own work ", style="bold")
     text.append("= step minus exposed comm (the all-reduce wait no compute hid)\n")
     text.append("▲ straggler ", style="bold #d7503c")
-    text.append(f"costs the job time beyond noise (not its wait for a core), {straggler.PERSIST} checks in a row\n")
+    text.append(f"costs the job time beyond noise, {straggler.PERSIST} checks in a row\n")
     for p in ("data", "forward", "backward", "comm", "optimizer"):
         text.append("█ ", style=PHASE_COLORS[p])
         text.append(PHASE_SHORT[p] + ("  comm" if p == "comm" else "") + "  ")
