@@ -15,7 +15,7 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 @pytest.mark.e2e
 def test_spawn_children_are_named_in_a_note(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "ddptop", "--nproc", "2", "--headless", "--json", "--runs-dir", str(tmp_path),
+    cmd = [sys.executable, "-m", "ddptop", "--nproc", "2", "--headless", "--json", "--interval", "0.5", "--runs-dir", str(tmp_path),
            "--", sys.executable, str(SCRIPTS / "spawn_children.py"), "--steps", "5"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
@@ -23,6 +23,9 @@ def test_spawn_children_are_named_in_a_note(tmp_path: Path) -> None:
     notes = [n for n in summary["notes"] if "torch.multiprocessing.spawn child process(es)" in n]
     # one note (the same words from every rank are said once)
     assert notes and all("train runs in 1" in n for n in notes), summary["notes"]
+    # the status line says why no step comes while it waits (it sat at `starting` with no word)
+    assert any("waiting for the first step  note: " in line and "spawn child" in line
+               for line in out.stdout.splitlines() if line.startswith("[")), out.stdout[-2000:]
     # nothing measured: no advice about NCCL (it read "NCCL transports are not known ..." on gloo)
     assert summary["advice"]["reason"].startswith("no step was measured"), summary["advice"]
     assert "NCCL" not in out.stdout.split("\nrecords:")[0].split(f"run {summary['run_id']}:")[-1], out.stdout[-1500:]

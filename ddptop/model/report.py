@@ -116,6 +116,8 @@ def status_line(state: RunState, now: float) -> str:
     if state.status == RunStatus.STARTING:
         parts.append(f"ranks {connected}/{state.world_size} connected" if connected < state.world_size
                      else f"all {connected} ranks connected: waiting for the first step")
+        if connected and state.notes:  # why none may come (training in mp.spawn children, no torch.optim)
+            parts.append(f"note: {state.notes[-1]}")
     else:
         parts += [
             f"step {max(state.current_step + 1, 0)}" + (f"/{steps}" if steps else ""),
