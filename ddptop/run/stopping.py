@@ -41,13 +41,13 @@ class Stopper:
         self._now = asyncio.Event()  # a second Ctrl-C: the agreed step's moment is over
 
     async def run(self, agreed_s: float, patient: bool = False) -> None:
-        """After the agreed step's moment (`agreed_s`, at most AGREED_MAX_S, or OWN_STOP_MAX_S
-        when `patient`), SIGINT to torchrun unless every rank has ended; then the grace, and
-        SIGKILL for the ranks still running."""
+        """After the agreed step's moment (`agreed_s`, at most AGREED_MAX_S; when `patient`,
+        until the ranks have left, at most OWN_STOP_MAX_S), SIGINT to torchrun unless every rank
+        has ended; then the grace, and SIGKILL for the ranks still running."""
         launcher = self.procs.launcher
         if launcher is None:
             return
-        ends = time.monotonic() + min(agreed_s, OWN_STOP_MAX_S if patient else AGREED_MAX_S)
+        ends = time.monotonic() + (OWN_STOP_MAX_S if patient else min(agreed_s, AGREED_MAX_S))
         while launcher.running and not self._now.is_set() and (left := ends - time.monotonic()) > 0:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._now.wait(), min(left, POLL_S))
