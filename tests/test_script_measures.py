@@ -69,6 +69,7 @@ def samples_per_step(s: dict) -> list[float]:
     return [round(r["samples_per_s"] / r["steps_per_s"], 1) for r in s["ranks"]]
 
 
+@pytest.mark.slow  # the canonical DCGAN below has the same shape (D on real and fake, G through D)
 def test_a_gan_counts_its_batch_once_a_step_not_once_per_model(tmp_path):
     s = ddptop_run(tmp_path, "gan_two_ddp.py", "--steps", "20", "--batch", "32")
     assert [r["steps"] for r in s["ranks"]] == [20, 20]
@@ -84,6 +85,7 @@ def test_an_lbfgs_closure_counts_its_batch_once_a_step(tmp_path):
         assert r["phases_ms"]["data"] <= 1.0 < r["phases_ms"]["optimizer"], r["phases_ms"]
 
 
+@pytest.mark.slow  # the canonical word LM below is time-major too ([bptt, B], no DataLoader)
 def test_a_time_major_batch_counts_its_batch_dimension(tmp_path):
     """A GRU without batch_first fed [T, B, F]: B, checked against the DataLoader's batch size."""
     s = ddptop_run(tmp_path, "time_major.py", "--steps", "20", "--batch", "16", "--time", "24")

@@ -62,7 +62,8 @@ def assert_nothing_left(summary: dict, script: str) -> None:
 
 
 # two_optimizers and single: -m slow (the step rule's unit tests cover several optimizers)
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in ("two_optimizers", "single") else c
+# accum is slow-marked too: its SIGINT case below and test_user_settings' no_sync run cover its loop
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in ("two_optimizers", "single", "accum") else c
                                   for c in CASES])
 def test_script_is_measured_unchanged(tmp_path, case):
     script, args, ddp = CASES[case]
