@@ -266,8 +266,9 @@ class Session:
         agreed_s = max(etas) + AGREED_SLACK_S if etas else 0.0
         # a user's Ctrl-C reaches the ranks within AGREED_MAX_S, as under torchrun; a stop of
         # ddptop's own (its records can no longer be kept) waits for the ranks to leave at the
-        # step it agreed on (a rank starved of CPU runs far slower than its p50 says)
-        await self.stopper.run(agreed_s, patient=bool(self.state.error))
+        # step it agreed on (a rank starved of CPU runs far slower than its p50 says), where
+        # they take steps at all
+        await self.stopper.run(agreed_s, patient=bool(self.state.error and etas))
 
     def _node_facts(self) -> dict[str, object]:
         n = self.node
