@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 from test_detach import live  # noqa: F401  (a fixture)
 from test_pty import detached_sleeper, stop_run
 from test_web_viewers import WebServer
-from waiting import wait_until as until
 
 ROOT = Path(__file__).resolve().parent.parent
 # the server as the `ddptop` console script runs it: this ddptop importable, no PYTHONPATH,
@@ -29,20 +26,8 @@ class ServerIn(WebServer):
     """`ddptop attach --web RUN_ID` started in `cwd`, without the tests' PYTHONPATH."""
 
     def __init__(self, run_id: str, cwd: Path) -> None:
-        from test_detach import free_port
-        from test_pty import Census
-
-        self.port = free_port()
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        self.proc = subprocess.Popen([sys.executable, "-c", SERVER, str(ROOT), "attach", "--web", "--port", str(self.port),
-                                      run_id], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     start_new_session=True, cwd=cwd, env=env)
-        self.out: list[str] = []
-        threading.Thread(target=lambda: self.out.extend(line.decode() for line in self.proc.stdout),
-                         daemon=True).start()
-        self.url = str(until(lambda: next((w for line in self.out for w in line.split() if "?token=" in w), None),
-                             30, "the token URL"))
-        self.census = Census(self.proc.pid)
+        super().__init__(run_id, (sys.executable, "-c", SERVER, str(ROOT)), cwd=cwd, env=env)
 
 
 def unrelated_ddptop(tmp_path: Path) -> Path:

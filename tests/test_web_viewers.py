@@ -32,11 +32,12 @@ VIEWERS_GONE_S = 10.0
 class WebServer:
     """`ddptop attach --web RUN_ID` on a free port, its console kept."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, ddptop: tuple[str, ...] = (sys.executable, "-m", "ddptop"), cwd: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.port = free_port()
-        self.proc = subprocess.Popen([sys.executable, "-m", "ddptop", "attach", "--web", "--port", str(self.port),
+        self.proc = subprocess.Popen([*ddptop, "attach", "--web", "--port", str(self.port),
                                       run_id], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, cwd=cwd, env=env)
         self.out: list[str] = []
         threading.Thread(target=lambda: self.out.extend(line.decode() for line in self.proc.stdout),
                          daemon=True).start()
