@@ -25,6 +25,20 @@ from ddptop.run.recorder import Recorder, new_run_dir, runs_dir_warning
 SLEEPER = "import time\nwhile True:\n    time.sleep(0.1)\n"
 
 
+def sleeper_run(runs: Path, script: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(runs),
+                             "--nproc", "1", "--", sys.executable, str(script)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def started_run_dir(runs: Path, proc: subprocess.Popen) -> Path:
+    """The run's directory, once torchrun has opened the rank's logs (it writes them by path,
+    and holds them open)."""
+    started = poll(lambda: list(runs.glob("*/logs/*/attempt_0/0/stderr.log")), 60, alive=lambda: proc.poll() is None)
+    assert started, "the run did not start"
+    return next(runs.glob("*/config.json")).parent
+
+
 def swap(run_dir: Path, theirs: Path) -> Path:
     aside = run_dir.with_name(run_dir.name + ".aside")
     run_dir.rename(aside)
@@ -87,14 +101,9 @@ def test_a_swapped_run_dir_stops_the_run_naming_the_swap(tmp_path: Path) -> None
     theirs.mkdir()
     if uid is not None:
         os.chown(theirs, uid, -1)
-    proc = subprocess.Popen([sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(runs),
-                             "--nproc", "1", "--", sys.executable, str(script)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = sleeper_run(runs, script)
     try:
-        # once torchrun has opened the rank's logs (it writes them by path, and holds them open)
-        started = poll(lambda: list(runs.glob("*/logs/*/attempt_0/0/stderr.log")), 60, alive=lambda: proc.poll() is None)
-        assert started, "the run did not start"
-        run_dir = next(runs.glob("*/config.json")).parent
+        run_dir = started_run_dir(runs, proc)
         swap_as(uid, run_dir, theirs)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -143,13 +152,9 @@ def test_a_run_dir_swapped_for_a_tree_of_fifos_stops_within_10_s(tmp_path: Path,
     runs.mkdir()
     runs.chmod(0o777)  # everyone may write, no sticky bit
     theirs.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(runs),
-                             "--nproc", "1", "--", sys.executable, str(script)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = sleeper_run(runs, script)
     try:
-        started = poll(lambda: list(runs.glob("*/logs/*/attempt_0/0/stderr.log")), 60, alive=lambda: proc.poll() is None)
-        assert started, "the run did not start"
-        run_dir = next(runs.glob("*/config.json")).parent
+        run_dir = started_run_dir(runs, proc)
         fifo_tree(run_dir, theirs, uid)
         swap_as(uid, run_dir, theirs)
         swapped = time.monotonic()
