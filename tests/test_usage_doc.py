@@ -1,0 +1,187 @@
+"""docs/USAGE.md is the reference (issue 48): every flag of every command's argparse parser
+appears in that command's section, and every key a ddptop TUI class binds appears in the key
+table marked for that class. Flags, choices and keys are read from the parsers and the
+classes' BINDINGS themselves, so a flag or key added without its doc line fails here."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import pkgutil
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from textual.binding import Binding
+from textual.keys import format_key, key_to_character
+
+import ddptop.commands
+import ddptop.tui
+from ddptop import cli
+
+USAGE = Path(__file__).resolve().parent.parent / "docs" / "USAGE.md"
+KEYS_HEADING = "Keys"
+MARKER = re.compile(r"<!-- keys: (\w+) -->")
+
+
+def sections(text: str) -> dict[str, str]:
+    """Each `## ` section's text (its `###` subsections included), by its heading."""
+    parts = re.split(r"^## (.+)$", text, flags=re.M)
+    return {parts[i].strip(): parts[i + 1] for i in range(1, len(parts), 2)}
+
+
+def command_section(text: str, name: str) -> str:
+    """The section of `ddptop NAME` ('' for the run itself): its heading starts with `ddptop NAME`."""
+    want = f"`ddptop{' ' + name if name else ''}`"
+    found = [body for head, body in sections(text).items() if head.split(":")[0].strip() == want]
+    assert len(found) == 1, f"docs/USAGE.md: want one '## {want}: ...' section, found {len(found)}"
+    return found[0]
+
+
+def parser_factories() -> dict[str, Callable[[], argparse.ArgumentParser]]:
+    """`<name>_parser` functions of ddptop.commands' modules, by name."""
+    out: dict[str, Callable[[], argparse.ArgumentParser]] = {}
+    for mod in pkgutil.iter_modules(ddptop.commands.__path__):
+        module = importlib.import_module(f"ddptop.commands.{mod.name}")
+        for fname, fn in vars(module).items():
+            if fname.endswith("_parser") and inspect.isfunction(fn) and fn.__module__ == module.__name__:
+                out[fname.removesuffix("_parser")] = fn
+    return out
+
+
+def command_parsers() -> dict[str, argparse.ArgumentParser | None]:
+    """Every command's parser: '' is `ddptop` itself, then each of cli.SUBCOMMANDS by its
+    `<name>_parser()`; None for a subcommand without one (it must take no arguments)."""
+    factories = parser_factories()
+    return {"": cli.run_parser(), **{name: factories[name]() if name in factories else None
+                                     for name in cli.SUBCOMMANDS}}
+
+
+def mentioned(word: str, text: str) -> bool:
+    """`word` (a flag, a choice) stands in `text` on its own: `--token` is not `--token-file`."""
+    return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", text) is not None
+
+
+def missing_flags(parsers: dict[str, argparse.ArgumentParser | None], text: str) -> list[str]:
+    """'ddptop NAME --flag' for each option string, and each choice of an option, that NAME's
+    section does not name."""
+    out = []
+    for name, parser in parsers.items():
+        body = command_section(text, name)
+        for action in parser._actions if parser else ():
+            words = [*action.option_strings, *(str(c) for c in action.choices or () if action.option_strings)]
+            out += [f"ddptop {name} {w}".replace("  ", " ") for w in words if not mentioned(w, body)]
+    return out
+
+
+def test_every_flag_of_every_parser_is_in_its_commands_section() -> None:
+    parsers = command_parsers()
+    assert set(parsers) == {"", *cli.SUBCOMMANDS}
+    assert sum(len(p._actions) for p in parsers.values() if p) > 60  # the parsers were read, not empty
+    assert missing_flags(parsers, USAGE.read_text()) == []
+
+
+@pytest.mark.parametrize("name", [n for n in cli.SUBCOMMANDS if n not in parser_factories()])
+def test_a_subcommand_without_a_parser_takes_no_arguments(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its section lists no flags because it has none: any argument is a usage error."""
+    assert cli.main([name, "--anything"]) == 2
+    assert "takes no arguments" in capsys.readouterr().err
+    assert command_section(USAGE.read_text(), name)
+
+
+def test_a_flag_added_without_its_doc_is_caught() -> None:
+    parsers = command_parsers()
+    sweep = parsers["sweep"]
+    assert sweep is not None
+    sweep.add_argument("--brand-new-knob", choices=("zigzag", "quux"))
+    parsers[""].add_argument("--json-lines")  # a prefix of nothing documented, `--json` is
+    assert missing_flags(parsers, USAGE.read_text()) == [
+        "ddptop --json-lines", "ddptop sweep --brand-new-knob", "ddptop sweep zigzag", "ddptop sweep quux"]
+
+
+def doc_key(key: str) -> str:
+    """How docs/USAGE.md writes a Textual key: its character (`?`, `<`, `+`), `F1`, or its
+    name (`space`, `escape`, `enter`, `ctrl+s`, `pageup`)."""
+    if re.fullmatch(r"f\d+", key):
+        return key.upper()
+    char = key_to_character(key)
+    if char and char.isprintable() and not char.isspace():
+        return char
+    shown = format_key(key)
+    return shown if len(shown) == 1 and shown.isascii() and shown.isprintable() and not shown.isspace() else key
+
+
+def binding_classes() -> Iterator[type]:
+    """Every class of ddptop.tui that declares its own BINDINGS."""
+    for mod in pkgutil.walk_packages(ddptop.tui.__path__, "ddptop.tui."):
+        module = importlib.import_module(mod.name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__ and "BINDINGS" in vars(cls):
+                yield cls
+
+
+def class_keys(cls: type) -> set[str]:
+    keys = set()
+    for b in vars(cls)["BINDINGS"]:
+        key = b.key if isinstance(b, Binding) else b[0]
+        keys |= {k.strip() for k in key.split(",")}
+    return keys
+
+
+def key_blocks(text: str) -> dict[str, str]:
+    """The Keys section cut at each `<!-- keys: Class -->` marker: each class's block of text."""
+    body = sections(text)[KEYS_HEADING]
+    parts = MARKER.split(body)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
+
+
+def missing_keys(classes: list[type], text: str) -> list[str]:
+    blocks = key_blocks(text)
+    out = []
+    for cls in classes:
+        if cls.__name__ not in blocks:
+            out.append(f"{cls.__name__}: no '<!-- keys: {cls.__name__} -->' block under ## {KEYS_HEADING}")
+            continue
+        out += [f"{cls.__name__}: `{doc_key(k)}` ({k})" for k in sorted(class_keys(cls))
+                if f"`{doc_key(k)}`" not in blocks[cls.__name__]]
+    return out
+
+
+def test_every_key_the_tui_binds_is_in_its_key_table() -> None:
+    from ddptop.tui.app import DdpTopApp
+    from ddptop.tui.keys import BINDINGS
+
+    classes = list(binding_classes())
+    assert DdpTopApp in classes and vars(DdpTopApp)["BINDINGS"] is BINDINGS  # the app's key map is read
+    assert len(classes) >= 10
+    assert missing_keys(classes, USAGE.read_text()) == []
+    # every block names a class that still binds keys: no stale table
+    assert set(key_blocks(USAGE.read_text())) <= {c.__name__ for c in classes}
+
+
+def test_a_key_added_without_its_doc_is_caught() -> None:
+    from ddptop.tui.widgets.runs_panel import RunsPanel
+
+    class RunsPanel2(RunsPanel):
+        BINDINGS = [*RunsPanel.BINDINGS, Binding("question_mark", "x", "X"), Binding("f7", "y", "Y")]
+
+    RunsPanel2.__name__ = "RunsPanel"
+    assert doc_key("question_mark") == "?" and doc_key("less_than_sign") == "<" and doc_key("plus") == "+"
+    assert doc_key("f7") == "F7" and doc_key("space") == "space" and doc_key("enter") == "enter"
+    assert missing_keys([RunsPanel2], USAGE.read_text()) == ["RunsPanel: `F7` (f7)", "RunsPanel: `?` (question_mark)"]
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_usage_docs_own_links_lead_somewhere() -> None:
+    text = USAGE.read_text()
+    anchors = {slug(h) for h in re.findall(r"^#{1,4} (.+)$", text, flags=re.M)}
+    broken = [a for a in re.findall(r"\]\(#([^)]+)\)", text) if a not in anchors]
+    assert broken == []
+    files = [f for f in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text) if not (USAGE.parent / f).exists()]
+    assert files == []
