@@ -185,3 +185,52 @@ def test_the_usage_docs_own_links_lead_somewhere() -> None:
     assert broken == []
     files = [f for f in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text) if not (USAGE.parent / f).exists()]
     assert files == []
+
+
+def table_keys(text: str) -> list[str]:
+    """The backticked keys in the first column of the key tables (`| key | what ... |`) of `text`."""
+    out: list[str] = []
+    for table in re.findall(r"^\| key \|.*\n\|[-| ]+\|\n((?:\|.*\n)+)", text, flags=re.M):
+        for row in table.splitlines():
+            out += re.findall(r"`([^`]+)`", row.split("|")[1])
+    return out
+
+
+def bound_keys() -> set[str]:
+    """Every key the app answers, as the docs write them: ddptop's bindings, Textual's own
+    (ctrl+q, the palette's ctrl+p), and the dialogs' answer keys."""
+    from textual.app import App
+
+    from ddptop.tui.app import DdpTopApp
+
+    keys = {k for cls in binding_classes() for k in class_keys(cls)}
+    keys |= {b.key for b in App.BINDINGS if isinstance(b, Binding)} | {DdpTopApp.COMMAND_PALETTE_BINDING}
+    return {doc_key(k) for k in keys}
+
+
+def test_the_key_tables_name_only_keys_that_are_bound() -> None:
+    """A key table, in the README or in docs/USAGE.md, never offers a key nothing answers."""
+    bound = bound_keys()
+    for doc in (README, USAGE):
+        keys = table_keys(doc.read_text())
+        assert len(keys) > 30, doc
+        assert [k for k in keys if k not in bound] == [], doc.name
+
+
+README = USAGE.parent.parent / "README.md"
+README_LINES = 250
+
+
+def test_the_readme_fits_in_one_read_and_runs_what_ci_runs() -> None:
+    """The README is a front door: at most 250 lines of text (`grep -c . README.md`), its test
+    command the one .ci/run runs, every file it links there, and the reference one link away."""
+    text = README.read_text()
+    assert sum(1 for line in text.splitlines() if line.strip()) <= README_LINES
+    ci = (README.parent / ".ci" / "run").read_text()
+    test_cmd = next(line.strip() for line in ci.splitlines() if "pytest" in line)
+    assert test_cmd in text
+    assert "](docs/USAGE.md)" in text and "](screenshots/" in text
+    links = re.findall(r"\]\(([^)#:]+)(#[^)]*)?\)", text)
+    assert [f for f, _ in links if not (README.parent / f).exists()] == []
+    usage_anchors = {slug(h) for h in re.findall(r"^#{1,4} (.+)$", USAGE.read_text(), flags=re.M)}
+    assert [a for f, a in links if f == "docs/USAGE.md" and a and a[1:] not in usage_anchors] == []
