@@ -178,13 +178,48 @@ def slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_the_usage_docs_own_links_lead_somewhere() -> None:
-    text = USAGE.read_text()
-    anchors = {slug(h) for h in re.findall(r"^#{1,4} (.+)$", text, flags=re.M)}
-    broken = [a for a in re.findall(r"\]\(#([^)]+)\)", text) if a not in anchors]
-    assert broken == []
-    files = [f for f in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text) if not (USAGE.parent / f).exists()]
-    assert files == []
+def anchors(doc: Path) -> set[str]:
+    """Every heading's anchor in `doc`, a repeated one with GitHub's -1, -2..."""
+    out: set[str] = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", doc.read_text(), flags=re.M):
+        base = anchor = slug(heading)
+        n = 0
+        while anchor in out:
+            n += 1
+            anchor = f"{base}-{n}"
+        out.add(anchor)
+    return out
+
+
+def broken_links(doc: Path) -> list[str]:
+    """Relative links of `doc` whose file is missing, or whose #anchor no heading there gives."""
+    out = []
+    for target, anchor in re.findall(r"\]\(([^)#:\s]*)(?:#([^)\s]*))?\)", doc.read_text()):
+        path = (doc.parent / target).resolve() if target else doc
+        if not path.exists() or (anchor and path.suffix == ".md" and anchor not in anchors(path)):
+            out.append(f"{target}#{anchor}")
+    return out
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/USAGE.md", "docs/BENCHMARKS.md", "docs/GPU.md"])
+def test_the_docs_links_lead_somewhere(doc: str) -> None:
+    """The README's links into docs/, USAGE's own, and each current figure's link to the dated
+    entry it comes from."""
+    assert broken_links(USAGE.parent.parent / doc) == []
+
+
+def test_benchmarks_and_gpu_lead_with_current_figures() -> None:
+    """Each starts with its current figures, every table row there pointing to a dated entry
+    below; the dated logs follow."""
+    for name in ("BENCHMARKS.md", "GPU.md"):
+        doc = USAGE.parent / name
+        heads = re.findall(r"^## (.+)$", doc.read_text(), flags=re.M)
+        assert heads[0] == "Current figures", name
+        current = sections(doc.read_text())["Current figures"]
+        rows = [r for r in re.findall(r"^\|(?!---).*\|$", current, flags=re.M) if not r.startswith(("| workload", "| part", "| question", "| script"))]
+        assert len(rows) >= 8, name
+        linked = [r for r in rows if re.search(r"\]\((?:BENCHMARKS\.md)?#", r) or r.rstrip(" |").endswith("same")]
+        assert linked == rows, name
 
 
 def table_keys(text: str) -> list[str]:
@@ -230,7 +265,3 @@ def test_the_readme_fits_in_one_read_and_runs_what_ci_runs() -> None:
     test_cmd = next(line.strip() for line in ci.splitlines() if "pytest" in line)
     assert test_cmd in text
     assert "](docs/USAGE.md)" in text and "](screenshots/" in text
-    links = re.findall(r"\]\(([^)#:]+)(#[^)]*)?\)", text)
-    assert [f for f, _ in links if not (README.parent / f).exists()] == []
-    usage_anchors = {slug(h) for h in re.findall(r"^#{1,4} (.+)$", USAGE.read_text(), flags=re.M)}
-    assert [a for f, a in links if f == "docs/USAGE.md" and a and a[1:] not in usage_anchors] == []
