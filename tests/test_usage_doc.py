@@ -83,6 +83,17 @@ def test_every_flag_of_every_parser_is_in_its_commands_section() -> None:
     assert missing_flags(parsers, USAGE.read_text()) == []
 
 
+def test_every_setting_of_runconfig_is_in_the_settings_table() -> None:
+    """`--set NAME=VALUE` takes any RunConfig field: each is in the presets section's table."""
+    from dataclasses import fields
+
+    from ddptop.model.config import RunConfig
+
+    body = command_section(USAGE.read_text(), "presets")
+    table = "\n".join(line for line in body.splitlines() if line.startswith("| `"))
+    assert [f.name for f in fields(RunConfig) if f"`{f.name}`" not in table] == []
+
+
 @pytest.mark.parametrize("name", [n for n in cli.SUBCOMMANDS if n not in parser_factories()])
 def test_a_subcommand_without_a_parser_takes_no_arguments(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Its section lists no flags because it has none: any argument is a usage error."""
