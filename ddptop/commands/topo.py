@@ -10,11 +10,15 @@ from ddptop.hw.gpu import Nvml
 from ddptop.hw.topology import render_topology
 
 
-def main_topo(argv: list[str], source: Nvml | None = None) -> int:
-    """`ddptop topo [--json]`: the NVML topology matrix; without NVML, one line and exit 0."""
+def topo_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ddptop topo", description="GPU topology from NVML.")
     ap.add_argument("--json", action="store_true", help="print the matrix as JSON")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main_topo(argv: list[str], source: Nvml | None = None) -> int:
+    """`ddptop topo [--json]`: the NVML topology matrix; without NVML, one line and exit 0."""
+    args = topo_parser().parse_args(argv)
     nvml = source or Nvml()
     try:
         if not nvml.available:

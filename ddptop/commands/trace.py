@@ -114,8 +114,7 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
 
 
-def main_trace(argv: list[str]) -> int:
-    """`ddptop trace DIR|FILE... [--json] [--top N]`."""
+def trace_parser() -> OneLineParser:
     ap = OneLineParser(prog="ddptop trace",
                        description="Summarize torch.profiler traces (.json, .json.gz; a directory = its traces): "
                        "GPU window, busy/idle (host vs kernel wait per stream), compute/comm/memory and "
@@ -125,8 +124,13 @@ def main_trace(argv: list[str]) -> int:
     ap.add_argument("--top", type=int, default=5, help="kernels (or CPU ops) listed per trace (default 5)")
     ap.add_argument("--diff", action="store_true", help="compare two captures A B (each a DIR or FILE): per rank, "
                     "each kernel class and the kernels that got faster or slower")
+    return ap
+
+
+def main_trace(argv: list[str]) -> int:
+    """`ddptop trace DIR|FILE... [--json] [--top N]`."""
     try:
-        args = ap.parse_args(argv)
+        args = trace_parser().parse_args(argv)
         if not 1 <= args.top <= 1000:
             raise UsageError(f"--top must be 1-1000, got {args.top}")
         if args.diff:
