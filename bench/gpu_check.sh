@@ -6,7 +6,7 @@ set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
-N=${N:-$(nvidia-smi -L | wc -l)}
+N=${N:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 STEPS=${STEPS:-30}; WARMUP=${WARMUP:-10}
 PRESETS=${PRESETS:-single baseline static view bf16 fp16 powersgd overlap bf16-overlap amp}
 RUNS=/tmp/ddptop-gpu-runs
@@ -413,6 +413,28 @@ cost() {  # issue 42: `ddptop cost` (ABBA whole runs vs plain torchrun) on a wor
   fi
   echo "== cost $tag rc=$?"; grep -v '^{' /tmp/cost.out | tail -40
   tail -1 /tmp/cost.out > "$OUT/cost_$tag.json"
+}
+
+cap45() {  # issue 45: captures measure the job: the demo's --capture 20:6 (no straggler), then the GPT script with one
+  # rank made slow (extra matmuls in its forward): the profiled-vs-unprofiled ratio, who-waits, `ddptop trace`
+  for case in demo slowmm; do
+    if [ $case = demo ]; then job=(--preset baseline --steps 40 --capture 20:6)
+    else job=(--steps 70 --capture 40:6 -- $PY bench/gpt_train.py --steps 70 --warmup 10 --slow-rank ${CAP45_SLOW_RANK:-1} --slow-matmuls ${CAP45_MM:-30}); fi
+    timeout ${CAP45_TIMEOUT:-150} $PY -m ddptop --headless --json --interval 30 --nproc "$N" --warmup 10 --profiler torch \
+      --runs-dir "$RUNS/cap45_$case" "${job[@]}" > /tmp/cap45.out 2>&1
+    echo "== cap45 $case rc=$?"; grep -E "^(capture|straggler|  )" /tmp/cap45.out | head -20
+    tail -1 /tmp/cap45.out > "$OUT/cap45_$case.json"
+    $PY - "$OUT/cap45_$case.json" <<'PYEOF' || tail -20 /tmp/cap45.out
+import json, sys
+d = json.load(open(sys.argv[1])); print("run verdict:", json.dumps(d.get("straggler_check") or d.get("straggler"))[:400])
+for cap in d.get("captures") or []:
+    s = cap.get("summary") or {}
+    print("capture", cap.get("id"), cap.get("steps"), cap.get("status"), "warmup", cap.get("warmup"),
+          "| perturbation", json.dumps(s.get("perturbation")), "| who-waits", json.dumps(s.get("cross_rank"))[:900])
+PYEOF
+    cdir=$(ls -d "$RUNS"/cap45_$case/*/captures/1 2>/dev/null | head -1)
+    [ -n "$cdir" ] && $PY -m ddptop trace "$cdir" 2>&1 | head -${CAP45_TRACE_LINES:-40}
+  done
 }
 
 strag44() {  # issue 44: its table's five cases (symmetric first and last; rank 2's loader +6 / +40 ms; 8 / 30 extra
