@@ -1,4 +1,4 @@
-"""bench/ab_block_length.py: on a drifting series, blocks of one step give the narrowest A/A interval."""
+"""bench/investigations/ab_block_length.py: on a drifting series, blocks of one step give the narrowest A/A interval."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("ab_block_length", ROOT / "bench" / "ab_block_length.py")
+    spec = importlib.util.spec_from_file_location("ab_block_length", ROOT / "bench" / "investigations" / "ab_block_length.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,4 @@
-"""bench/nccl_launch_gaps.py on a real 2x H200 trace (2026-11-26, tests/scripts/accum_ddp.py, the
+"""bench/investigations/nccl_launch_gaps.py on a real 2x H200 trace (2026-11-26, tests/scripts/accum_ddp.py, the
 rank its peer waits for): short all-reduce kernels whose NCCL span is mostly launch gap."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ TRACE = ROOT / "tests" / "fixtures" / "traces" / "h200x2_accum_ddp_rank1.trace.j
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("nccl_launch_gaps", ROOT / "bench" / "nccl_launch_gaps.py")
+    spec = importlib.util.spec_from_file_location("nccl_launch_gaps", ROOT / "bench" / "investigations" / "nccl_launch_gaps.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

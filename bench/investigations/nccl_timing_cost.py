@@ -7,12 +7,18 @@ process: two NCCL groups over the same ranks, one with timing and ddptop's hook,
 used in alternating blocks in a random order; paired per round, so drift cancels. A
 step's cost is then this times its collectives (DDP: one per bucket).
 
-    torchrun --standalone --nproc-per-node 2 bench/nccl_timing_cost.py [--rounds 60] [--ops 400]
+    torchrun --standalone --nproc-per-node 2 bench/investigations/nccl_timing_cost.py [--rounds 60] [--ops 400]
         [--numel 262144] [--python-us 20]
 
 --python-us: pure-Python work on the main thread between collectives (a training loop's own
 host work), so the hook thread's GIL handoffs show where they would hurt. Prints one table
 (rank 0) and a JSON line `NCCL_TIMING_COST {...}`.
+
+Question: what do TORCH_NCCL_ENABLE_TIMING and ddptop's completion hook cost per collective?
+Answer: this script has not run on a GPU (docs/BENCHMARKS.md, "measured inside one run", says
+why); bench/bill_of_costs.py measured the same pair since: +36 us an
+all-reduce (2026-11-27, 2x H200). `bash bench/gpu_check.sh ncclcost` runs it.
+Quoted in: docs/BENCHMARKS.md, "Against plain torchrun: `ddptop cost` and the bill of costs".
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from ddptop.analysis.cost_ab import median_ci  # noqa: E402
 from ddptop.rank.comm import NcclTimes  # noqa: E402
 

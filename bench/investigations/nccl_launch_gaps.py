@@ -12,7 +12,13 @@ trace (each kernel's end minus the latest of: the start event's record, the NCCL
 previous work, the compute work launched before it). Compare the last with ddptop's
 `timer_comm_ms` for the same window (the capture's summary).
 
-    python bench/nccl_launch_gaps.py captures/1/rank*.trace.json.gz
+    python bench/investigations/nccl_launch_gaps.py captures/1/rank*.trace.json.gz
+
+Question: why does NCCL's timing of a short collective read longer than its kernel?
+Answer (2026-11-26, 2x H200 traces): the launch: each kernel starts 13-19 us (p50) after NCCL
+recorded its start event, 15-46 us of timer excess a collective. tests/test_nccl_launch_gaps.py
+runs it on a committed trace.
+Quoted in: docs/GPU.md, "Why a short collective's timer reads longer than its kernel".
 """
 
 from __future__ import annotations

@@ -2,7 +2,15 @@
 _register_on_completion_hook) cost a launch-bound DDP loop less than a Python comm hook?
 Each variant in a fresh process, alternating; per-step host time (ms, median).
 
-    python bench/completion_hook_cost.py [--rounds 3] [--layers 40] [--steps 300]
+    python bench/investigations/completion_hook_cost.py [--rounds 3] [--layers 40] [--steps 300]
+
+Question: does NCCL's own per-collective timing with a completion hook cost a launch-bound DDP
+loop less than a Python comm hook?
+Answer: not recorded in docs/ (no doc quotes its output). It came with the change to NCCL's own
+timing (commit 3bff37b, 2026-11-24), whose step-level pairs are in docs/BENCHMARKS.md, "where the
+last 3.5% went, and the fix"; bill_of_costs.py measured the timing plus the completion hook since
+(+36 us an all-reduce, docs/BENCHMARKS.md, "Against plain torchrun: `ddptop cost` and the bill of
+costs").
 """
 
 from __future__ import annotations

@@ -8,7 +8,13 @@ prints, per L, the median paired ratio with its bootstrap 95% interval and its w
 series' own autocorrelation. The arms' real differences (≤ ~0.3%) stay in the series; they are
 small against the widths compared here.
 
-    python bench/ab_block_length.py docs/measurements/2026-11-26-s3-call1/ab_1.json [more.json.gz ...] [--lengths 1,2,4,12]
+    python bench/investigations/ab_block_length.py docs/measurements/2026-11-26-s3-call1/ab_1.json [more.json.gz ...] [--lengths 1,2,4,12]
+
+Question: how long should cost_ab's blocks be (issue 27)?
+Answer (2026-11-26, 2x H100 and 2x H200): one step. The A/A interval is 0.2-0.6% wide at L = 1
+and 1.5-3.5% at L = 12 (a step's time correlates 0.75-0.9 with the next); cost_ab's default
+block is one step since.
+Quoted in: docs/BENCHMARKS.md, "arms a step apart, with the A/A and the busy check in every run".
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from ddptop.analysis.cost_ab import median_ci  # noqa: E402
 
 

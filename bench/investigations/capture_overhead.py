@@ -3,7 +3,13 @@ with and without `--capture`, alternating, and compares steps/s over the steps
 outside the window (each rank's own CUDA-event step times, from steps.jsonl; the
 run's figure is the slowest rank's, as ddptop reports it).
 
-  python bench/capture_overhead.py --nproc 2 --steps 80 --capture 40:3 --rounds 2 [--runs-dir DIR] [-- ddptop args]
+  python bench/investigations/capture_overhead.py --nproc 2 --steps 80 --capture 40:3 --rounds 2 [--runs-dir DIR] [-- ddptop args]
+
+Question: does a capture window cost anything outside the window?
+Answer (2026-11-22, 2x H200, baseline, NVLink): no, ratio 0.999 (plain 10.692 steps/s, with a
+torch.profiler window 10.685). `bash bench/gpu_check.sh capovh` runs it.
+Quoted in: docs/BENCHMARKS.md, "Capture windows cost nothing outside them (2x H200)"; docs/GPU.md,
+"2026-11-22 (evening)".
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Holistic Trace Analysis' straggler analysis on one capture (issue 28: does HTA name the
 rank ddptop's cross-rank view names?). Needs `pip install HolisticTraceAnalysis` (0.5.0).
 
-    python bench/hta_straggler.py CAPTURE_DIR_OR_TRACES...
+    python bench/investigations/hta_straggler.py CAPTURE_DIR_OR_TRACES...
 
 HTA reads a folder of per-rank traces; the files given (or the folder's rank*.trace.json*)
 are linked into a temporary one. Prints HTA's potential straggler (one candidate) and its
@@ -9,7 +9,13 @@ count over the capture's profiler steps.
 
 HTA 0.5.0 takes communication kernels to be those named `ncclKernel*`; NCCL 2.19 and later
 name them `ncclDevKernel*`, so on today's traces HTA finds none (an empty argmax). The copies
-handed to HTA have `ncclDevKernel` renamed `ncclKernel`; nothing else changes."""
+handed to HTA have `ncclDevKernel` renamed `ncclKernel`; nothing else changes.
+
+Question: does HTA 0.5.0's straggler analysis name the rank ddptop names (issue 28)?
+Answer (2026-11-26, 2x H200): yes on 3 captures (ranks 0, 1, 0, as ddptop), with NCCL's kernels
+renamed for it; it fails on the PowerSGD capture.
+Quoted in: docs/GPU.md, "Comm timing and who waits, against the traces (issues 28, 27)".
+"""
 
 from __future__ import annotations
 

@@ -7,11 +7,18 @@ variant in a fresh process. The difference of the per-step medians is the host t
 instrument adds; on a GPU that is what a step pays when the GPU has caught up with the
 host (after a sync such as the script's own `.item()`).
 
-    python bench/instrument_host_cost.py [--device cpu|cuda] [--layers 40] [--steps 400]
+    python bench/investigations/instrument_host_cost.py [--device cpu|cuda] [--layers 40] [--steps 400]
         [--rounds 3] [--variants plain,instrument,nocomm]
 
 Variants: plain (no ddptop), instrument (as under ddptop: comm timed every 10th step),
 nocomm (comm_timing=false: no comm hook), timed (comm timed every step).
+
+Question: how many microseconds of host time a step does the rank-side instrument add to a
+launch-bound loop?
+Answer: not recorded in docs/ (no doc quotes its output); the commit that added it (2026-11-24)
+gives dist.all_reduce's Python checks at ~35 us a bucket, and its variants led to the GPU comm
+path without a Python hook (docs/BENCHMARKS.md, "where the last 3.5% went, and the fix").
+`bash bench/gpu_check.sh ovhsplit` runs it; completion_hook_cost.py imports its step loop.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = {"instrument": {}, "nocomm": {"comm_timing": False}, "timed": {"comm_timing_every": 1}}
 
 

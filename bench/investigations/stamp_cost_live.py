@@ -1,6 +1,6 @@
 """What a GPU stamp costs the host inside a real training script, and why (issue 27).
 
-bench/clock_cost.py measured an event record at ~1.7 us in a quiet loop; inside the HF
+bench/investigations/clock_cost.py measured an event record at ~1.7 us in a quiet loop; inside the HF
 Trainer under ddptop the same record cost ~16 us a call (2026-11-26, 2x H200). This runs
 bench/hf_train.py unchanged but for one TrainerCallback that, at the end of every optimizer
 step after warmup, times N calls of each candidate from the script's main thread:
@@ -16,8 +16,14 @@ If the driver call with the GIL held is cheap and sleep(0) is not, the cost is t
 handoff to another thread, not CUDA. Medians over steps of us per call, per rank, written as
 JSON lines to $STAMP_OUT (default stamp_cost_live.jsonl), with the process's Python threads.
 
-    ddptop --nproc 2 --headless -- python bench/stamp_cost_live.py --steps 60
-    torchrun --standalone --nproc-per-node 2 bench/stamp_cost_live.py --steps 60
+    ddptop --nproc 2 --headless -- python bench/investigations/stamp_cost_live.py --steps 60
+    torchrun --standalone --nproc-per-node 2 bench/investigations/stamp_cost_live.py --steps 60
+
+Question: inside the HF Trainer, is a stamp's host cost CUDA's or the GIL's handoff?
+Answer (2026-11-26, 2x H200): not the CUDA call: Event.record 2.7 us, cuEventRecord 1.7-2.1 us,
+against ~22 us a hook call; ddptop takes fewer stamps since. `bash bench/gpu_check.sh stampcost`
+runs it.
+Quoted in: docs/BENCHMARKS.md, "fewer stamps; the method's limit on these scripts".
 """
 
 import ctypes
@@ -29,7 +35,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: hf_train
 import hf_train  # noqa: E402 - sets the HF offline variables before transformers is imported
 import torch  # noqa: E402
 import transformers  # noqa: E402

@@ -1,7 +1,7 @@
 """Per-bucket all-reduce timing two ways, for accuracy and cost: PyTorch's flight recorder
 with TORCH_NCCL_ENABLE_TIMING against ddptop's timed comm hook. One torchrun job trains the
 same model under DDP in four variants, back to back and interleaved (--rounds, the order
-rotated each round), timed like the reference recipe (bench/seed_repro.py): synchronize +
+rotated each round), timed like the reference recipe (../shared/bench/seed_repro.py, carried as .ref/): synchronize +
 perf_counter around the measured steps only, batches made on the GPU beforehand.
 
   builtin  no hook, recorder never read: the reference throughput
@@ -32,10 +32,17 @@ Accuracy: after all rounds (the profiler kept out of the timed steps), each vari
 --prof-steps steps under torch.profiler; the method's comm time over those steps is set
 against the NCCL kernels' time in the trace.
 
-  torchrun --standalone --nproc_per_node 1 bench/fr_timing.py --model vit_l_32 \\
+  torchrun --standalone --nproc_per_node 1 bench/investigations/fr_timing.py --model vit_l_32 \\
       --steps 30 --warmup 5 --rounds 3 [--fr-every 10 --fr-buffer 2000]
-  python bench/fr_timing.py --selftest      # the bookkeeping, on CPU (gloo's recorder)
+  python bench/investigations/fr_timing.py --selftest      # the bookkeeping, on CPU (gloo's recorder)
 Rank 0 prints one JSON line per (round, variant), a table, and a RESULT JSON line.
+
+Question: time each bucket's all-reduce from the flight recorder (TORCH_NCCL_ENABLE_TIMING) or
+from ddptop's comm hook: which is accurate, which is cheap?
+Answer (2026-11-23, 1x H100, ViT-L/32): reading the recorder is the cost (~4.5% of a step at one
+read per 10 steps, holding the GIL) and it gives no GPU start/end; the comm hook was kept.
+`bash bench/gpu_check.sh frtiming` runs it.
+Quoted in: docs/BENCHMARKS.md, "2026-11-23, H100: NCCL's own timing vs ddptop's comm hook".
 """
 
 from __future__ import annotations
@@ -57,7 +64,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from ddptop.rank.clock import CudaClock  # noqa: E402
 from ddptop.rank.comm import CommTimer  # noqa: E402
 from ddptop.rank.steps import union_length  # noqa: E402
@@ -282,7 +289,7 @@ def profile_window(v, batches, steps, rank):
 def main(a):
     if not torch.cuda.is_available() or not dist.is_nccl_available():
         sys.exit("fr_timing.py needs CUDA GPUs and NCCL (duration_ms comes from NCCL's CUDA events); "
-                 "none here. `python bench/fr_timing.py --selftest` checks the bookkeeping on CPU.")
+                 "none here. `python bench/investigations/fr_timing.py --selftest` checks the bookkeeping on CPU.")
     old_name = tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 10)  # renamed in 2.10 (alias kept)
     os.environ["TORCH_NCCL_TRACE_BUFFER_SIZE" if old_name else "TORCH_FR_BUFFER_SIZE"] = str(a.fr_buffer)
     for k, v in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="29511", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1").items():
