@@ -16,7 +16,7 @@ previous work, the compute work launched before it). Compare the last with ddpto
 
 Question: why does NCCL's timing of a short collective read longer than its kernel?
 Answer (2026-11-26, 2x H200 traces): the launch: each kernel starts 13-19 us (p50) after NCCL
-recorded its start event, 15-46 us of timer excess a collective. tests/test_nccl_launch_gaps.py
+recorded its start event, 15-46 us of timer excess a collective. tests/bench/test_nccl_launch_gaps.py
 runs it on a committed trace.
 Quoted in: docs/GPU.md, "Why a short collective's timer reads longer than its kernel".
 """
