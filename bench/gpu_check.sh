@@ -73,7 +73,7 @@ PYEOF
 }
 
 capovh() {  # steps/s outside a capture window vs the same run without one
-  timeout ${CAPOVH_TIMEOUT:-300} $PY bench/capture_overhead.py --nproc "$N" --steps ${CAPOVH_STEPS:-70} --warmup 10 \
+  timeout ${CAPOVH_TIMEOUT:-300} $PY bench/investigations/capture_overhead.py --nproc "$N" --steps ${CAPOVH_STEPS:-70} --warmup 10 \
     --capture 35:3 --rounds ${CAPOVH_ROUNDS:-2} --runs-dir "$RUNS/capovh" 2>&1 | tee "$OUT/capture_overhead.txt"
 }
 
@@ -209,23 +209,23 @@ PYEOF
 }
 
 frtiming() {  # TORCH_NCCL_ENABLE_TIMING + flight recorder vs ddptop's comm hook: accuracy and cost (one job)
-  timeout ${FR_TIMEOUT:-300} torchrun --standalone --nproc_per_node="$N" bench/fr_timing.py --model vit_l_32 \
+  timeout ${FR_TIMEOUT:-300} torchrun --standalone --nproc_per_node="$N" bench/investigations/fr_timing.py --model vit_l_32 \
     --steps ${FR_STEPS:-100} --warmup 10 --rounds ${FR_ROUNDS:-3} --prof-steps 10 ${FR_ARGS:-} 2>&1 | grep -v -i warn \
     | tee -a "$OUT/fr_timing.txt" | tail -25
 }
 
-ovhpairs() {  # the same script plain under torchrun vs under ddptop, alternating (bench/overhead_pairs.py)
+ovhpairs() {  # the same script plain under torchrun vs under ddptop, alternating (bench/investigations/overhead_pairs.py)
   for w in ${OVH_WORKLOADS:-vit gpt seed}; do
-    timeout ${OVHP_TIMEOUT:-560} $PY bench/overhead_pairs.py --workload $w --nproc "$N" --pairs ${OVH_PAIRS:-3} --steps ${OVH_STEPS:-100} \
+    timeout ${OVHP_TIMEOUT:-560} $PY bench/investigations/overhead_pairs.py --workload $w --nproc "$N" --pairs ${OVH_PAIRS:-3} --steps ${OVH_STEPS:-100} \
       --warmup 10 ${OVH_ARGS:-} ${OVH_VARIANTS:-} --json-out "$OUT/ovh_$w.json" 2>&1 | tee -a "$OUT/overhead_pairs.txt" | tail -12
   done
 }
 
 ovhsplit() {  # where the instrument's cost goes: host us/step of a launch-bound loop, then ViT-L pairs with variants
-  [ "${HC_ROUNDS:-3}" -gt 0 ] && $PY bench/instrument_host_cost.py --device cuda --rounds ${HC_ROUNDS:-3} --steps 300 \
+  [ "${HC_ROUNDS:-3}" -gt 0 ] && $PY bench/investigations/instrument_host_cost.py --device cuda --rounds ${HC_ROUNDS:-3} --steps 300 \
     --variants plain,instrument,nocomm,timed 2>&1 | tee -a "$OUT/host_cost.txt" | tail -7
   for w in ${OVH_WORKLOADS:-vit}; do
-    timeout ${OVHP_TIMEOUT:-420} $PY bench/overhead_pairs.py --workload $w --nproc "$N" --pairs ${OVH_PAIRS:-2} \
+    timeout ${OVHP_TIMEOUT:-420} $PY bench/investigations/overhead_pairs.py --workload $w --nproc "$N" --pairs ${OVH_PAIRS:-2} \
       --steps ${OVH_STEPS:-200} --warmup 10 ${OVH_ARGS:-} ${OVH_VARIANTS---variant nofr:TORCH_NCCL_TRACE_BUFFER_SIZE=0} \
       --json-out "$OUT/ovhsplit_$w.json" 2>&1 | tee -a "$OUT/overhead_split.txt" | tail -12
   done
@@ -295,7 +295,7 @@ ncclcost() {  # issue 27: NCCL's own timing (TORCH_NCCL_ENABLE_TIMING + ddptop's
   IFS='|' read -ra specs <<< "${NCCLCOST_SPECS:-262144 0|262144 20|6553600 20}"  # '|' between specs
   for spec in "${specs[@]}"; do
     set -- $spec
-    timeout 200 torchrun --standalone --nproc_per_node="$N" bench/nccl_timing_cost.py --numel $1 --python-us $2 \
+    timeout 200 torchrun --standalone --nproc_per_node="$N" bench/investigations/nccl_timing_cost.py --numel $1 --python-us $2 \
       --rounds ${NCCLCOST_ROUNDS:-40} --ops ${NCCLCOST_OPS:-300} 2>&1 | grep -E "^rank|NCCL_TIMING_COST|Error" | tee -a "$OUT/ncclcost.txt"
   done
 }
@@ -346,14 +346,14 @@ plaintrace() {  # issue 27/28: the GPT script under plain torchrun (no ddptop), 
 }
 
 clockcost() {  # issue 27: a GPU stamp's host cost and its parts, inside an NCCL job with NCCL's timing on
-  TORCH_NCCL_ENABLE_TIMING=1 timeout 120 torchrun --standalone --nproc_per_node="$N" bench/clock_cost.py 2>&1 | grep -E "^rank|Error" | tee -a "$OUT/clock_cost.txt"
+  TORCH_NCCL_ENABLE_TIMING=1 timeout 120 torchrun --standalone --nproc_per_node="$N" bench/investigations/clock_cost.py 2>&1 | grep -E "^rank|Error" | tee -a "$OUT/clock_cost.txt"
 }
 
 stampcost() {  # issue 27: a stamp's host cost inside the HF Trainer, under ddptop and plain: CUDA, or the GIL's handoff?
   STAMP_OUT=$OUT/stamp_cost_live.jsonl timeout 150 $PY -m ddptop --headless --json --interval 60 --nproc "$N" \
-    --runs-dir "$RUNS/stamp" -- $PY bench/stamp_cost_live.py --steps 60 2>&1 | tail -1 | cut -c1-300
+    --runs-dir "$RUNS/stamp" -- $PY bench/investigations/stamp_cost_live.py --steps 60 2>&1 | tail -1 | cut -c1-300
   STAMP_OUT=$OUT/stamp_cost_live.jsonl timeout 150 torchrun --standalone --nproc_per_node="$N" \
-    bench/stamp_cost_live.py --steps 60 2>&1 | grep -E "hf_train|Error" | tail -3
+    bench/investigations/stamp_cost_live.py --steps 60 2>&1 | grep -E "hf_train|Error" | tail -3
   cat "$OUT/stamp_cost_live.jsonl"
 }
 

@@ -13,7 +13,7 @@ Blocks are one step long by default (BLOCK_S 0.001 is shorter than any step): th
 step times drift slowly (on the lent machines a step's time correlates 0.75-0.9 with the
 next's and still ~0.4 with the one 12 steps on), so the closer in time two arms' steps are,
 the more of the drift their ratio cancels. Cut one run's steps into blocks of L steps and the
-A/A interval widens with L: 0.2-0.6% wide at L = 1, 1.5-3.5% at L = 12 (`bench/ab_block_length.py`,
+A/A interval widens with L: 0.2-0.6% wide at L = 1, 1.5-3.5% at L = 12 (`bench/investigations/ab_block_length.py`,
 docs/BENCHMARKS.md). The switch between arms (hooks removed or put back) happens between two
 stamps, in no block's time.
 
@@ -21,7 +21,7 @@ stamps, in no block's time.
         --blocks 2000 [--arms on,off,aa,busy] [--self-check demo] [--json-out ab.json]
 
 What it does not see, by design: the launch environment (NCCL_DEBUG, the flight recorder,
-TORCH_NCCL_ENABLE_TIMING, the sitecustomize import): bench/nccl_timing_cost.py measures NCCL's
+TORCH_NCCL_ENABLE_TIMING, the sitecustomize import): bench/investigations/nccl_timing_cost.py measures NCCL's
 timing per collective; a comm hook once registered and NCCL's completion hook cannot be
 removed, so they run in both arms. Exit codes: 0 every run gave blocks, 1 a run did not, 2 usage.
 """

@@ -12,6 +12,7 @@ without a bye at `crash_at`).
 
     from rank_sim import SimSpec, simulate   # bench/ on sys.path
     results = await simulate(SimSpec(ranks=256, nodes=32), "127.0.0.1", port, token)
+    DDPTOP_TOKEN=... python bench/rank_sim.py HOST PORT [--ranks 64] [--nodes 8] [--step-ms 50]
 """
 
 from __future__ import annotations

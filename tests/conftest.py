@@ -6,6 +6,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
+# Tests sit in one folder per room (tests/README.md) and import helpers from one another across
+# rooms (`from test_detach import live`); every room's folder is on sys.path, as the one tests/
+# folder was, so a file imports the same whether run alone or in the suite. Names stay unique.
+for _room in sorted(Path(__file__).resolve().parent.iterdir()):
+    if _room.is_dir() and any(_room.glob("test_*.py")) and str(_room) not in sys.path:
+        sys.path.append(str(_room))
+
 
 @pytest.fixture(autouse=True, scope="session")
 def private_live_dir():

@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
 class OwnClock:
     """The trainer's own throughput, as a careful script measures itself (synchronize at the
-    end of warmup and at the end, nothing in between): what bench/overhead_pairs.py compares
+    end of warmup and at the end, nothing in between): what bench/investigations/overhead_pairs.py compares
     between a plain torchrun run and the same run under ddptop."""
 
     def __init__(self, cuda: bool, warmup: int) -> None:

@@ -8,7 +8,7 @@ rank draws from the same seed:
     on    the rank-side layer engaged, as in any run
     off   bypassed: every hook that can be removed is removed, the optimizer hooks only count
           steps (what cannot be removed: a comm hook already registered, NCCL's completion
-          hook, the launch environment; measured apart, bench/nccl_timing_cost.py)
+          hook, the launch environment; measured apart, bench/investigations/nccl_timing_cost.py)
     aa    the same as off (the A/A check: the method must read 1.000 between the two)
     busy  off plus a calibrated busy wait of cost_ab_busy_pct % of a step (on a GPU a spin
           kernel on the script's stream, so the cost is real whether the step is host- or

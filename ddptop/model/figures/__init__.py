@@ -2,7 +2,7 @@
 has one (`_last50`: each rank's last WINDOW records, RECENT_LABEL; `_run`: the whole run
 after warmup, RUN_LABEL), and the one rule for each verdict views show (slowest rank, stall
 bound). Every view, the summary, the headless lines, the sweep/tune tables and the advisor
-call these; tests/test_figures_once.py fails if a figure helper is written anywhere else.
+call these; tests/layout/test_figures_once.py fails if a figure helper is written anywhere else.
 
 - `stats`: median, percentile, percent, mean, the union of spans, the Histogram;
 - `window`: one rank's recent window (RankWindow -> RankFigures);
