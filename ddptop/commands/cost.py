@@ -126,18 +126,20 @@ def run_one(pair: int, arm: str, plan: Plan, where: Path, env: dict[str, str]) -
     record = RunRecord(pair, arm, rc, wall, ranks, stderr, summary)
     record.step_ms = cost_pairs.run_step_ms(ranks, plan.warmup) if rc == 0 and len(ranks) == plan.nproc else None
     if arm == DDPTOP:
-        record.allreduces, record.every = _ddptop_counts(out_dir / "runs")
+        record.allreduces, record.every, record.nccl_timing = _ddptop_counts(out_dir / "runs")
     return record
 
 
-def _ddptop_counts(runs: Path) -> tuple[float | None, int]:
-    """All-reduces a step (the mean of rank 0's `buckets`) and comm_timing_every, from the
-    ddptop arm's own records."""
+def _ddptop_counts(runs: Path) -> tuple[float | None, int, bool]:
+    """All-reduces a step (the mean of rank 0's `buckets`: none where nothing timed them),
+    comm_timing_every and nccl_timing, from the ddptop arm's own records."""
     counts: list[float] = []
-    every = 10
+    every, nccl_timing = 10, False
     for run in runs.glob("*/"):
         try:
-            every = int(json.loads((run / "config.json").read_text()).get("comm_timing_every", every))
+            config = json.loads((run / "config.json").read_text())
+            every = int(config.get("comm_timing_every", every))
+            nccl_timing = bool(config.get("comm_timing", True) and config.get("nccl_timing", nccl_timing))
             with open(run / "steps.jsonl") as f:
                 for line in f:
                     rec = json.loads(line)
@@ -145,7 +147,7 @@ def _ddptop_counts(runs: Path) -> tuple[float | None, int]:
                         counts.append(float(rec["buckets"]))
         except (OSError, ValueError, TypeError, AttributeError):
             continue
-    return (sum(counts) / len(counts) if counts else None), every
+    return (sum(counts) / len(counts) if counts else None), every, nccl_timing
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float) -> int:

@@ -36,6 +36,7 @@ class RunRecord:
     step_ms: float | None = None
     allreduces: float | None = None  # DDP's all-reduces a step, as ddptop's records count them (ddptop arm)
     every: int = 10  # the run's comm_timing_every (ddptop arm)
+    nccl_timing: bool = False  # the run had NCCL time its collectives (ddptop arm)
 
 
 def cpu_lists(text: str, nproc: int, available: list[int] | None = None) -> list[list[int]]:

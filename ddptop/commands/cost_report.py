@@ -86,16 +86,17 @@ def render(records: list[RunRecord], plan: Plan, where: Path) -> dict[str, Any]:
             "plain": plain, "ddptop": ours, "result": None if result is None else result.as_dict(),
             "verdict": said, "stderr_added": added,
             "bill": None if predicted is None else {"us": predicted.us, "lo": predicted.lo, "hi": predicted.hi,
-                                                    "allreduces": predicted.allreduces}}
+                                                    "allreduces": predicted.allreduces,
+                                                    "nccl_timing": predicted.nccl_timing}}
     return {"text": "\n".join(lines), "json": data}
 
 
 def _prediction(records: list[RunRecord]) -> bill.Prediction | None:
-    counts = [r.allreduces for r in records if r.allreduces is not None]
-    if not counts:
+    ours = [r for r in records if r.arm == cost_pairs.DDPTOP and r.rc == 0]
+    if not ours:
         return None
-    every = next(r.every for r in records if r.allreduces is not None)
-    return bill.predict(statistics.median(counts), every)
+    counts = [r.allreduces for r in ours if r.allreduces is not None]
+    return bill.predict(statistics.median(counts) if counts else None, ours[0].every, ours[0].nccl_timing)
 
 
 def _span(cpus: list[int]) -> str:

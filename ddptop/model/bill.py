@@ -27,6 +27,13 @@ PER_LAUNCH = Figure(1.56, -0.43, 3.55)  # a tiny kernel's launch (not resolved: 
 PER_ALLREDUCE = Figure(16.6, 7.6, 25.5)  # a 4 KiB all-reduce on a step the plugin does not stamp
 PER_ALLREDUCE_STAMPED = Figure(21.7, -9.3, 52.8)  # ...on a stamped step (one in comm_timing_every)
 PER_STEP_HOOKS = Figure(56.0, 36.0, 77.0)  # the rank-side hooks, per optimizer step
+# without NCCL's timing (the default since issue 42's session 7): the flight recorder and
+# NCCL_DEBUG=INFO to a file, each within the +-5 us the plain all-reduce itself moved by
+PER_ALLREDUCE_UNTIMED = Figure(0.0, -5.0, 5.0)
+# what TORCH_NCCL_ENABLE_TIMING did to a whole step of the ViT-L demo (one 1.2 GB all-reduce a
+# step), ddptop with and without it against plain torchrun, 2026-11-27, 2x H200: a cost no
+# per-collective micro-benchmark shows (timing events on NCCL's stream; pytorch/pytorch#143890)
+NCCL_TIMING_VIT_STEP = Figure(1234.0, 680.0, 1787.0)
 MEASURED = "2026-11-27, 2x H200 (NV18), torch 2.11, NCCL 2.28.9"
 
 # the parts one by one (same runs): what each adds to a launch and an all-reduce, us
@@ -34,10 +41,12 @@ PARTS: tuple[tuple[str, Figure | None, Figure | None, str], ...] = (
     ("nsys wrapper (no capture running; the old --profiler auto)", Figure(2.65, 0.03, 5.28),
      Figure(8.9, -6.0, 23.8), "off by default now: only --profiler nsys wraps the ranks"),
     ("NCCL completion hook (+TORCH_NCCL_ENABLE_TIMING)", Figure(1.67, -0.84, 4.18),
-     Figure(36.3, 3.7, 68.9), "on: the all-reduces' own times (comm_ms); one Python call per collective"),
+     Figure(36.3, 3.7, 68.9), "off by default (nccl_timing): +1.2 ms a ViT-L step beyond these figures"),
     ("everything the launcher sets (timing, hook, flight recorder, NCCL_DEBUG=INFO to a file, "
-     "the plugin, torchrun's log capture)", Figure(2.55, 0.56, 4.54), Figure(37.2, 21.3, 53.1), "on"),
-    ("the same, plugin mask on (a stamped step)", None, Figure(64.7, 42.5, 86.8), "one step in comm_timing_every"),
+     "the plugin, torchrun's log capture)", Figure(2.55, 0.56, 4.54), Figure(37.2, 21.3, 53.1),
+     "timing, hook and plugin only with nccl_timing; the rest on"),
+    ("the same, plugin mask on (a stamped step)", None, Figure(64.7, 42.5, 86.8),
+     "with nccl_timing: one step in comm_timing_every"),
     ("under ddptop (all of it, the rank-side layer and the monitor too)", PER_LAUNCH, PER_ALLREDUCE, "on"),
 )
 
@@ -47,23 +56,33 @@ class Prediction:
     us: float
     lo: float
     hi: float
-    allreduces: float
+    allreduces: float | None  # None: not counted (nothing times them in the run)
     every: int  # the plugin stamps one step in this many
+    nccl_timing: bool = False
 
     def text(self) -> str:
+        counted = ("all-reduces not counted (nccl_timing off: the bill puts each within "
+                   f"{PER_ALLREDUCE_UNTIMED.lo:+.0f}..{PER_ALLREDUCE_UNTIMED.hi:+.0f} us)"
+                   if self.allreduces is None else f"{self.allreduces:g} all-reduce(s) a step")
+        timing = (f"; with nccl_timing on, more where comm overlaps compute (the ViT-L demo: "
+                  f"{NCCL_TIMING_VIT_STEP.us:+.0f} us [{NCCL_TIMING_VIT_STEP.lo:+.0f}, {NCCL_TIMING_VIT_STEP.hi:+.0f}])"
+                  if self.nccl_timing else "")
         return (f"the bill predicts {self.us:+.0f} us a step per rank [{self.lo:+.0f}, {self.hi:+.0f}] for "
-                f"{self.allreduces:g} all-reduce(s) a step, plus {PER_LAUNCH.us:+.1f} us "
-                f"[{PER_LAUNCH.lo:+.1f}, {PER_LAUNCH.hi:+.1f}] per kernel launch (launches are not counted; "
-                f"bill of {MEASURED})")
+                f"{counted}, plus {PER_LAUNCH.us:+.1f} us [{PER_LAUNCH.lo:+.1f}, {PER_LAUNCH.hi:+.1f}] per kernel "
+                f"launch (launches are not counted; bill of {MEASURED}){timing}")
 
 
-def predict(allreduces_per_step: float, every: int = 10) -> Prediction:
-    """The bill's cost of one step with this many all-reduces, the plugin stamping one step in
-    `every`; kernel launches are left to the reader (their figure is not resolved)."""
+def predict(allreduces_per_step: float | None, every: int = 10, nccl_timing: bool = False) -> Prediction:
+    """The bill's cost of one step with this many all-reduces (None: not counted), the plugin
+    stamping one step in `every` where NCCL's timing is on; kernel launches are left to the
+    reader (their figure is not resolved), and so is timing's effect on overlap (said)."""
     share = 1.0 / max(every, 1)
 
     def part(pick: str) -> float:
-        per = ((1 - share) * getattr(PER_ALLREDUCE, pick) + share * getattr(PER_ALLREDUCE_STAMPED, pick))
-        return getattr(PER_STEP_HOOKS, pick) + allreduces_per_step * per
+        if not nccl_timing:
+            per = getattr(PER_ALLREDUCE_UNTIMED, pick)
+        else:
+            per = ((1 - share) * getattr(PER_ALLREDUCE, pick) + share * getattr(PER_ALLREDUCE_STAMPED, pick))
+        return getattr(PER_STEP_HOOKS, pick) + (allreduces_per_step or 0.0) * per
 
-    return Prediction(part("us"), part("lo"), part("hi"), allreduces_per_step, every)
+    return Prediction(part("us"), part("lo"), part("hi"), allreduces_per_step, every, nccl_timing)

@@ -92,13 +92,13 @@ class RunConfig:
     # that CUDA event costs 1.5-3% of a ViT-L step; hand-over and exposed comm are timed every step.
     # ddptop's NCCL plugin stamps the all-reduce kernels on the same steps (on every step: +1.3%)
     comm_timing_every: int = 10
-    # On NCCL: each all-reduce kernel's own time from ddptop's NCCL profiler plugin (NCCL >= 2.28,
-    # built with cc at launch: ddptop/run/nccl_plugin.c), matched to the all-reduces NCCL's own
-    # timing reports (TORCH_NCCL_ENABLE_TIMING: one more CUDA event a collective, read on NCCL's
-    # threads; its start-to-end span, launch included, where the plugin cannot run): comm_ms, its
-    # hidden share and bus bandwidth with DDP's C++ all-reduce, and a comm hook's collectives
-    # told from its own work (docs/GPU.md). Off: exposed communication only.
-    nccl_timing: bool = True
+    # On NCCL: each all-reduce's own time (comm_ms, its hidden share, bus bandwidth with DDP's C++
+    # all-reduce) from NCCL's own timing (TORCH_NCCL_ENABLE_TIMING and a completion hook) and, where
+    # it builds (NCCL >= 2.28, cc at launch: ddptop/run/nccl_plugin.c), the kernels' own clock from
+    # ddptop's NCCL profiler plugin. Off by default since 2026-11-27: TORCH_NCCL_ENABLE_TIMING alone
+    # cost the ViT-L demo +1.2 ms a step [+0.7, +1.8] on 2x H200 (1.4%; off: +0.1 ms [-0.3, +0.5]),
+    # against plain torchrun (docs/BENCHMARKS.md, issue 42). Off: exposed communication only.
+    nccl_timing: bool = False
     # torch.profiler captures also record memory (profile_memory: HTA's memory timeline);
     # the trace is larger and the profiled steps slower
     capture_memory: bool = False
@@ -194,8 +194,8 @@ class RunConfig:
         """What else a run changed that makes it not its preset: the ranks' environment and
         how communication was timed (a runs table row must not pass for plain `baseline`)."""
         parts = [f"{k}={v}" for k, v in sorted(self.nccl_env.items())]
-        if not self.nccl_timing:
-            parts.append("no nccl_timing")
+        if self.nccl_timing:
+            parts.append("nccl_timing")
         if not self.comm_timing:
             parts.append("no comm timing")
         return "; " + " ".join(parts) if parts else ""

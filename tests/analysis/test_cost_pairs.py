@@ -73,10 +73,22 @@ def test_cpu_lists() -> None:
 def test_bill_prediction_adds_hooks_and_all_reduces() -> None:
     none = bill.predict(0)
     assert none.us == bill.PER_STEP_HOOKS.us
-    one = bill.predict(1, every=10)
+    one = bill.predict(1, every=10, nccl_timing=True)
     assert one.us == pytest.approx(56.0 + 0.9 * 16.6 + 0.1 * 21.7)
     assert one.lo < one.us < one.hi
     assert "per kernel launch" in bill.predict(14).text()
+
+
+def test_bill_prediction_follows_the_runs_nccl_timing() -> None:
+    """The default (nccl_timing off) puts no timed all-reduce on the bill; with it on the
+    prediction names what no micro-benchmark shows (the ViT-L demo's +1.2 ms a step)."""
+    default = bill.predict(None)
+    assert default.us == bill.PER_STEP_HOOKS.us and "all-reduces not counted" in default.text()
+    assert bill.predict(3).us == pytest.approx(bill.PER_STEP_HOOKS.us)  # untimed: 0 +-5 us each
+    assert bill.predict(3).lo < bill.PER_STEP_HOOKS.lo
+    timed = bill.predict(3, nccl_timing=True)
+    assert timed.us > bill.PER_STEP_HOOKS.us + 3 * 15 and "ViT-L demo: +1234 us" in timed.text()
+    assert "ViT-L" not in default.text()
 
 
 def test_hardware_interval_from_the_environment() -> None:

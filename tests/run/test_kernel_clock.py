@@ -177,13 +177,14 @@ def test_the_launcher_hands_the_plugin_to_nccl_or_says_why_not(tmp_path, plugin,
     def env(path=None, why="", **kw):
         return build_plan(RunConfig(**kw), tmp_path, "unix:/x", "t", "r", base_env={},
                           nccl_plugin=(path, why)).env
-    assert env(plugin)["NCCL_PROFILER_PLUGIN"] == str(plugin)
-    assert env(None, "no C compiler")[protocol.ENV_NCCL_PLUGIN_WHY] == "no C compiler"
+    assert env(plugin, nccl_timing=True)["NCCL_PROFILER_PLUGIN"] == str(plugin)
+    assert env(None, "no C compiler", nccl_timing=True)[protocol.ENV_NCCL_PLUGIN_WHY] == "no C compiler"
     assert nccl_plugin.build_for(RunConfig(nccl_timing=False), tmp_path) == (None, "")
     monkeypatch.setattr(nccl_plugin, "NVIDIA_DEVICE", str(tmp_path / "no-such-device"))
-    assert nccl_plugin.build_for(RunConfig(), tmp_path) == (None, "")  # gloo: nothing to build
+    assert nccl_plugin.build_for(RunConfig(nccl_timing=True), tmp_path) == (None, "")  # gloo: nothing to build
     monkeypatch.setattr(nccl_plugin, "NVIDIA_DEVICE", str(tmp_path))
-    built, _ = nccl_plugin.build_for(RunConfig(), tmp_path / "gpu")
+    assert nccl_plugin.build_for(RunConfig(), tmp_path / "default") == (None, "")  # off by default (issue 42)
+    built, _ = nccl_plugin.build_for(RunConfig(nccl_timing=True), tmp_path / "gpu")
     assert built is not None and built.parent == tmp_path / "gpu" / "nccl"
     kept = nccl_plugin.build(tmp_path, environ={"NCCL_PROFILER_PLUGIN": "/opt/inspector.so"})
     assert kept[0] is None and "its own NCCL profiler plugin" in kept[1]

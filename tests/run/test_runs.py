@@ -134,10 +134,10 @@ def test_a_run_with_nccl_env_does_not_pass_for_its_preset_in_the_table_and_expor
     from ddptop.run.runs import build_table, markdown, row_from_summary
 
     plain = preset_config("baseline", RunConfig())
-    shm = preset_config("baseline", RunConfig(nccl_env={"NCCL_P2P_DISABLE": "1"}, nccl_timing=False))
+    shm = preset_config("baseline", RunConfig(nccl_env={"NCCL_P2P_DISABLE": "1"}, nccl_timing=True))
     rows = [row_from_summary({"run_id": f"r{i}", "config": c.to_dict(), "steps_per_s": s, "status": "completed"})
             for i, (c, s) in enumerate([(plain, 10.0), (shm, 6.0)])]
     assert rows[0].settings == "bucket 2000MB"
-    assert rows[1].settings == "bucket 2000MB; NCCL_P2P_DISABLE=1 no nccl_timing"
+    assert rows[1].settings == "bucket 2000MB; NCCL_P2P_DISABLE=1 nccl_timing"
     text = markdown(build_table(rows))
-    assert "bucket 2000MB; NCCL_P2P_DISABLE=1 no nccl_timing" in text
+    assert "bucket 2000MB; NCCL_P2P_DISABLE=1 nccl_timing" in text
