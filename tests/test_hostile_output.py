@@ -42,7 +42,7 @@ def test_printable_shows_control_characters_as_text_and_is_idempotent() -> None:
 
 
 def test_state_report_and_log_line_never_carry_a_ranks_escapes() -> None:
-    state = RunState("r1", {"steps": 10}, world_size=1)
+    state = RunState("r1", RunConfig(steps=10), world_size=1)
     state.add_log(0, "\x1b]52;c;aGk=\x07 [red]x[/]")
     state.finish("failed", time.time(), error="RuntimeError: \x1b[2J", failed_rank=0)
     assert list(state.logs[0]) == ["^[]52;c;aGk=^G [red]x[/]"]

@@ -179,7 +179,7 @@ def test_captures_tab_lists_files_and_summary_and_notifies_once(tmp_path: Path) 
 
 def test_stall_straggler_and_powersgd_warm_up_are_shown(tmp_path: Path) -> None:
     state = synthetic_state(4, slow_rank=1)
-    state.config.update(comm_hook="powersgd", powersgd_rank=4, powersgd_start_iter=5000)
+    state.config = state.config.with_changes(comm_hook="powersgd", powersgd_rank=4, powersgd_start_iter=5000)
     straggler = state.straggler()
     assert straggler is not None and straggler.rank == 1
 

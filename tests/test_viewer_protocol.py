@@ -47,7 +47,7 @@ def realistic_state(n_ranks: int = 4, steps: int = 300) -> RunState:
     now = 1_800_000_000.0
     rng = random.Random(1)
     config = preset_config("overlap", RunConfig(nproc=n_ranks, steps=1000, warmup=3))
-    state = RunState(run_id="20270115-093000-overlap-abcd", config=config.to_dict(), world_size=n_ranks,
+    state = RunState(run_id="20270115-093000-overlap-abcd", config=config, world_size=n_ranks,
                      warmup=3, started_at=now - 100, nnodes=1)
     for r in range(n_ranks):
         state.apply(Hello(rank=r, local_rank=r, world_size=n_ranks, host="h200", pid=4000 + r, token="s3cret",
@@ -440,7 +440,7 @@ def test_a_viewer_refuses_a_bad_supervisor_with_one_line(name: str, sock_dir: Pa
     state = realistic_state(2, 5)
     entry = LiveRun(run_id=state.run_id, pid=os.getpid(), socket=str(path), token="t", run_dir=str(sock_dir),
                     runs_dir=str(sock_dir), preset="overlap", world_size=2, detached=True,
-                    started_at=time.time(), config=state.config)
+                    started_at=time.time(), config=state.config.to_dict())
 
     async def main() -> RemoteSession:
         server = await serve_once(path, answer)

@@ -192,7 +192,7 @@ class LiveSession(StaticSession):
 def live_app(tmp_path: Path, **kw: object) -> tuple[DdpTopApp, LiveSession]:
     state = synthetic_state(2)
     bench = synthetic_workbench(state, tmp_path)
-    session = LiveSession(state, RunConfig.from_dict(state.config), tmp_path / state.run_id)
+    session = LiveSession(state, state.config, tmp_path / state.run_id)
     bench.sessions[-1] = session  # type: ignore[call-overload]
     return DdpTopApp(bench, autostart=False, refresh_s=3600, **kw), session  # type: ignore[arg-type]
 
