@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from ddptop.model.config import RunConfig
 from ddptop.analysis.cost_ab import analyse, run_summary
+from ddptop.model.config import RunConfig
 from ddptop.model.report import cost_lines
 from ddptop.run.cost_files import read_cost_blocks
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from ddptop.model.config import RunConfig
 from ddptop.analysis.advisor import advise
 from ddptop.commands.sweep_table import build_rows
 from ddptop.model import figures
+from ddptop.model.config import RunConfig
 from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState
 from ddptop.tui.widgets.run_header import comm_text

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ddptop.model.config import RunConfig
 from ddptop.model import figures
+from ddptop.model.config import RunConfig
 from ddptop.model.options import NodeOptions
 from ddptop.model.state import RunState
 from ddptop.run.collector import Collector

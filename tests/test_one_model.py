@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from test_tui_views import app_for, show
 
-from ddptop.model.config import RunConfig
 from ddptop.model import figures, report
+from ddptop.model.config import RunConfig
 from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState
 from ddptop.tui.widgets.rank_table import RankTable

@@ -1,7 +1,7 @@
 import pytest
 
-from ddptop.model.config import RunConfig
 from ddptop.model import figures
+from ddptop.model.config import RunConfig
 from ddptop.model.state import Histogram, RunState
 from ddptop.wire.protocol import Bye, Hello, Steps
 
@@ -215,3 +215,21 @@ def test_the_straggler_check_passes_over_the_ranks_only_when_one_is_due(monkeypa
             if r != 5:
                 st.apply(Steps(r, [rec(step, 10.0)]), now=1.0 + step)  # a second a step
     assert st.straggler_verdict.checked >= 49  # checks go on without the lost rank
+
+
+def test_the_summary_says_the_config_as_before_it_was_typed():
+    """summary.json's `config`: a demo run's whole RunConfig; a user's script's run (which holds
+    its script_view) only the knobs that mean something for it, as RunConfig.script_dict says
+    them (issue 48: the same keys and values as when the state held these dicts)."""
+    from ddptop.model.config import SCRIPT_PRESETS, preset_config
+
+    demo = preset_config("bf16", RunConfig(nproc=2, steps=40))
+    summary = RunState(run_id="r", config=demo, world_size=2).summary()
+    assert summary["config"] == demo.to_dict() and summary["preset"] == "bf16"
+    for name in SCRIPT_PRESETS:
+        config = preset_config(name, RunConfig(nproc=2, script=True, warmup=3, script_steps=7))
+        state = RunState(run_id="r", config=config.script_view(), world_size=2, command=["python", "t.py"])
+        summary = state.summary()
+        assert summary["config"] == config.script_dict() and summary["preset"] == name
+        assert list(summary["config"]) == list(config.script_dict())  # in the same order too
+        assert state.config.total_steps == 0 and demo.total_steps == 40

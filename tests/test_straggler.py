@@ -11,9 +11,9 @@ import random
 
 import pytest
 
-from ddptop.model.config import RunConfig
 from ddptop.hw.host_load import HostSample
 from ddptop.model import report, straggler
+from ddptop.model.config import RunConfig
 from ddptop.model.host_load import Contention
 from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState

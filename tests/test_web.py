@@ -22,7 +22,6 @@ import pytest
 from aiohttp import web
 from test_detach import free_port
 
-from ddptop.model.config import RunConfig
 from ddptop.remote.web import WebServer, cookie_name, new_token
 from ddptop.tui.app import DdpTopApp
 from ddptop.tui.synthetic import StaticSession, synthetic_state, synthetic_workbench

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
+
 from ddptop.model import figures
 from ddptop.model.figures import Histogram
 from ddptop.model.status import RankStatus, StatusField, rank_status

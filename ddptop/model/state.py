@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from dataclasses import dataclass, field
+
 from ddptop.hw.host_load import HostSample
 from ddptop.hw.samples import GpuSample
 from ddptop.hw.topology import TopologyMatrix
