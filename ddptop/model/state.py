@@ -177,10 +177,10 @@ class RunState:
             if key in rs.info or len(rs.info) < MAX_FACTS:
                 rs.info[key] = printable(value) if isinstance(value, str) else value
         hello, facts = rs.hello, msg.facts
-        if hello is not None and any(k in facts for k in HELLO_FACTS):
-            rs.hello = dataclasses.replace(hello, backend=str(facts.get("backend", hello.backend)),
-                                           model=str(facts.get("model", hello.model)),
-                                           device=str(facts.get("device", hello.device)))
+        if hello is not None and any(k in facts for k in HELLO_FACTS):  # as text, as the hello's own
+            rs.hello = dataclasses.replace(hello, backend=printable(str(facts.get("backend", hello.backend))),
+                                           model=printable(str(facts.get("model", hello.model))),
+                                           device=printable(str(facts.get("device", hello.device))))
         for note in msg.notes:
             note = printable(str(note))
             text = f"rank {rs.rank}: {note}"

@@ -63,8 +63,7 @@ class RemoteSession:
         self.owner = owner  # this viewer's connection decides the run's life (until detached)
         self._detached = detached
         self.state = RunState(run_id=run_id, config=config.script_view() if user_cmd else config,
-                              world_size=config.world_size,
-                              warmup=config.warmup)
+                              world_size=config.world_size, warmup=config.warmup)
         self.proc: subprocess.Popen[bytes] | None = None  # the supervisor, when we started it
         self._writer: asyncio.StreamWriter | None = None
         self._stop_reason = ""  # asked before the connection was up: sent on connect

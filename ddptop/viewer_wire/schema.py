@@ -84,7 +84,7 @@ _PINNED: dict[tuple[type, str], Any] = {
     (RunState, "topology"): TopologyMatrix | None,
     (RunState, "advice"): Advice | None,
     (RunState, "captures"): dict[int, Capture],
-    (RunState, "nsys"): _Plain(),
+    (RunState, "nsys"): _Plain(),  # a TypedDict (model.plain_data.NsysReport) of free JSON
 }
 # What a viewer has no use for and should not hold: a rank's hub token.
 _BLANK: dict[tuple[type, str], Any] = {(Hello, "token"): ""}
@@ -132,7 +132,7 @@ def _codec(tp: Any, path: str) -> tuple[Enc, Dec]:
     if tp is RunConfig:  # checked field by field, then as a run's config is (validate)
         return _config_codec()
     admitted = scalar_types(tp)
-    if admitted is not None:  # scalars, or | None (a rank's facts: str | int | float | bool)
+    if admitted is not None:  # a union of scalars: a rank's facts (str | int | float | bool), int | None...
         return _same, _scalars(tp, admitted)
     if tp is Histogram:
         return _histogram_to_wire, _histogram_from_wire
