@@ -35,6 +35,7 @@ from pathlib import Path
 
 import psutil
 
+from ddptop.model.config import RunConfig
 from ddptop.model.options import NodeOptions
 from ddptop.model.state import RunState
 from ddptop.run.collector import Collector
@@ -219,7 +220,7 @@ async def main_async(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="ddptop-bench-"))
     sock_dir = tmp / "sock"
     sock_dir.mkdir(mode=0o700)
-    state = RunState(run_id="bench", config={}, world_size=max(args.ranks, args.paced_ranks), warmup=5,
+    state = RunState(run_id="bench", config=RunConfig(), world_size=max(args.ranks, args.paced_ranks), warmup=5,
                      started_at=time.time())
     session = TimedSession(state, new_run_dir(tmp / "runs", "bench"))
     session.recorder = Recorder(session.run_dir)

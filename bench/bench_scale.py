@@ -27,6 +27,7 @@ from pathlib import Path
 
 import psutil
 
+from ddptop.model.config import RunConfig
 from ddptop.model.options import NodeOptions
 from ddptop.model.state import RunState
 from ddptop.run.capture_pipeline import agreed_step
@@ -93,7 +94,7 @@ async def wait_for(cond, timeout: float) -> bool:
 async def bench(a: argparse.Namespace) -> dict[str, object]:
     token = secrets.token_hex(16)
     tmp = Path(tempfile.mkdtemp(prefix="ddptop-scale-"))
-    state = RunState(run_id="scale", config={}, world_size=a.ranks, warmup=0, nnodes=a.nodes)
+    state = RunState(run_id="scale", config=RunConfig(), world_size=a.ranks, warmup=0, nnodes=a.nodes)
     sink = TimedSink(state, new_run_dir(tmp, "scale"), a.nodes, apply=a.sink == "state")
     sink.recorder = Recorder(sink.procs.run_dir)
     hub = (OldBoundHub if a.old_bound else Hub)(token, sink, world_size=a.ranks)

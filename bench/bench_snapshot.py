@@ -59,7 +59,7 @@ def busy_state(n_ranks: int, n_gpus: int = 8) -> RunState:
     now = time.time()
     rng = random.Random(0)
     config = preset_config("overlap", RunConfig(nproc=n_ranks, steps=10_000, warmup=5))
-    state = RunState(run_id="20260101-120000-overlap-bench", config=config.to_dict(), world_size=n_ranks,
+    state = RunState(run_id="20260101-120000-overlap-bench", config=config, world_size=n_ranks,
                      warmup=5, started_at=now - 600.0, status="running")
     for r in range(n_ranks):
         state.apply(Hello(rank=r, local_rank=r % 8, world_size=n_ranks, host=f"node{r // 8}", pid=20000 + r,

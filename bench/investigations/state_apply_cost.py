@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import time
 
+from ddptop.model.config import RunConfig
 from ddptop.model.state import RunState
 from ddptop.wire import protocol
 
@@ -25,7 +26,7 @@ def record(step: int) -> dict[str, float]:
 
 def cost(n: int, warm: int = 20, measured: int = 4) -> float:
     """Seconds per one-record frame at `n` ranks (8 a node), after `warm` steps of every rank."""
-    s = RunState(run_id="x", config={}, world_size=n, nnodes=max(n // 8, 1))
+    s = RunState(run_id="x", config=RunConfig(), world_size=n, nnodes=max(n // 8, 1))
     for r in range(n):
         s.apply(protocol.Hello(rank=r, local_rank=r % 8, world_size=n, host="h", pid=1, token="", node=r // 8),
                 time.time())

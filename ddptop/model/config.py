@@ -167,6 +167,17 @@ class RunConfig:
         out["script"] = True
         return out
 
+    def script_view(self) -> RunConfig:
+        """What a user's script's run holds as its config (RunState.config): its run fields and
+        the DDP knobs applied to it, the rest (the trainer's model, steps...) at their defaults."""
+        return RunConfig.from_dict(self.script_dict())
+
+    @property
+    def total_steps(self) -> int:
+        """The steps the run is set to take; 0 where no total is known: a run until stopped, a
+        user's script (its own loop decides)."""
+        return 0 if self.until_stopped or self.script else self.steps
+
     def describe(self) -> str:
         """Short human summary of the DDP knobs, for tables. For a user's script, the knobs
         ddptop sets (the script's own arguments are read back from its DDP, not known here)."""

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Any
 
 from ddptop.model import figures
 from ddptop.model.figures import Histogram
 from ddptop.model.status import RankStatus, StatusField, rank_status
-from ddptop.wire.protocol import PHASES, Hello
+from ddptop.wire.protocol import PHASES, Fact, Hello
 
 __all__ = ["RECENT", "Histogram", "RankState"]
 
@@ -62,7 +61,7 @@ class RankState:
     spans_step: int = -1
     bucket_spans: tuple[tuple[float, float], ...] = ()
     # what the rank's instrument learnt: backend, model, params, batch_size, DDP settings...
-    info: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Fact] = field(default_factory=dict)
 
     def add(self, rec: dict[str, float], warmup: int, now: float) -> None:
         self.steps += 1

@@ -110,7 +110,7 @@ def presets_table(width: int | None = None) -> str:
 def status_line(state: RunState, now: float) -> str:
     """The headless status line, from the same Snapshot the TUI shows."""
     snap = snapshot(state, now)
-    steps = 0 if state.config.get("until_stopped") else state.config.get("steps", 0)
+    steps = state.config.total_steps
     connected = figures.ranks_connected(state.ranks.values())
     parts = [f"[{state.elapsed(now):6.1f}s]", f"{state.status:<9}"]
     if state.status == RunStatus.STARTING:

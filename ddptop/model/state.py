@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 
 from ddptop.hw.host_load import HostSample
 from ddptop.hw.samples import GpuSample
@@ -19,10 +18,12 @@ from ddptop.hw.topology import TopologyMatrix
 from ddptop.model import figures, straggler
 from ddptop.model.advice import Advice
 from ddptop.model.capture import Capture
+from ddptop.model.config import RunConfig
 from ddptop.model.cost import RunCost
 from ddptop.model.figures import STALL_MIN_S, STALL_STEPS, RankFigures, RankWindow
 from ddptop.model.host_load import KEEP_S, HostHistory
 from ddptop.model.nccl_facts import NcclFacts
+from ddptop.model.plain_data import NsysReport
 from ddptop.model.rank_state import RECENT, Histogram, RankState
 from ddptop.model.run_summary import (
     STEPS_PER_S_DIGITS,
@@ -72,14 +73,12 @@ class Stall:
     cleared_at: float | None = None
     cause: str = ""  # a known reason, e.g. nsys writing a capture window
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "since": self.since, "bound_s": self.bound_s, "last_steps": self.last_steps,
             "suspects": self.suspects, "process_status": self.process_status,
             "stacks": self.stacks, "cleared_at": self.cleared_at, "cause": self.cause,
         }
-
-HELLO_TEXT = ("host", "device", "backend", "model", "torch", "nccl")
 
 
 CHECK_MAX_S = 1.0  # the straggler check's full pass at least this often while steps come
@@ -88,7 +87,8 @@ CHECK_MAX_S = 1.0  # the straggler check's full pass at least this often while s
 @dataclass
 class RunState:
     run_id: str
-    config: dict[str, Any]
+    # the run's knobs; a user's script's run holds RunConfig.script_view() (what applies to it)
+    config: RunConfig
     world_size: int
     warmup: int = 0
     nnodes: int = 1  # ddptop nodes in the run; ranks say which one is theirs (Hello.node)
@@ -128,7 +128,7 @@ class RunState:
     # how often anyone looks; viewers get it with the state
     straggler_verdict: Verdict = field(default_factory=Verdict)
     captures: dict[int, Capture] = field(default_factory=dict)  # by id
-    nsys: dict[str, Any] | None = None  # what nsys wrote and its stats, after an nsys run
+    nsys: NsysReport | None = None  # what nsys wrote and its stats, after an nsys run
     cost: RunCost | None = None  # --set cost_ab: what the rank-side layer cost this run
     command: list[str] | None = None  # the user's own script (None: ddptop's trainer)
 
@@ -147,9 +147,10 @@ class RunState:
     def apply(self, msg: Hello | Steps | Bye | Info, now: float) -> None:
         if isinstance(msg, Hello):
             rs = self._rank(msg.rank)
-            # its names (host, device, ...) as text: a token holder's bytes drive no terminal
-            text: dict[str, Any] = {k: printable(getattr(msg, k)) for k in HELLO_TEXT}
-            rs.hello = dataclasses.replace(msg, **text)
+            # its names as text: a token holder's bytes drive no terminal
+            rs.hello = dataclasses.replace(
+                msg, host=printable(msg.host), device=printable(msg.device), backend=printable(msg.backend),
+                model=printable(msg.model), torch=printable(msg.torch), nccl=printable(msg.nccl))
             rs.last_seen = now
             if msg.world_size != self.world_size and msg.world_size > 0:
                 self.world_size = max(self.world_size, msg.world_size)
@@ -175,9 +176,11 @@ class RunState:
         for key, value in msg.facts.items():
             if key in rs.info or len(rs.info) < MAX_FACTS:
                 rs.info[key] = printable(value) if isinstance(value, str) else value
-        hello_facts: dict[str, Any] = {k: str(msg.facts[k]) for k in HELLO_FACTS if k in msg.facts}
-        if rs.hello is not None and hello_facts:
-            rs.hello = dataclasses.replace(rs.hello, **hello_facts)
+        hello, facts = rs.hello, msg.facts
+        if hello is not None and any(k in facts for k in HELLO_FACTS):  # as text, as the hello's own
+            rs.hello = dataclasses.replace(hello, backend=printable(str(facts.get("backend", hello.backend))),
+                                           model=printable(str(facts.get("model", hello.model))),
+                                           device=printable(str(facts.get("device", hello.device))))
         for note in msg.notes:
             note = printable(str(note))
             text = f"rank {rs.rank}: {note}"
@@ -329,7 +332,7 @@ class RunState:
         self.stalls += 1
         return self.stall
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         """The `summary.json` contract (see README); each rank's entry from ddptop.model.run_summary."""
         first = next((rs.hello for rs in self.ranks.values() if rs.hello), None)
         info = next((rs.info for rs in self.ranks.values() if rs.info), {})
@@ -337,8 +340,9 @@ class RunState:
         figs = self.rank_figures()
         return {
             "run_id": self.run_id,
-            "preset": self.config.get("preset"),
-            "config": self.config,
+            "preset": self.config.preset,
+            # a script's run: the knobs that mean something for it (RunConfig.script_dict)
+            "config": self.config.script_dict() if self.command else self.config.to_dict(),
             "command": self.command,
             "params": info.get("params"),
             "batch_size": info.get("batch_size"),

@@ -62,8 +62,8 @@ class RemoteSession:
         self.entry = entry  # known once the supervisor listens
         self.owner = owner  # this viewer's connection decides the run's life (until detached)
         self._detached = detached
-        self.state = RunState(run_id=run_id, config=config.to_dict(), world_size=config.world_size,
-                              warmup=config.warmup)
+        self.state = RunState(run_id=run_id, config=config.script_view() if user_cmd else config,
+                              world_size=config.world_size, warmup=config.warmup)
         self.proc: subprocess.Popen[bytes] | None = None  # the supervisor, when we started it
         self._writer: asyncio.StreamWriter | None = None
         self._stop_reason = ""  # asked before the connection was up: sent on connect

@@ -57,7 +57,7 @@ class CapturePipeline:
         out_dir = self.run_dir / "captures" / str(capture_id)
         cap = Capture(capture_id, start, count, self.options.profiler, str(out_dir))
         self.state.captures[capture_id] = cap
-        memory = bool(self.state.config.get("capture_memory", False))
+        memory = self.state.config.capture_memory
         return cap, protocol.CaptureCommand(capture_id, start, count, str(out_dir), cap.profiler, memory).to_command()
 
     def report(self, msg: protocol.CaptureReport) -> None:

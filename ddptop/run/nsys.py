@@ -19,6 +19,7 @@ from typing import Any
 from ddptop.analysis import nsys_stats
 from ddptop.analysis.capture import capture_summary
 from ddptop.analysis.trace_analysis import analyze
+from ddptop.model.plain_data import JSON, NsysReport
 from ddptop.run.untrusted import read_json_object
 
 LIBS_ENV = "DDPTOP_NSYS_LIBS"  # folders (':'-separated) with libraries the importer needs, e.g. libdw.so.1
@@ -207,13 +208,12 @@ async def run_stats(nsys: str, rep: Path, reports: Iterable[str]) -> dict[str, A
     return result
 
 
-async def nsys_report(nsys: str, captures_dir: Path, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+async def nsys_report(nsys: str, captures_dir: Path, env: Mapping[str, str] | None = None) -> NsysReport:
     """After an nsys run: import raw streams, `nsys stats` every report, and say plainly what
     could not be done. `stats` maps report file -> one line (the captures view shows it);
     `reports` holds each report's summary by rank and window."""
     env = os.environ if env is None else env
-    info: dict[str, Any] = {"nsys": nsys, "importer": None, "files": [], "stats": {}, "reports": [],
-                            "errors": []}
+    info: NsysReport = {"nsys": nsys, "importer": None, "files": [], "stats": {}, "reports": [], "errors": []}
     outputs = nsys_outputs(captures_dir)
     have = {p.with_suffix("") for _, _, p in outputs if p.suffix == ".nsys-rep"}
     raws = [(r, n, p) for r, n, p in outputs if p.suffix == ".qdstrm" and p.with_suffix("") not in have]
@@ -230,7 +230,7 @@ async def nsys_report(nsys: str, captures_dir: Path, env: Mapping[str, str] | No
                 if rep is not None:
                     reps.append((rank, n, rep))
                     continue
-                info["errors"].append(err)
+                info["errors"].append(err or "")
                 if err and "cannot start" in err:
                     break  # the same for every file
     reps.sort()
@@ -271,12 +271,14 @@ def window_times(out_dir: str, rank: int) -> dict[str, float] | None:
     return {k: float(v) for k, v in data.items() if k in ("start_s", "stop_s") and isinstance(v, (int, float))}
 
 
-def attach_nsys(captures: Iterable[Any], info: dict[str, Any]) -> None:
+def attach_nsys(captures: Iterable[Any], info: NsysReport) -> None:
     """Put each nsys window's per-rank statistics and cost into its capture's summary: the k-th
     nsys capture gets each rank's k-th report (nsys numbers the reports of `repeat` ranges)."""
-    by_rank: dict[int, list[dict[str, Any]]] = {}
-    for entry in info.get("reports", []):
-        by_rank.setdefault(int(entry["rank"]), []).append(entry)
+    by_rank: dict[int, list[dict[str, JSON]]] = {}
+    for entry in info["reports"]:
+        rank = entry["rank"]
+        if isinstance(rank, int):  # nsys_report wrote it
+            by_rank.setdefault(rank, []).append(entry)
     nsys_caps = sorted((c for c in captures if c.profiler == "nsys"), key=lambda c: c.start)
     for k, cap in enumerate(nsys_caps):
         summary = dict(cap.summary or {})
@@ -284,7 +286,7 @@ def attach_nsys(captures: Iterable[Any], info: dict[str, Any]) -> None:
         for rank in sorted(set(cap.ranks) | set(by_rank)):
             entries = by_rank.get(rank, [])
             if k < len(entries):
-                stats = {key: v for key, v in entries[k].items() if key not in ("rank", "window")}
+                stats: dict[str, Any] = {key: v for key, v in entries[k].items() if key not in ("rank", "window")}
             else:
                 stats = {"problem": info.get("note") or "nsys wrote no report for this window"}
             times = window_times(cap.out_dir, rank)

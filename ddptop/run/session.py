@@ -67,7 +67,7 @@ class Session:
         self.capture = capture or CaptureOptions()
         self.state = RunState(
             run_id=self.run_id,
-            config=config.script_dict() if user_cmd else config.to_dict(),
+            config=config.script_view() if user_cmd else config,
             world_size=config.world_size * self.node.nnodes,
             warmup=config.warmup,
             nnodes=self.node.nnodes,

@@ -50,7 +50,7 @@ def synthetic_state(n_ranks: int, steps: int = RECENT, slow_rank: int | None = 1
     now = time.time() if now is None else now
     rng = random.Random(seed)
     config = preset_config("overlap", RunConfig(nproc=n_ranks, steps=steps * 4, warmup=5))
-    state = RunState(run_id=run_id, config=config.to_dict(), world_size=n_ranks,
+    state = RunState(run_id=run_id, config=config, world_size=n_ranks,
                      warmup=config.warmup, started_at=now - 60.0, nnodes=nodes)
     def device(r: int) -> str:
         return f"cuda:{r % 8}" if backend == "nccl" else "cpu"
@@ -129,7 +129,7 @@ class StaticSession:
 def synthetic_workbench(state: RunState, runs_dir: Path, live: bool = False) -> Workbench:
     """A Workbench whose current run is `state` (start the app with autostart=False); `live`:
     the run reads as still going (nothing runs either way)."""
-    config = RunConfig.from_dict(state.config)
+    config = state.config
     bench = Workbench(config, runs_dir)
     session: RunHandle = StaticSession(state, config, Path(runs_dir) / state.run_id, done=not live)
     bench.sessions.append(session)

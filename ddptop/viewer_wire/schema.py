@@ -25,6 +25,7 @@ from ddptop.analysis.nccl import (
 )
 from ddptop.hw.samples import GpuProcess, GpuSample, GpuStat
 from ddptop.hw.topology import TopologyMatrix, TopoReading
+from ddptop.model.config import ConfigError, RunConfig, validate
 from ddptop.model.cost import ArmCost, Estimate, RunCost
 from ddptop.model.state import LOG_LINES, RECENT, Histogram, RankState, RunState, Stall
 from ddptop.model.straggler import Finding, Verdict
@@ -48,6 +49,12 @@ class _Ring:
 
     item: Any
     maxlen: int
+
+
+@dataclass(frozen=True)
+class _Plain:
+    """A JSON object or null, kept as it came (a TypedDict whose values are free JSON): json.loads
+    made nothing but plain data."""
 
 
 @dataclass(frozen=True)
@@ -77,11 +84,12 @@ _PINNED: dict[tuple[type, str], Any] = {
     (RunState, "topology"): TopologyMatrix | None,
     (RunState, "advice"): Advice | None,
     (RunState, "captures"): dict[int, Capture],
+    (RunState, "nsys"): _Plain(),  # a TypedDict (model.plain_data.NsysReport) of free JSON
 }
 # What a viewer has no use for and should not hold: a rank's hub token.
 _BLANK: dict[tuple[type, str], Any] = {(Hello, "token"): ""}
 
-_CLASSES = (RunState, RankState, Hello, Stall, Verdict, Finding, Capture, GpuSample, GpuStat, GpuProcess, TopologyMatrix,
+_CLASSES = (RunState, RunConfig, RankState, Hello, Stall, Verdict, Finding, Capture, GpuSample, GpuStat, GpuProcess, TopologyMatrix,
             TopoReading, NcclReport, Communicator, RankInfo, Transport, TreeNode, CollectiveStat, Advice,
             RunCost, ArmCost, Estimate)
 
@@ -119,6 +127,13 @@ def _codec(tp: Any, path: str) -> tuple[Enc, Dec]:
         return records_to_wire, lambda x, p: collections.deque(records_from_wire(x, p, maxlen), maxlen=maxlen)
     if isinstance(tp, _Ring):
         return _ring(tp, path)
+    if isinstance(tp, _Plain):
+        return _same, _plain_from_wire
+    if tp is RunConfig:  # checked field by field, then as a run's config is (validate)
+        return _config_codec()
+    admitted = scalar_types(tp)
+    if admitted is not None:  # a union of scalars: a rank's facts (str | int | float | bool), int | None...
+        return _same, _scalars(tp, admitted)
     if tp is Histogram:
         return _histogram_to_wire, _histogram_from_wire
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
@@ -209,6 +224,33 @@ def _ring(tp: _Ring, path: str) -> tuple[Enc, Dec]:
         return collections.deque(many(x, p), maxlen=maxlen)
 
     return (list if enc is _same else lambda x: [enc(v) for v in x]), dec_ring
+
+
+def _plain_from_wire(x: Any, path: str) -> dict[str, Any] | None:
+    if x is not None and (type(x) is not dict):
+        bad(path, "expected an object or null")
+    return x
+
+
+def _scalars(tp: Any, admitted: frozenset[type]) -> Dec:
+    def dec(x: Any, path: str) -> Any:
+        if type(x) not in admitted:
+            bad(path, f"expected {tp!r}, got {type(x).__name__}")
+        return x
+
+    return dec
+
+
+def _config_codec() -> tuple[Enc, Dec]:
+    enc, dec_fields = _dataclass(RunConfig)
+
+    def dec(x: Any, path: str) -> RunConfig:
+        try:
+            return validate(dec_fields(x, path))
+        except ConfigError as e:
+            bad(path, str(e))
+
+    return enc, dec
 
 
 def _histogram_to_wire(h: Histogram) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 VERSION = 1
 MAX_FRAME = 1 << 20  # bytes; a longer line is dropped, never buffered without bound
@@ -58,6 +58,7 @@ STEP_FIELDS = (
     # two of them: apart from the four phases (which add up to step_ms less this)
     "eval_ms",
 )
+Fact: TypeAlias = str | int | float | bool  # one of a rank's facts (Info.facts, RankState.info)
 PHASES = ("data", "forward", "backward", "optimizer")
 # A record may also carry `comm_spans`: the all-reduce buckets' [hand-over, completion], ms
 # from the step's start, at most MAX_SPANS of them (the rank side sends them a few times a
@@ -126,7 +127,7 @@ class Info:
     what cannot be measured. Later facts of the same name replace earlier ones."""
 
     rank: int
-    facts: dict[str, str | int | float | bool] = field(default_factory=dict)
+    facts: dict[str, Fact] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     kind: str = field(default="info", init=False)
 
@@ -293,7 +294,7 @@ def _steps(data: dict[str, Any]) -> Steps:
     return Steps(rank=_int(data, "rank"), records=decoded, spans=spans)
 
 
-def _facts(raw: Any) -> dict[str, str | int | float | bool]:
+def _facts(raw: Any) -> dict[str, Fact]:
     if not isinstance(raw, dict) or len(raw) > 32:
         raise ProtocolError("bad-field", "facts")
     for key, value in raw.items():

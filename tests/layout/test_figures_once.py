@@ -15,6 +15,7 @@ import pytest
 from ddptop.analysis.advisor import advise
 from ddptop.commands.sweep_table import build_rows
 from ddptop.model import figures
+from ddptop.model.config import RunConfig
 from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState
 from ddptop.tui.widgets.run_header import comm_text
@@ -95,7 +96,7 @@ def _rec(step: int, step_ms: float, comm_ms: float, exposed_ms: float) -> dict[s
 def _run() -> RunState:
     """Two ranks, 40 timed steps each, no warmup: the last-50 window is the whole run, so the
     header's window and the summary's hold the same steps."""
-    state = RunState(run_id="r", config={"preset": "baseline", "steps": 40}, world_size=2, warmup=0)
+    state = RunState(run_id="r", config=RunConfig(preset="baseline", steps=40), world_size=2, warmup=0)
     for rank in range(2):
         state.apply(Hello(rank=rank, local_rank=rank, world_size=2, host="h", pid=100 + rank, token="t",
                           backend="gloo"), 0.0)

@@ -4,6 +4,7 @@ import sys
 
 import pytest
 
+from ddptop.model.config import RunConfig
 from ddptop.model.failures import parse_root_cause
 
 REPORT = """
@@ -178,7 +179,7 @@ def test_the_final_report_carries_the_failed_ranks_last_stderr_lines():
     from ddptop.model.report import final_report
     from ddptop.model.state import RunState
 
-    state = RunState(run_id="r", config={"preset": "asis", "script": True}, world_size=2, command=["python", "t.py"])
+    state = RunState(run_id="r", config=RunConfig(preset="asis", script=True), world_size=2, command=["python", "t.py"])
     state.failure_log = ["Traceback (most recent call last):", "ModuleNotFoundError: No module named 'torch'"]
     state.finish("failed", 1.0, error="rank 1 failed before connecting to ddptop: ModuleNotFoundError: "
                                       "No module named 'torch' (exit code 1)", failed_rank=1)
@@ -194,8 +195,8 @@ def test_a_scripts_status_line_has_no_step_total_of_the_demo():
     from ddptop.model.report import status_line
     from ddptop.model.state import RunState
 
-    for config, total in ((RunConfig(nproc=1, steps=200), "/200"), (RunConfig(nproc=1, steps=200).script_dict(), "")):
-        state = RunState(run_id="r", config=config if isinstance(config, dict) else config.to_dict(), world_size=1)
+    for config, total in ((RunConfig(nproc=1, steps=200), "/200"), (RunConfig(nproc=1, steps=200).script_view(), "")):
+        state = RunState(run_id="r", config=config, world_size=1)
         state.status = "running"
         state.ranks[0].add({"step": 2099, "step_ms": 10.0}, 0, 1.0)
         line = status_line(state, 2.0)
@@ -320,7 +321,7 @@ def test_a_rank_that_raised_then_aborted_in_teardown_is_blamed_for_its_exception
     from ddptop.model.state import RunState
     from ddptop.run.outcome import _error_text
 
-    state = RunState(run_id="r", config={}, world_size=2)
+    state = RunState(run_id="r", config=RunConfig(), world_size=2)
     state.ranks[1].status = "crashed"
     state.add_log(1, "Traceback (most recent call last):")
     state.add_log(1, "RuntimeError: boom in the user's own loop")

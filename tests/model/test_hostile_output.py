@@ -42,7 +42,7 @@ def test_printable_shows_control_characters_as_text_and_is_idempotent() -> None:
 
 
 def test_state_report_and_log_line_never_carry_a_ranks_escapes() -> None:
-    state = RunState("r1", {"steps": 10}, world_size=1)
+    state = RunState("r1", RunConfig(steps=10), world_size=1)
     state.add_log(0, "\x1b]52;c;aGk=\x07 [red]x[/]")
     state.finish("failed", time.time(), error="RuntimeError: \x1b[2J", failed_rank=0)
     assert list(state.logs[0]) == ["^[]52;c;aGk=^G [red]x[/]"]
@@ -57,6 +57,7 @@ def test_state_report_and_log_line_never_carry_a_ranks_escapes() -> None:
     hello, info = state.ranks[0].hello, state.ranks[0].info
     assert hello is not None and (hello.host, hello.device) == ("h^[]0;t^G", "cpu^[[2J")
     assert info["model"] == "m^[[5m" and state.notes == ["rank 0: n^[[2J"]
+    assert hello.model == "m^[[5m"  # the fact completes the hello (what the header shows) as text too
     line = format_line(0, "x\x1b[2J [bold]y[/]")  # a view on its own escapes too
     assert line.plain.endswith("x^[[2J [bold]y[/]") and not line.spans[1:]
 

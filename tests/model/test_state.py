@@ -1,6 +1,7 @@
 import pytest
 
 from ddptop.model import figures
+from ddptop.model.config import RunConfig
 from ddptop.model.state import Histogram, RunState
 from ddptop.wire.protocol import Bye, Hello, Steps
 
@@ -16,7 +17,7 @@ def rec(step, step_ms, **kw):
 
 
 def make_state(warmup=2):
-    return RunState(run_id="r", config={"preset": "baseline", "steps": 10}, world_size=2, warmup=warmup)
+    return RunState(run_id="r", config=RunConfig(preset="baseline", steps=10), world_size=2, warmup=warmup)
 
 
 def test_throughput_counts_only_steps_after_warmup():
@@ -100,7 +101,7 @@ def test_finish_rejects_non_terminal_status():
 
 
 def test_straggler_is_named_with_its_phase():
-    st = RunState(run_id="r", config={}, world_size=4, warmup=0)
+    st = RunState(run_id="r", config=RunConfig(), world_size=4, warmup=0)
     for r in range(4):
         slow = r == 2
         recs = [rec(i, 100.0, data_ms=31.0 if slow else 1.0, exposed_comm_ms=0.5 if slow else 30.5)
@@ -144,7 +145,7 @@ def test_bus_bandwidth_as_nccl_tests_define_it():
 
 def test_comm_timed_on_some_steps_counts_share_and_bandwidth_over_those_steps():
     # GPU runs time all-reduce completion every Nth step only; exposed comm comes every step
-    st = RunState(run_id="r", config={}, world_size=2, warmup=0)
+    st = RunState(run_id="r", config=RunConfig(), world_size=2, warmup=0)
     for rank in (0, 1):
         recs = []
         for step in range(40):
@@ -163,7 +164,7 @@ def test_comm_timed_on_some_steps_counts_share_and_bandwidth_over_those_steps():
 
 
 def test_profiled_steps_are_kept_but_left_out_of_throughput():
-    st = RunState(run_id="r", config={}, world_size=1, warmup=0)
+    st = RunState(run_id="r", config=RunConfig(), world_size=1, warmup=0)
     recs = [{"step": s, "step_ms": 100.0} for s in range(10)]
     recs[5] = {"step": 5, "step_ms": 128_000.0, "profiled": 1}  # nsys flushing its window
     st.apply(Steps(0, recs), 1.0)
@@ -173,7 +174,7 @@ def test_profiled_steps_are_kept_but_left_out_of_throughput():
 
 
 def test_a_rank_that_finished_is_never_a_stall_suspect():
-    st = RunState(run_id="r", config={}, world_size=2, warmup=0)
+    st = RunState(run_id="r", config=RunConfig(), world_size=2, warmup=0)
     st.status = "running"
     st.apply(Steps(0, [{"step": s, "step_ms": 10.0} for s in range(5)]), 1.0)
     st.apply(Steps(1, [{"step": s, "step_ms": 10.0} for s in range(9)]), 1.0)
@@ -185,7 +186,7 @@ def test_a_rank_that_finished_is_never_a_stall_suspect():
 def test_bandwidth_under_a_compressing_hook_is_called_effective():
     from ddptop.model.report import comm_lines
 
-    st = RunState(run_id="r", config={}, world_size=2, warmup=0)
+    st = RunState(run_id="r", config=RunConfig(), world_size=2, warmup=0)
     for rank in (0, 1):
         recs = [{"step": s, "step_ms": 100.0, "exposed_comm_ms": 1.0, "comm_ms": 0.1, "comm_bytes": 1e9, "compressing": 1.0}
                 for s in range(20)]
@@ -203,7 +204,7 @@ def test_the_straggler_check_passes_over_the_ranks_only_when_one_is_due(monkeypa
     calls = []
     real = straggler.advance
     monkeypatch.setattr(straggler, "advance", lambda *a: calls.append(1) or real(*a))
-    st = RunState(run_id="r", config={}, world_size=64, warmup=0)
+    st = RunState(run_id="r", config=RunConfig(), world_size=64, warmup=0)
     for step in range(40):
         for r in range(64):
             st.apply(Steps(r, [rec(step, 10.0)]), now=1.0)
@@ -214,3 +215,21 @@ def test_the_straggler_check_passes_over_the_ranks_only_when_one_is_due(monkeypa
             if r != 5:
                 st.apply(Steps(r, [rec(step, 10.0)]), now=1.0 + step)  # a second a step
     assert st.straggler_verdict.checked >= 49  # checks go on without the lost rank
+
+
+def test_the_summary_says_the_config_as_before_it_was_typed():
+    """summary.json's `config`: a demo run's whole RunConfig; a user's script's run (which holds
+    its script_view) only the knobs that mean something for it, as RunConfig.script_dict says
+    them (issue 48: the same keys and values as when the state held these dicts)."""
+    from ddptop.model.config import SCRIPT_PRESETS, preset_config
+
+    demo = preset_config("bf16", RunConfig(nproc=2, steps=40))
+    summary = RunState(run_id="r", config=demo, world_size=2).summary()
+    assert summary["config"] == demo.to_dict() and summary["preset"] == "bf16"
+    for name in SCRIPT_PRESETS:
+        config = preset_config(name, RunConfig(nproc=2, script=True, warmup=3, script_steps=7))
+        state = RunState(run_id="r", config=config.script_view(), world_size=2, command=["python", "t.py"])
+        summary = state.summary()
+        assert summary["config"] == config.script_dict() and summary["preset"] == name
+        assert list(summary["config"]) == list(config.script_dict())  # in the same order too
+        assert state.config.total_steps == 0 and demo.total_steps == 40

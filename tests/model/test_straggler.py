@@ -13,6 +13,7 @@ import pytest
 
 from ddptop.hw.host_load import HostSample
 from ddptop.model import report, straggler
+from ddptop.model.config import RunConfig
 from ddptop.model.host_load import Contention
 from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState
@@ -44,7 +45,7 @@ def feed(n_ranks: int, steps: int, seed: int = 0, chunk: int = 3, **per_rank: di
     them); the verdict after every message. `per_rank[key] = {rank: value}` sets rec()'s
     `key` for that rank, or a function of the step."""
     rng = random.Random(seed)
-    state = RunState(run_id="r", config={}, world_size=n_ranks, warmup=WARMUP)
+    state = RunState(run_id="r", config=RunConfig(), world_size=n_ranks, warmup=WARMUP)
     seen = []
     for start in range(0, steps, chunk):
         for r in range(n_ranks):
@@ -177,7 +178,7 @@ def feed_lockstep(steps: int, late: dict[int, float], hidden: float = 0.0, seed:
     so own work alone cannot tell them apart. comm_ms on one step in `timed_every` (a GPU's
     plugin times one in 10)."""
     rng = random.Random(seed)
-    state = RunState(run_id="r", config={}, world_size=2, warmup=WARMUP)
+    state = RunState(run_id="r", config=RunConfig(), world_size=2, warmup=WARMUP)
     for s in range(steps):
         delay = [late.get(0, 0.0), late.get(1, 0.0)]
         for r in (0, 1):
@@ -252,7 +253,7 @@ def test_an_excess_the_rank_waited_for_a_core_for_names_no_rank() -> None:
     """A busy host: rank 1 is 5 ms slower a step because it waited for a core (30% of a 20 ms
     step = 6 ms a step more than rank 0): the verdict says the host, no rank, no flip."""
     steps, host = 150, Host({0: 0.05, 1: 0.35})
-    state = RunState(run_id="r", config={}, world_size=2, warmup=WARMUP)
+    state = RunState(run_id="r", config=RunConfig(), world_size=2, warmup=WARMUP)
     verdict, rng = Verdict(), random.Random(0)
     for s in range(steps):
         for r in (0, 1):
@@ -299,7 +300,7 @@ def busy_host_state(steps: int = 150) -> RunState:
     second, through RunState.add_host as the monitor sends them) say it waited for a core 6 ms
     a step more than rank 0."""
     rng = random.Random(0)
-    state = RunState(run_id="r", config={}, world_size=2, warmup=WARMUP)
+    state = RunState(run_id="r", config=RunConfig(), world_size=2, warmup=WARMUP)
     for s in range(steps):
         if s % 50 == 0:  # 50 steps of 20 ms: a reading a second
             t = s / 50

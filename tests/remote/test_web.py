@@ -22,7 +22,6 @@ import pytest
 from aiohttp import web
 from test_detach import free_port
 
-from ddptop.model.config import RunConfig
 from ddptop.remote.web import WebServer, cookie_name, new_token
 from ddptop.tui.app import DdpTopApp
 from ddptop.tui.synthetic import StaticSession, synthetic_state, synthetic_workbench
@@ -192,7 +191,7 @@ class LiveSession(StaticSession):
 def live_app(tmp_path: Path, **kw: object) -> tuple[DdpTopApp, LiveSession]:
     state = synthetic_state(2)
     bench = synthetic_workbench(state, tmp_path)
-    session = LiveSession(state, RunConfig.from_dict(state.config), tmp_path / state.run_id)
+    session = LiveSession(state, state.config, tmp_path / state.run_id)
     bench.sessions[-1] = session  # type: ignore[call-overload]
     return DdpTopApp(bench, autostart=False, refresh_s=3600, **kw), session  # type: ignore[arg-type]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ddptop.analysis.cost_ab import analyse, run_summary
+from ddptop.model.config import RunConfig
 from ddptop.model.report import cost_lines
 from ddptop.run.cost_files import read_cost_blocks
 
@@ -59,7 +60,7 @@ def test_a_run_cost_travels_to_a_viewer_with_the_rest_of_the_state():
     from ddptop.model.state import RunState
     from ddptop.viewer_wire import viewer_protocol as vp
 
-    state = RunState(run_id="r", world_size=2, config={})
+    state = RunState(run_id="r", world_size=2, config=RunConfig())
     state.cost = run_summary(analyse([blocks(0), blocks(1)]))
     back = vp.load_state(vp.dump_state(state))
     assert back.cost == state.cost and back.summary()["cost"] == state.summary()["cost"]

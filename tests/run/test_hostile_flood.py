@@ -23,6 +23,7 @@ from recording_sink import Sink
 from test_hub import connect, hello, start, until
 from waiting import poll
 
+from ddptop.model.config import RunConfig
 from ddptop.model.state import RunState
 from ddptop.run.collector import Collector
 from ddptop.run.hub import Hub
@@ -194,7 +195,7 @@ def test_a_same_user_flood_of_2000_reconnecting_connections_leaves_no_rank_unmon
 
 
 def test_a_hello_in_the_name_of_a_rank_that_has_ended_is_refused() -> None:
-    state = RunState("r", {}, world_size=2)
+    state = RunState("r", RunConfig(), world_size=2)
     procs = type("Procs", (), {"admit": staticmethod(lambda h: None)})()
     collector = Collector(state, procs)  # type: ignore[arg-type]
     now = time.time()

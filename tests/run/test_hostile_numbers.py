@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ddptop.model import figures
+from ddptop.model.config import RunConfig
 from ddptop.model.options import NodeOptions
 from ddptop.model.state import RunState
 from ddptop.run.collector import Collector
@@ -62,7 +63,7 @@ def test_in_range_numbers_pass_and_a_hair_below_zero_reads_zero() -> None:
 
 def test_a_token_holders_out_of_range_numbers_are_refused_counted_and_figures_intact(tmp_path: Path) -> None:
     async def main() -> None:
-        state = RunState("r", {"steps": 100}, world_size=2, warmup=0)
+        state = RunState("r", RunConfig(steps=100), world_size=2, warmup=0)
         procs = RankProcesses(state, NodeOptions(), tmp_path)  # no launcher: pids not checked here
         hub = Hub(TOKEN, Collector(state, procs), world_size=2)
         d = tmp_path / "s"

@@ -52,7 +52,7 @@ def test_torchruns_own_usage_error_is_named_as_the_launchers() -> None:
 
 
 def test_a_capture_the_run_ended_before_is_failed_not_recording(tmp_path: Path) -> None:
-    state = RunState("r", {}, world_size=2)
+    state = RunState("r", RunConfig(), world_size=2)
     pipeline = CapturePipeline(state, CaptureOptions(), tmp_path)
     cap, _ = pipeline.schedule(3, start=10)
     cap.status, cap.ranks = "recording", {0: "written", 1: "recording"}

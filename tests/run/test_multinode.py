@@ -178,7 +178,7 @@ def test_rank_table_groups_ranks_by_node_with_a_header_each():
     nodes = node_figures(state, state.rank_figures(), status, None)
     assert [(group_header(nf).plain, nf.ranks) for nf in nodes] == [
         ("node 0 · a · 2 ranks", (2, 3)), ("node 1 · b · 2 ranks", (0, 1))]
-    single = RunState(run_id="r", config={}, world_size=2)
+    single = RunState(run_id="r", config=RunConfig(), world_size=2)
     assert node_figures(single, {}, {}, None) == ()  # one node: the table is as it always was
 
 

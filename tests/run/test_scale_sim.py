@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from ddptop.model.config import RunConfig
 from ddptop.model.options import NodeOptions
 from ddptop.model.state import RunState
 from ddptop.run.capture_pipeline import agreed_step
@@ -39,7 +40,7 @@ STRAGGLER = 137  # on node 17 (8 ranks a node)
 def test_256_simulated_ranks_on_32_nodes_are_all_admitted_a_straggler_named_and_stop_at_one_step(tmp_path):
     async def main():
         token = secrets.token_hex(16)
-        state = RunState(run_id="sim", config={}, world_size=RANKS, nnodes=NODES)
+        state = RunState(run_id="sim", config=RunConfig(), world_size=RANKS, nnodes=NODES)
         sink = Collector(state, RankProcesses(state, NodeOptions(nnodes=NODES, node_rank=0), tmp_path))
         sink.recorder = Recorder(new_run_dir(tmp_path, "sim"))
         hub = Hub(token, sink, world_size=RANKS)
@@ -77,7 +78,7 @@ def test_a_crashed_and_a_stalled_simulated_rank_are_seen_as_such_and_the_rest_st
 
     async def main():
         token = secrets.token_hex(16)
-        state = RunState(run_id="sim", config={}, world_size=16, nnodes=4)
+        state = RunState(run_id="sim", config=RunConfig(), world_size=16, nnodes=4)
         sink = Collector(state, RankProcesses(state, NodeOptions(nnodes=4, node_rank=0), tmp_path))
         hub = Hub(token, sink, world_size=16)
         addr = await hub.start_tcp("127.0.0.1", 0)
@@ -106,7 +107,7 @@ def test_the_agreed_stop_step_allows_for_how_late_records_reach_the_state():
     from ddptop.wire.protocol import Steps
 
     def state_with(lag_s: float) -> RunState:
-        state = RunState(run_id="lag", config={}, world_size=2)
+        state = RunState(run_id="lag", config=RunConfig(), world_size=2)
         now = 1000.0
         for r in (0, 1):
             recs = [{"step": s, "t": now - lag_s - (99 - s) * 0.05, "step_ms": 50.0} for s in range(100)]

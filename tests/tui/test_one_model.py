@@ -13,6 +13,7 @@ import pytest
 from test_tui_views import app_for, show
 
 from ddptop.model import figures, report
+from ddptop.model.config import RunConfig
 from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState
 from ddptop.tui.widgets.rank_table import RankTable
@@ -32,7 +33,7 @@ def rec(step: int, step_ms: float, exposed: float = 0.0, samples: int = 32) -> d
 
 def state_of(per_rank: dict[int, list[dict[str, float]]], warmup: int = 0) -> RunState:
     n = len(per_rank)
-    state = RunState(run_id="20260101-120000-baseline", config={"preset": "baseline", "steps": 1000},
+    state = RunState(run_id="20260101-120000-baseline", config=RunConfig(preset="baseline", steps=1000),
                      world_size=n, warmup=warmup, started_at=NOW - 30)
     for r, recs in per_rank.items():
         state.apply(Hello(rank=r, local_rank=r, world_size=n, host="h", pid=100 + r, token="",

@@ -63,14 +63,14 @@ def test_after_a_restart_the_old_runs_chart_is_gone_until_the_new_one_steps(tmp_
             old = scripted_state()
             for i in range(60):
                 old.history.append((i * 0.5, 10.0 + i % 3))
-            app.workbench.sessions[-1] = LiveSession(old, RunConfig.from_dict(old.config), tmp_path / "a")
+            app.workbench.sessions[-1] = LiveSession(old, old.config, tmp_path / "a")
             app.refresh_views()
             await pilot.pause()
             spark = app.query_one("#rate-spark", Sparkline)
             shown = list(spark.data or [])
             fresh = RunState(run_id="20260101-120100-baseline", config=old.config, world_size=2, warmup=0,
                              started_at=NOW)
-            app.workbench.sessions.append(LiveSession(fresh, RunConfig.from_dict(fresh.config), tmp_path / "b"))
+            app.workbench.sessions.append(LiveSession(fresh, fresh.config, tmp_path / "b"))
             app.refresh_views()
             await pilot.pause()
             return shown, list(spark.data or []), app.query_one("#rate-box").border_title
@@ -80,7 +80,7 @@ def test_after_a_restart_the_old_runs_chart_is_gone_until_the_new_one_steps(tmp_
 
 
 def test_the_waiting_line_ends_when_every_rank_is_connected() -> None:
-    state = RunState(run_id="r", config={"steps": 10}, world_size=2, warmup=0, started_at=NOW)
+    state = RunState(run_id="r", config=RunConfig(steps=10), world_size=2, warmup=0, started_at=NOW)
     for r in (0, 1):
         state.apply(Hello(rank=r, local_rank=r, world_size=2, host="h", pid=1 + r, token="", device="cpu",
                           backend="gloo", model="tiny"), NOW)

@@ -40,7 +40,7 @@ def rec(step: int, rank: int, jitter: float = 0.0) -> dict[str, float]:
 
 
 def scripted_state(ranks: int = 2, steps: int = 120) -> RunState:
-    state = RunState(run_id="20260101-120000-baseline", config={"preset": "baseline", "steps": 1000},
+    state = RunState(run_id="20260101-120000-baseline", config=RunConfig(preset="baseline", steps=1000),
                      world_size=ranks, warmup=0, started_at=NOW - 60)
     for r in range(ranks):
         state.apply(Hello(rank=r, local_rank=r, world_size=ranks, host="h", pid=100 + r, token="",
@@ -52,7 +52,7 @@ def scripted_state(ranks: int = 2, steps: int = 120) -> RunState:
 def app_on(state: RunState, tmp_path: Path, live: bool = True, **kw: object) -> DdpTopApp:
     bench = synthetic_workbench(state, tmp_path)
     if live:
-        bench.sessions[-1] = LiveSession(state, RunConfig.from_dict(state.config), tmp_path / state.run_id)  # type: ignore[call-overload]
+        bench.sessions[-1] = LiveSession(state, state.config, tmp_path / state.run_id)  # type: ignore[call-overload]
     return DdpTopApp(bench, autostart=False, refresh_s=3600, clock=lambda: NOW, **kw)  # type: ignore[arg-type]
 
 
@@ -160,7 +160,7 @@ def test_no_straggler_flip_on_a_symmetric_run_over_60_s_of_refreshes(tmp_path: P
     the most own work changes often (that was the mark); the mark, the header, the status
     column and the alert never name a straggler."""
     rng = random.Random(3)
-    state = RunState(run_id="20260101-120000-baseline", config={"preset": "baseline"}, world_size=4,
+    state = RunState(run_id="20260101-120000-baseline", config=RunConfig(preset="baseline"), world_size=4,
                      warmup=0, started_at=NOW - 60)
     for r in range(4):
         state.apply(Hello(rank=r, local_rank=r, world_size=4, host="h", pid=100 + r, token="", device="cpu",

@@ -32,7 +32,7 @@ def live_app(tmp_path: Path, live: bool = True) -> tuple[DdpTopApp, StaticSessio
     state = synthetic_state(2)
     bench = synthetic_workbench(state, tmp_path)
     if live:
-        bench.sessions[-1] = LiveSession(state, RunConfig.from_dict(state.config),  # type: ignore[call-overload]
+        bench.sessions[-1] = LiveSession(state, state.config,  # type: ignore[call-overload]
                                          tmp_path / state.run_id)
     app = DdpTopApp(bench, autostart=False, refresh_s=3600)
     restarts: list[str] = []

@@ -179,7 +179,7 @@ def test_captures_tab_lists_files_and_summary_and_notifies_once(tmp_path: Path) 
 
 def test_stall_straggler_and_powersgd_warm_up_are_shown(tmp_path: Path) -> None:
     state = synthetic_state(4, slow_rank=1)
-    state.config.update(comm_hook="powersgd", powersgd_rank=4, powersgd_start_iter=5000)
+    state.config = state.config.with_changes(comm_hook="powersgd", powersgd_rank=4, powersgd_start_iter=5000)
     straggler = state.straggler()
     assert straggler is not None and straggler.rank == 1
 
@@ -257,3 +257,23 @@ def test_lines_view_builds_only_the_lines_in_view_and_catches_up_on_scroll():
             assert len(built) == 65
 
     asyncio.run(go())
+
+
+def test_a_scripts_header_says_what_ddptop_knows_not_the_trainers_defaults() -> None:
+    """A user's script's run holds RunConfig.script_view(), the trainer's knobs at their
+    defaults: the header still says `model ?` until the ranks name it and no step total (the
+    script's loop decides), as when the state held the script's dict (issue 48)."""
+    from ddptop.model.config import RunConfig, preset_config
+    from ddptop.model.snapshot import snapshot
+    from ddptop.model.state import RunState
+    from ddptop.tui.widgets.run_header import _setup, warm_up_text
+
+    config = preset_config("powersgd", RunConfig(nproc=2, script=True))
+    state = RunState("r", config.script_view(), world_size=2, command=["python", "train.py"])
+    state.ranks[0].add({"step": 4, "step_ms": 10.0}, 0, 1.0)
+    state.ranks[1].add({"step": 4, "step_ms": 10.0}, 0, 1.0)
+    assert [t.plain for t in _setup(snapshot(state, 2.0))][:4] == ["world 2", "step 5", "backend auto", "model ?"]
+    demo = RunState("d", preset_config("powersgd", RunConfig(nproc=2, steps=40)), world_size=2)
+    assert [t.plain for t in _setup(snapshot(demo, 2.0))][1:5] == ["step 0/40", "backend auto", "model auto",
+                                                                   "hook powersgd r1"]
+    assert warm_up_text(state.config) == "PowerSGD warm-up: plain all-reduce until iteration 2"

@@ -47,7 +47,7 @@ def realistic_state(n_ranks: int = 4, steps: int = 300) -> RunState:
     now = 1_800_000_000.0
     rng = random.Random(1)
     config = preset_config("overlap", RunConfig(nproc=n_ranks, steps=1000, warmup=3))
-    state = RunState(run_id="20270115-093000-overlap-abcd", config=config.to_dict(), world_size=n_ranks,
+    state = RunState(run_id="20270115-093000-overlap-abcd", config=config, world_size=n_ranks,
                      warmup=3, started_at=now - 100, nnodes=1)
     for r in range(n_ranks):
         state.apply(Hello(rank=r, local_rank=r, world_size=n_ranks, host="h200", pid=4000 + r, token="s3cret",
@@ -315,6 +315,35 @@ def test_every_field_with_a_wrong_value_is_refused_by_name_never_with_a_tracebac
     state_codec.state_from_dict(good)  # and the original still decodes
 
 
+@pytest.mark.parametrize(("change", "said"), [
+    ({"nccl_env": {"LD_PRELOAD": "/tmp/evil.so"}}, "RunState.config: nccl_env: LD_PRELOAD is not allowed"),
+    ({"nproc": 0}, "RunState.config: nproc must be at least 1"),
+    ({"preset": "turbo"}, "RunState.config: unknown preset 'turbo'"),
+    ({"bucket_cap_mb": "25"}, "RunConfig.bucket_cap_mb: expected a number"),
+    ({"a_knob_from_the_future": 1}, "RunConfig fields differ from this ddptop's: a_knob_from_the_future"),
+])
+def test_a_snapshots_config_is_a_run_config_refused_as_a_run_refuses_it(change: dict[str, Any], said: str) -> None:
+    """The config crosses the wire as JSON and becomes a RunConfig at the decoder, with the
+    checks a run's config gets (issue 48): what no run could have is one line, not a state."""
+    good = json.loads(vp.dump_state(realistic_state(2, 5)))
+    assert state_codec.state_from_dict(good).config == realistic_state(2, 5).config
+    good["state"]["config"].update(change)
+    with pytest.raises(vp.ViewerProtocolError) as err:
+        state_codec.state_from_dict(good)
+    assert said in one_line(err.value)
+
+
+def test_a_scripts_run_keeps_its_config_and_summary_through_the_wire() -> None:
+    """A user's script's run holds its script_view: the viewer's summary says what the
+    supervisor's does (the script's knobs only, no trainer steps or model)."""
+    config = preset_config("bf16", RunConfig(nproc=2, script=True, warmup=3))
+    state = realistic_state(2, 5)
+    state.config, state.command = config.script_view(), ["python", "train.py"]
+    back = vp.load_state(vp.dump_state(state))
+    assert back.config == config.script_view() and back.config.script
+    assert back.summary()["config"] == state.summary()["config"] == config.script_dict()
+
+
 def test_versions_are_compared_at_the_handshake() -> None:
     hello = vp.decode(vp.encode("hello", token="t", owner=False))
     assert hello["v"] == vp.VERSION == 2 and hello["schema"] == state_codec.SCHEMA and vp.mismatch(hello) == ""
@@ -440,7 +469,7 @@ def test_a_viewer_refuses_a_bad_supervisor_with_one_line(name: str, sock_dir: Pa
     state = realistic_state(2, 5)
     entry = LiveRun(run_id=state.run_id, pid=os.getpid(), socket=str(path), token="t", run_dir=str(sock_dir),
                     runs_dir=str(sock_dir), preset="overlap", world_size=2, detached=True,
-                    started_at=time.time(), config=state.config)
+                    started_at=time.time(), config=state.config.to_dict())
 
     async def main() -> RemoteSession:
         server = await serve_once(path, answer)

@@ -9,8 +9,8 @@ Pure: RankFigures in, figures out.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
 
+from ddptop.model.config import RunConfig
 from ddptop.model.figures.stats import median
 from ddptop.model.figures.window import RECENT_LABEL, STALL_MIN_S, STALL_STEPS, RankFigures
 
@@ -90,15 +90,15 @@ def comm_window(figures: Mapping[int, RankFigures]) -> str:
     return f"the steps of the {RECENT_LABEL} that timed the all-reduce, {k} of {n}"
 
 
-def warming_up(config: Mapping[str, Any], figures: Mapping[int, RankFigures], current_step: int) -> bool:
+def warming_up(config: RunConfig, figures: Mapping[int, RankFigures], current_step: int) -> bool:
     """A comm hook is configured but gradients still travel uncompressed."""
-    if config.get("comm_hook", "none") == "none":
+    if config.comm_hook == "none":
         return False
     flags = [f.compressing for f in figures.values() if f.compressing is not None]
     if flags:
         return not any(flags)
-    if config.get("comm_hook") == "powersgd":
-        return current_step + 1 < int(config.get("powersgd_start_iter", 0))
+    if config.comm_hook == "powersgd":
+        return current_step + 1 < config.powersgd_start_iter
     return False
 
 

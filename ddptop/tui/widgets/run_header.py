@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from ddptop.model.config import RunConfig
 from ddptop.model.figures import RECENT_LABEL, RUN_LABEL, ranks_connected
 from ddptop.model.report import fmt, fmt_step_rate
 from ddptop.model.state import RunState
@@ -22,19 +23,18 @@ def _hello_field(state: RunState, name: str) -> str:
     return ""
 
 
-def hook_text(cfg: dict) -> str:
+def hook_text(cfg: RunConfig) -> str:
     """The active DDP comm hook, with PowerSGD's rank and start iteration."""
-    hook = str(cfg.get("comm_hook", "none") or "none")
+    hook = cfg.comm_hook or "none"
     if hook == "powersgd":
-        hook += f" r{cfg.get('powersgd_rank', '?')}"
+        hook += f" r{cfg.powersgd_rank}"
     return hook
 
 
-def warm_up_text(cfg: dict) -> str:
-    hook = cfg.get("comm_hook")
+def warm_up_text(cfg: RunConfig) -> str:
+    hook = cfg.comm_hook
     if hook == "powersgd":
-        return (f"PowerSGD warm-up: plain all-reduce until iteration "
-                f"{cfg.get('powersgd_start_iter', '?')}")
+        return f"PowerSGD warm-up: plain all-reduce until iteration {cfg.powersgd_start_iter}"
     return f"{hook} hook warming up: plain all-reduce"
 
 
@@ -103,16 +103,17 @@ def _identity(snap: Snapshot, badges: tuple[str, ...] = ()) -> list[Text]:
         command = " ".join(state.command)
         what = Text.assemble(("script ", "dim"), (command if len(command) <= 70 else command[:67] + "…", "bold"))
     else:
-        what = Text.assemble(("preset ", "dim"), (str(cfg.get("preset", "?")), "bold"))
+        what = Text.assemble(("preset ", "dim"), (cfg.preset, "bold"))
     return [status, *badge_texts(snap, badges), Text.assemble(("run ", "dim"), (state.run_id, "bold")), what]
 
 
 def _setup(snap: Snapshot) -> list[Text]:
     """World, backend, model, step and the DDP settings in effect."""
     state, cfg = snap.state, snap.state.config
-    backend = _hello_field(state, "backend") or str(cfg.get("backend", "?"))
-    model = _hello_field(state, "model") or str(cfg.get("model", "?"))
-    steps = 0 if cfg.get("until_stopped") else cfg.get("steps", 0)
+    backend = _hello_field(state, "backend") or cfg.backend
+    # a user's script's model is its own: ddptop's model knob says nothing of it
+    model = _hello_field(state, "model") or ("?" if cfg.script else cfg.model)
+    steps = cfg.total_steps
     hook = (_hello_field(state, "comm_hook") or "?") if state.command else hook_text(cfg)
     ddp = script_ddp_text(state) if state.command else ()
     return [

@@ -156,7 +156,7 @@ def _backend(state: RunState) -> str:
     for rs in state.ranks.values():
         if rs.hello is not None and rs.hello.backend:
             return rs.hello.backend
-    return str(state.config.get("backend", "") or "")
+    return state.config.backend
 
 
 def _grid(title: str, ranks: list[int], cell: Any, width: int) -> list[Text]:
