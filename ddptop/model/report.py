@@ -352,7 +352,8 @@ def comm_lines(summary: dict[str, Any]) -> list[str]:
         lines += ddp_cross_check(summary)
     elif summary.get("exposed_comm_share") is not None:
         lines.append(f"gradient communication: {100 * summary['exposed_comm_share']:.1f}% of the step exposed "
-                     "(not hidden by backward); the all-reduce total is not timed here (nccl_timing is off)")
+                     "(not hidden by backward); the all-reduce total is not timed here (nccl_timing is off by default: "
+                     "--set nccl_timing=true times it, at ~1.4% of a ViT-L step)")
     return lines
 
 

@@ -25,7 +25,7 @@ def ddptop_run(tmp_path: Path, script: str, *args: str, compare: bool = True) ->
     """The script's summary under ddptop; with `compare`, the script also runs under plain
     torchrun and every rank's stdout and stderr must be the same (apart from timing)."""
     if compare:
-        from tests.test_script_truth import assert_same_output, run_both
+        from test_script_truth import assert_same_output, run_both
 
         ours, our_out, theirs, their_out = run_both(tmp_path, script, list(args))
         assert ours.returncode == theirs.returncode == 0, ours.stdout[-3000:] + ours.stderr[-3000:] + theirs.stderr[-2000:]

@@ -88,7 +88,7 @@ def swap_as(uid: int | None, run_dir: Path, theirs: Path) -> Path:
 
 @pytest.mark.e2e
 def test_a_swapped_run_dir_stops_the_run_naming_the_swap(tmp_path: Path) -> None:
-    from tests.test_trust import other_uid
+    from test_trust import other_uid
 
     uid = other_uid()  # None unless root: then the swap is this uid's own
     base = Path(tempfile.mkdtemp(prefix="ddptop-swap-", dir="/tmp"))  # the other user can reach it
@@ -141,7 +141,7 @@ def test_a_run_dir_swapped_for_a_tree_of_fifos_stops_within_10_s(tmp_path: Path,
     import signal
     import time
 
-    from tests.test_trust import other_uid
+    from test_trust import other_uid
 
     uid = other_uid()  # root (CI, here): a second local user; else this uid plays the other
     base = Path(tempfile.mkdtemp(prefix="ddptop-fifo-", dir="/tmp"))
