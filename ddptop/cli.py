@@ -34,7 +34,8 @@ def run_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="ddptop",
         description="top for PyTorch DDP: launch a DDP job through torchrun and watch it per rank. "
-        "Subcommands: presets, sweep, tune, nccl LOGFILE..., trace DIR|FILE..., topo, ls, attach [RUN_ID].",
+        "Subcommands: presets, sweep, tune, nccl LOGFILE..., trace DIR|FILE..., topo, ls, attach [RUN_ID], "
+        "cost -- CMD (what ddptop costs CMD against plain torchrun).",
         epilog="Run your own script: ddptop --nproc 2 -- python train.py ARGS "
         "(use ddptop.probe.Probe in it to report steps).",
     )
