@@ -11,7 +11,7 @@ from textual.widgets import Sparkline, Static
 from ddptop.model.figures import RECENT_LABEL, RUN_LABEL
 from ddptop.model.report import fmt, fmt_step_rate
 from ddptop.tui.live import Snapshot
-from ddptop.tui.render import SLOW_STYLE, spark
+from ddptop.tui.render import SLOW_STYLE, chart_rows, spark
 from ddptop.tui.widgets.lines_view import LinesView
 
 EMPTY_TITLE = "steps/s: waiting for steps"
@@ -82,6 +82,9 @@ class ThroughputPanel(Horizontal):
         lo, hi = min(values), max(values)
         slow = snap.slowest
         ranks = list(series)
+        tall = box.content_region.height // len(ranks)
+        if tall >= 2:  # a tall box and few ranks: each rank's chart as tall as its share, no blank rows
+            return self._tall_lines(ranks, series, p50, slow, width, tall, box.content_region.height, lo, hi)
 
         def line(i: int) -> Text:
             r = ranks[i]
@@ -93,6 +96,26 @@ class ThroughputPanel(Horizontal):
             return text
 
         return box.lines_in_view(len(ranks), line)
+
+    @staticmethod
+    def _tall_lines(ranks: list[int], series: dict[int, list[float]], p50: dict[int, float | None],
+                    slow: int | None, width: int, each: int, rows: int, lo: float, hi: float) -> list[Text]:
+        """Each rank's recent step times as a chart `each` rows tall (the first ranks one row
+        more, to fill the box), its name and p50 on its first row, one scale for all."""
+        lines = []
+        extra = rows - each * len(ranks)
+        # the scale from a little under the fastest step: the fastest still shows a bar
+        floor = lo - (hi - lo) * 0.1 if hi > lo else lo * 0.9
+        for i, r in enumerate(ranks):
+            style = SLOW_STYLE if r == slow else ""
+            for k, row in enumerate(chart_rows(series[r], width, each + (1 if i < extra else 0), floor, hi)):
+                text = Text(no_wrap=True)
+                text.append(f"r{r:<3}" if k == 0 else "    ", style=SLOW_STYLE if r == slow else "dim")
+                text.append(row, style=style)
+                if k == 0:
+                    text.append(f" {fmt(p50[r], '.1f', '-'):>6} ms")
+                lines.append(text)
+        return lines
 
 
 def _update(widget: Static, text: Text) -> None:
