@@ -20,6 +20,7 @@ from ddptop.model.state import RunState
 from ddptop.tui.render import chart_rows, fmt_bytes, fmt_duration
 
 UTIL_STYLE, MEM_STYLE, POWER_STYLE = "#3a9e5f", "#5f87d7", "#c79100"
+AXIS = "▏"
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ def history_lines(series: Sequence[Series], head: str, what: str, width: int, he
     else:
         shown, more = list(series[:rows - 1]), len(series) - (rows - 1)
     if not shown:
-        return [Text(f"{head.split(' (')[0]}: a taller terminal charts {what}", style="dim", no_wrap=True)]
+        return [Text(f"history: a taller terminal charts {what} over time", style="dim", no_wrap=True)]
     each, extra = divmod(rows - (1 if more else 0), len(shown))
     tall = each >= 2
     label_w = min(max(width // 2, 10), max(
@@ -127,10 +128,11 @@ def history_lines(series: Sequence[Series], head: str, what: str, width: int, he
                   else [Text.assemble(s.label + " ", (s.now, "bold"), (f" ({s.scale})", "dim"))])
         for k, row in enumerate(chart_rows(s.values, chart_w, h, 0.0, s.hi)):
             label = labels[k] if k < len(labels) else Text("")
-            label.truncate(label_w - 1, overflow="ellipsis")
+            label.truncate(label_w - 2, overflow="ellipsis")
             line = Text(no_wrap=True)
             line.append_text(label)
-            line.append(" " * (label_w - label.cell_len))
+            line.append(" " * (label_w - label.cell_len - 1))
+            line.append(AXIS, style="dim")  # the chart's left edge: its rows above a low bar are chart, not blank
             line.append(row, style=s.style)
             lines.append(line)
     if more:
@@ -171,7 +173,7 @@ class GpuHistory(Static):
         self._key = key
         if nvml:
             series = gpu_series(history)
-            head, what = gpu_head(history), "each GPU's utilization, memory and power over time"
+            head, what = gpu_head(history), "each GPU's util, memory, power"
         else:
             series = proc_series(state, list(history))
             head = (f"history: the last {len(history)} samples of each rank's process, newest on the right "
