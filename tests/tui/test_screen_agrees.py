@@ -183,20 +183,19 @@ def test_at_200x60_the_gpu_and_ranks_tabs_have_no_blank_areas(tmp_path: Path) ->
     one), the ranks tab's steps/s box 8 blank rows under its chart and the step-times box ~12 beside
     it. Now the GPU tab charts each GPU's utilization, memory and power (or each rank's CPU % and
     RSS) over time in the rows the table leaves, and the ranks tab's charts take their boxes' rows."""
-    faults = {}
+    faults, texts = {}, {}
     for name, tab, cpu in (("gpu", "gpu", False), ("cpu", "gpu", True), ("ranks", "ranks", False)):
         lines, top, bottom = _tab_screen(tmp_path / name, tab, (200, 60), cpu=cpu)
         blank = blank_rows(lines, top, bottom)
-        if len(blank) > 3:
+        if len(blank) > 3:  # the blank line between table and charts, the charts' top padding
             faults[name] = blank
-        text = "\n".join(lines)
-        if name == "gpu":
-            assert "gpu 0 util 97 %" in text and "scale 0-100 %" in text and "gpu 1 power 612 W" in text, text
-            assert "history: the last 1:59 (120 samples" in text, text
-        elif name == "cpu":
-            assert "rank 0 CPU 88 %" in text and "rank 1 RSS 690.0 MiB" in text, text
-            assert "on a machine with NVML this tab shows each GPU" in text, text
+        texts[name] = "\n".join(lines)
     assert faults == {}
+    gpu, cpu = texts["gpu"], texts["cpu"]
+    assert "gpu 0 util 97 %" in gpu and "scale 0-100 %" in gpu and "gpu 1 power 612 W" in gpu, gpu
+    assert "history: the last 1:59 (120 samples" in gpu, gpu
+    assert "rank 0 CPU 88 %" in cpu and "rank 1 RSS 690.0 MiB" in cpu, cpu
+    assert "on a machine with NVML this tab shows each GPU" in cpu, cpu
 
 
 def test_at_80x24_the_gpu_history_leaves_the_table_whole(tmp_path: Path) -> None:
