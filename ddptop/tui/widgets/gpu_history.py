@@ -111,7 +111,8 @@ def history_lines(series: Sequence[Series], head: str, what: str, width: int, he
     if rows >= len(series):
         shown, more = list(series), 0
     else:
-        shown, more = list(series[:rows - 1]), len(series) - (rows - 1)
+        shown = list(series[:rows - 1]) if rows >= 2 else []  # the last row says how many more
+        more = len(series) - len(shown)
     if not shown:
         return [Text(f"history: a taller terminal charts {what} over time", style="dim", no_wrap=True)]
     each, extra = divmod(rows - (1 if more else 0), len(shown))
