@@ -19,7 +19,7 @@ def test_the_charts_fill_the_rows_they_get_and_no_more() -> None:
     assert [s.label for s in series[:3]] == ["gpu 0 util", "gpu 0 memory", "gpu 0 power"] and len(series) == 24
     for width in (78, 118, 198):
         for height in range(0, 60):
-            lines = history_lines(series, "history: the last 2:09", "each GPU's util, memory, power", width, height)
+            lines = history_lines(series, lambda n: f"history: the last {n} samples", "each GPU's util, memory, power", width, height)
             assert len(lines) == min(height, len(lines)) and all(line.cell_len <= width for line in lines)
             if height >= 3:
                 assert len(lines) == height, (width, height, len(lines))  # no blank rows at the bottom
@@ -37,5 +37,5 @@ def test_a_chart_is_right_aligned_scaled_and_a_zero_still_shows() -> None:
 
 def test_the_history_it_reads_stays_bounded() -> None:
     state = RunState(run_id="r", config=RunConfig(), world_size=2)
-    assert isinstance(state.gpu_history, collections.deque) and state.gpu_history.maxlen == 120
-    assert isinstance(state.proc_history, collections.deque) and state.proc_history.maxlen == 120
+    assert isinstance(state.gpu_history, collections.deque) and state.gpu_history.maxlen == 300
+    assert isinstance(state.proc_history, collections.deque) and state.proc_history.maxlen == 300

@@ -6,6 +6,7 @@ when every rank is connected (then it waits for the first step)."""
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 from test_tui_one_screen import NOW, app_on, rec, screen, scripted_state
@@ -193,7 +194,7 @@ def test_at_200x60_the_gpu_and_ranks_tabs_have_no_blank_areas(tmp_path: Path) ->
     assert faults == {}
     gpu, cpu = texts["gpu"], texts["cpu"]
     assert "gpu 0 util 97 %" in gpu and "scale 0-100 %" in gpu and "gpu 1 power 612 W" in gpu, gpu
-    assert "history: the last 1:59 (120 samples" in gpu, gpu
+    assert re.search(r"history: the last 2:5\d \(17\d samples, newest on the right; at most 300 kept\)", gpu), gpu
     assert "rank 0 CPU 88 %" in cpu and "rank 1 RSS 690.0 MiB" in cpu, cpu
     assert "on a machine with NVML this tab shows each GPU" in cpu, cpu
 

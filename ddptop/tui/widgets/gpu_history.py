@@ -7,7 +7,7 @@ changes. Reads the state; no I/O."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,8 +99,9 @@ def proc_series(state: RunState, history: Sequence[dict[int, tuple[float, int]]]
     return out
 
 
-def history_lines(series: Sequence[Series], head: str, what: str, width: int, height: int) -> list[Text]:
-    """`height` rows of `width` cells: a head line (the time the charts span), then each
+def history_lines(series: Sequence[Series], head: Callable[[int], str], what: str, width: int,
+                  height: int) -> list[Text]:
+    """`height` rows of `width` cells: a head line (`head(columns)`: the time the charts span), then each
     series' chart sharing the rows left; where fewer rows than charts are left, the first
     charts one row each and a line saying how many more a taller terminal shows."""
     if height <= 0 or width <= 0:
@@ -122,7 +123,7 @@ def history_lines(series: Sequence[Series], head: str, what: str, width: int, he
     if tall:
         label_w = max(label_w, min(width // 3, max(cell_len(s.scale) + 8 for s in shown)))
     chart_w = max(width - label_w, 1)
-    lines = [Text(head, style="dim", no_wrap=True)]
+    lines = [Text(head(chart_w), style="dim", no_wrap=True)]
     for i, s in enumerate(shown):
         h = each + (1 if i < extra else 0)
         labels = ([Text.assemble(s.label + " ", (s.now, "bold")), Text(f"  scale {s.scale}", style="dim")] if tall
@@ -141,14 +142,10 @@ def history_lines(series: Sequence[Series], head: str, what: str, width: int, he
     return lines
 
 
-def gpu_head(history: Sequence[Any]) -> str:
-    times = [t for t in (_get(s, "t") for s in history) if isinstance(t, (int, float))]
+def gpu_head(shown: Sequence[Any], kept: int) -> str:
+    times = [t for t in (_get(s, "t") for s in shown) if isinstance(t, (int, float))]
     span = fmt_duration(times[-1] - times[0]) if len(times) >= 2 else "0:00"
-    return f"history: the last {span} ({len(history)} samples, newest on the right; at most {_maxlen(history)} kept)"
-
-
-def _maxlen(history: Sequence[Any]) -> int:
-    return getattr(history, "maxlen", None) or len(history)
+    return f"history: the last {span} ({len(shown)} samples, newest on the right; at most {kept} kept)"
 
 
 class GpuHistory(Static):
@@ -172,13 +169,20 @@ class GpuHistory(Static):
         if key == self._key:
             return
         self._key = key
+        shown = list(history)[-max(region.width, 1):]  # no more than a chart can show
+        kept = getattr(history, "maxlen", None) or len(history)
         if nvml:
-            series = gpu_series(history)
-            head, what = gpu_head(history), "each GPU's util, memory, power"
+            series = gpu_series(shown)
+            what = "each GPU's util, memory, power"
+
+            def head(columns: int) -> str:
+                return gpu_head(shown[-columns:], kept)
         else:
-            series = proc_series(state, list(history))
-            head = (f"history: the last {len(history)} samples of each rank's process, newest on the right "
-                    f"(at most {_maxlen(history)} kept)")
+            series = proc_series(state, shown)
+
+            def head(columns: int) -> str:
+                return (f"history: the last {len(shown[-columns:])} samples of each rank's process, newest on "
+                        f"the right (at most {kept} kept)")
             what = "each rank's CPU % and RSS"
         lines = history_lines(series, head, what, region.width, region.height)
         self.update(Text("\n").join(lines), layout=False)
