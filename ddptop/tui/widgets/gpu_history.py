@@ -181,8 +181,7 @@ class GpuHistory(Static):
             series = proc_series(state, shown)
 
             def head(columns: int) -> str:
-                return (f"history: the last {len(shown[-columns:])} samples of each rank's process, newest on "
-                        f"the right (at most {kept} kept)")
+                return f"history: each rank's last {len(shown[-columns:])} samples, newest on the right (at most {kept} kept)"
             what = "each rank's CPU % and RSS"
         lines = history_lines(series, head, what, region.width, region.height)
         self.update(Text("\n").join(lines), layout=False)
