@@ -55,6 +55,9 @@ __all__ = ["LOG_LINES", "RECENT", "STALL_MIN_S", "STALL_STEPS", "Histogram", "Ra
 
 LOG_LINES = 2000  # log lines kept per rank for live views (all of them are on disk)
 HISTORY = 900  # throughput samples (one per tick)
+# hardware samples kept (one a second): five minutes, so the GPU tab's charts span a 200-column
+# terminal (120 left a third of it blank, issue 46)
+HW_HISTORY = 300
 
 TERMINAL = RUN_TERMINAL
 MAX_FACTS = 64  # facts kept per rank (a rank cannot grow our memory without bound)
@@ -111,14 +114,14 @@ class RunState:
     # Hardware telemetry, set by the session's sampler: the latest sample (None until the
     # first one), a short history of them, and why there is none.
     gpu: GpuSample | None = None
-    gpu_history: collections.deque[GpuSample] = field(default_factory=lambda: collections.deque(maxlen=120))
+    gpu_history: collections.deque[GpuSample] = field(default_factory=lambda: collections.deque(maxlen=HW_HISTORY))
     gpu_unavailable: str = ""
     # psutil, every second: pid -> (cpu_percent, rss_bytes) of each rank and its children
     proc_stats: dict[int, tuple[float, int]] = field(default_factory=dict)
     proc_children: dict[int, list[int]] = field(default_factory=dict)  # a rank's pid -> its children's
     # the last proc_stats samples (the GPU tab's CPU history where there is no NVML)
     proc_history: collections.deque[dict[int, tuple[float, int]]] = field(
-        default_factory=lambda: collections.deque(maxlen=120))
+        default_factory=lambda: collections.deque(maxlen=HW_HISTORY))
     nccl: NcclFacts | None = None  # latest ddptop.analysis.nccl.NcclReport parsed from the run's NCCL logs
     topology: TopologyMatrix | None = None  # once, when NVML is there
     advice: Advice | None = None  # latest from ddptop.analysis.advisor

@@ -199,3 +199,24 @@ def fmt_duration(seconds: float) -> str:
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+_EIGHTHS = " ▁▂▃▄▅▆▇█"
+
+
+def chart_rows(values: Sequence[float], width: int, height: int, lo: float, hi: float) -> list[str]:
+    """The last `width` values as a bar chart `height` rows tall (top row first), scaled to
+    [lo, hi] in eighths of a row and right-aligned: the newest value in the last column, the
+    columns before the first value blank. Every value shows at least ▁ (a zero is not a gap)."""
+    values = list(values)[-width:] if width > 0 else []
+    if height <= 0 or width <= 0:
+        return []
+    steps, span = height * 8, hi - lo
+    levels = [max(1, min(steps, round((v - lo) / span * steps))) if span > 0 else steps // 2
+              for v in values]
+    pad = width - len(levels)
+    rows = []
+    for row in range(height - 1, -1, -1):  # the top row first; `row` eighths sit below it
+        base = row * 8
+        rows.append(" " * pad + "".join(_EIGHTHS[max(0, min(8, lv - base))] for lv in levels))
+    return rows

@@ -143,8 +143,8 @@ def fill_views(state: RunState, now: float, gpus: int = 8) -> RunState:
     advisor's word on all that, and one finished capture with its trace files."""
     rng = random.Random(7)
     n_gpus = min(gpus, state.world_size)
-    state.gpu_history.extend(synthetic_gpu_sample(n_gpus, t=now - 15 + i, util=rng.uniform(80, 99))
-                             for i in range(15))
+    state.gpu_history.extend(synthetic_gpu_sample(n_gpus, t=now - 299 + i, util=rng.uniform(80, 99))
+                             for i in range(299))  # five minutes, one a second: the GPU tab's charts full
     state.gpu = synthetic_gpu_sample(n_gpus, t=now)
     state.gpu_history.append(state.gpu)
     state.nccl = parse_lines(nccl_lines(state))

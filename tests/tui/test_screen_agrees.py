@@ -6,6 +6,7 @@ when every rank is connected (then it waits for the first step)."""
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 from test_tui_one_screen import NOW, app_on, rec, screen, scripted_state
@@ -136,3 +137,74 @@ def test_the_gpu_tab_on_a_cpu_run_is_not_a_few_lines_then_blank(tmp_path: Path) 
     rows = lines[head + 1:head + 3]
     assert all("▁" in r or "█" in r for r in rows), rows  # each rank's CPU over time
     assert "on a machine with NVML this tab shows each GPU" in " ".join(lines[head + 3:head + 6])
+
+
+def _cpu_run_state() -> RunState:
+    """Two gloo ranks on a machine without NVML, 20 psutil samples of each."""
+    from ddptop.tui.synthetic import SYNTHETIC_NOW, synthetic_state
+
+    state = synthetic_state(2, backend="gloo", now=SYNTHETIC_NOW)
+    state.gpu_unavailable = "NVML not available: no NVIDIA driver"
+    for i in range(20):
+        sample = {rs.hello.pid: (50.0 + 2 * i, (500 + 10 * i) << 20) for rs in state.ranks.values()}
+        state.proc_history.append(sample)
+        state.proc_stats = sample
+    return state
+
+
+def blank_rows(lines: list[str], top: int, bottom: int) -> list[int]:
+    """Rows of the tab (screen rows top..bottom-1) with nothing in them, or with a box whose
+    inside is blank on that row (a chart box with its rows left empty)."""
+    blank = []
+    for y in range(top, bottom):
+        inside = [part for part in lines[y].split("│") if len(part) > 10]
+        if not lines[y].strip() or any(not part.strip() for part in inside):
+            blank.append(y)
+    return blank
+
+
+def _tab_screen(tmp_path: Path, tab: str, size: tuple[int, int], n_ranks: int = 2,
+                cpu: bool = False) -> tuple[list[str], int, int]:
+    from textual.widget import Widget
+
+    from ddptop.tui.synthetic import SYNTHETIC_NOW, app_on_state, show_tab, snapshot_app
+
+    async def main() -> tuple[list[str], int, int]:
+        app = app_on_state(_cpu_run_state(), tmp_path, SYNTHETIC_NOW) if cpu else snapshot_app(n_ranks, tmp_path)
+        async with app.run_test(size=size) as pilot:
+            await show_tab(app, pilot, tab)
+            pane = app.query_one(f"#{tab}", Widget).region
+            return [s.text.rstrip() for s in app.screen._compositor.render_strips()], pane.y, pane.bottom
+
+    return asyncio.run(main())
+
+
+def test_at_200x60_the_gpu_and_ranks_tabs_have_no_blank_areas(tmp_path: Path) -> None:
+    """Issue 46 point 8: the GPU tab was its table then ~45 blank rows (on a GPU run and on a CPU
+    one), the ranks tab's steps/s box 8 blank rows under its chart and the step-times box ~12 beside
+    it. Now the GPU tab charts each GPU's utilization, memory and power (or each rank's CPU % and
+    RSS) over time in the rows the table leaves, and the ranks tab's charts take their boxes' rows."""
+    faults, texts = {}, {}
+    for name, tab, cpu in (("gpu", "gpu", False), ("cpu", "gpu", True), ("ranks", "ranks", False)):
+        lines, top, bottom = _tab_screen(tmp_path / name, tab, (200, 60), cpu=cpu)
+        blank = blank_rows(lines, top, bottom)
+        if len(blank) > 3:  # the blank line between table and charts, the charts' top padding
+            faults[name] = blank
+        texts[name] = "\n".join(lines)
+    assert faults == {}
+    gpu, cpu = texts["gpu"], texts["cpu"]
+    assert "gpu 0 util 97 %" in gpu and "scale 0-100 %" in gpu and "gpu 1 power 612 W" in gpu, gpu
+    assert re.search(r"history: the last 2:5\d \(17\d samples, newest on the right; at most 300 kept\)", gpu), gpu
+    assert "rank 0 CPU 88 %" in cpu and "rank 1 RSS 690.0 MiB" in cpu, cpu
+    assert "on a machine with NVML this tab shows each GPU" in cpu, cpu
+
+
+def test_at_80x24_the_gpu_history_leaves_the_table_whole(tmp_path: Path) -> None:
+    """The history takes only the rows the table leaves: 8 GPUs at 80x24 keep all their rows and
+    the history is one line saying what a taller terminal shows; 2 GPUs leave room for charts."""
+    lines, top, bottom = _tab_screen(tmp_path / "8", "gpu", (80, 24), n_ranks=8)
+    tab = lines[top:bottom]
+    assert [row.split()[0] for row in tab if row.split()[1:3] == ["97", "%"]] == [str(g) for g in range(8)]
+    assert "history: a taller terminal charts each GPU's util, memory, power over time" in "\n".join(tab)
+    lines, top, bottom = _tab_screen(tmp_path / "2", "gpu", (80, 24), n_ranks=2)
+    assert "gpu 1 power 612 W (0-700 W)" in "\n".join(lines[top:bottom])

@@ -1,5 +1,6 @@
 """GpuPanel: per-GPU NVML readings with a short utilisation history and the ranks
-on each GPU; without NVML, says why and shows each rank's CPU% and RSS.
+on each GPU; without NVML, says why and shows each rank's CPU% and RSS. Under the table,
+GpuHistory charts the same over the samples kept, in the rows the table leaves.
 
 The sample is duck-typed (`state.gpu.gpus`, each with index, name, util, ...),
 read with getattr and defaults, so a sampler with fewer fields still renders."""
@@ -18,6 +19,7 @@ from ddptop.model.report import NA, fmt
 from ddptop.model.state import RunState
 from ddptop.tui.live import Snapshot
 from ddptop.tui.render import fit_columns, fmt_bytes, fmt_rate_kbs, spark
+from ddptop.tui.widgets.gpu_history import GpuHistory
 
 NVML_COLUMNS = ("gpu", "name", "util", "memory", "power", "temp", "SM MHz", "PCIe tx/rx B/s",
                 "NVLink", "ranks", "util history")
@@ -147,6 +149,7 @@ class GpuPanel(Vertical):
         yield Static("", id="nccl-note")
         yield DataTable(id="gpu-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="gpu-foot")
+        yield GpuHistory("", id="gpu-history")
 
     def on_mount(self) -> None:
         self._mode: tuple[str, ...] = ()
@@ -187,6 +190,7 @@ class GpuPanel(Vertical):
                                         ("  (showing each rank's CPU and memory instead)", "dim")))
             self._show_procs(state)
             _update(foot, Text(CPU_NOTE, style="dim"))
+        self.query_one(GpuHistory).show(state)
 
     def _util_history(self, state: RunState) -> dict[Any, list[float]]:
         history: dict[Any, list[float]] = {}
