@@ -26,11 +26,22 @@ def test_masked_leaves_the_words_and_hides_the_numbers():
         "[rankN]: Connection closed by peer [N.N.N.N]:N at N")
 
 
+# C++'s line for a std::thread still joinable when the process ends: whether a peer's gloo
+# thread is still running when its rank's interpreter tears down is a race under plain torchrun
+# too (a peer of a raising rank printed it in 1 of 4 plain runs beside two busy loops, 2026-11-27)
+TEARDOWN_RACE = "terminate called without an active exception"
+
+
+def settled(text: str) -> str:
+    """`masked(text)` without the teardown race's line."""
+    return masked("".join(line for line in text.splitlines(keepends=True) if line.strip() != TEARDOWN_RACE))
+
+
 def assert_stderr_as_under_torchrun(ours: dict, theirs: dict) -> None:
     assert sorted(ours) == sorted(theirs) == [0, 1], (ours, theirs)
     for rank in (0, 1):
         assert DDPTOP_DIR not in ours[rank][1], ours[rank][1]
-        assert masked(ours[rank][1]) == masked(theirs[rank][1]), (rank, ours[rank][1], theirs[rank][1])
+        assert settled(ours[rank][1]) == settled(theirs[rank][1]), (rank, ours[rank][1], theirs[rank][1])
 
 
 @pytest.mark.parametrize("where", ["step", "loader"])
