@@ -13,6 +13,7 @@ Must not import torch.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -115,7 +116,10 @@ def run_one(pair: int, arm: str, plan: Plan, where: Path, env: dict[str, str]) -
         proc = subprocess.Popen(argv, env=arm_env(plan, stamp, env), stdout=out, stderr=err,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
                                 preexec_fn=die_with_parent if sys.platform == "linux" else None)
-        rc = _wait(proc, plan.timeout)
+        try:
+            rc = _wait(proc, plan.timeout)
+        finally:
+            reap(str(stamp))
     wall = time.monotonic() - started
     ranks = read_stamps(out_dir)
     summary = _last_json(out_dir / "stdout.log") if arm == DDPTOP else None
@@ -175,6 +179,29 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
+def reap(stamp: str) -> list[int]:
+    """Ends what is left of one run: any process of this user whose environment carries the
+    run's DDPTOP_STAMP (a rank torchrun left behind when it died first, in either arm), SIGTERM
+    then SIGKILL. Returns their pids."""
+    import psutil
+
+    left = []
+    for p in psutil.process_iter(["uids"]):
+        try:
+            if p.info["uids"] and p.info["uids"].real == os.getuid() and p.environ().get("DDPTOP_STAMP") == stamp:
+                left.append(p)
+        except psutil.Error:
+            continue
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(left, timeout=5.0)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    return [p.pid for p in left]
+
+
 def _interrupt(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -201,6 +228,15 @@ def _last_json(path: Path) -> dict[str, Any] | None:
 
 
 def main_cost(argv: list[str]) -> int:
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # the terminal or a kill: end the run in hand, report
+        signal.signal(sig, _interrupt)
+    try:
+        return _main_cost(argv)
+    except KeyboardInterrupt:  # before any run started: nothing to end or report
+        return 130
+
+
+def _main_cost(argv: list[str]) -> int:
     try:
         plan, args = parse(argv)
         from ddptop.run.recorder import check_writable
@@ -220,8 +256,6 @@ def main_cost(argv: list[str]) -> int:
           f"records in {where}", flush=True)
     records: list[RunRecord] = []
     code = 0
-    for sig in (signal.SIGTERM, signal.SIGHUP):  # the terminal or a kill: end the run in hand, report
-        signal.signal(sig, _interrupt)
     try:
         for pair, arm in cost_pairs.schedule(plan.pairs):
             record = run_one(pair, arm, plan, where, env)

@@ -83,16 +83,26 @@ def test_a_killed_cost_run_leaves_nothing_running(tmp_path: Path, sig: str) -> N
     runs = tmp_path / "runs"
     cmd = [sys.executable, "-m", "ddptop", "cost", "--pairs", "2", "--nproc", "2", "--runs-dir", str(runs), "--",
            sys.executable, str(SCRIPTS / "endless_ddp.py")]
+    import psutil
+
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def run_tree() -> list[psutil.Process]:
+        """This cost run's torchrun and ranks (another test's endless_ddp.py is not ours)."""
+        try:
+            kids = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            return []
+        return [p for p in kids if str(SCRIPTS / "endless_ddp.py") in " ".join(p.cmdline())]
+
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(_ours(str(SCRIPTS / "endless_ddp.py"))) < 3:
+    while time.monotonic() < deadline and len(run_tree()) < 3:
         time.sleep(0.5)  # torchrun and its two ranks are up
-    assert len(_ours(str(SCRIPTS / "endless_ddp.py"))) >= 3
+    tree = run_tree()
+    assert len(tree) >= 3
     proc.send_signal(getattr(signal, sig))
     out, _ = proc.communicate(timeout=60)
     if sig == "SIGTERM":
         assert proc.returncode == 130 and "interrupted; what was measured so far" in out, out[-2000:]
-    deadline = time.monotonic() + 40
-    while time.monotonic() < deadline and (_ours(str(runs)) or _ours(str(SCRIPTS / "endless_ddp.py"))):
-        time.sleep(0.5)
-    assert _ours(str(runs)) == [] and _ours(str(SCRIPTS / "endless_ddp.py")) == []
+    gone, alive = psutil.wait_procs(tree, timeout=40)
+    assert alive == [] and _ours(str(runs)) == [], alive
