@@ -13,7 +13,6 @@ Must not import torch.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import signal
@@ -181,25 +180,24 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
 
 def reap(stamp: str) -> list[int]:
     """Ends what is left of one run: any process of this user whose environment carries the
-    run's DDPTOP_STAMP (a rank torchrun left behind when it died first, in either arm), SIGTERM
-    then SIGKILL. Returns their pids."""
+    run's DDPTOP_STAMP (a rank torchrun left behind when it died first, in either arm), with
+    what it started, as the keeper ends a run (SIGTERM, SIGKILL after 5 s). Returns their pids."""
     import psutil
 
-    left = []
+    from ddptop.run.keeper import end_all, start_ticks
+
+    told: dict[int, int] = {}
     for p in psutil.process_iter(["uids"]):
         try:
             if p.info["uids"] and p.info["uids"].real == os.getuid() and p.environ().get("DDPTOP_STAMP") == stamp:
-                left.append(p)
+                started = start_ticks(p.pid)
+                if started is not None:
+                    told[p.pid] = started
         except psutil.Error:
             continue
-    for p in left:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-    _, alive = psutil.wait_procs(left, timeout=5.0)
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    return [p.pid for p in left]
+    if told:
+        end_all(told, wait_s=5.0)
+    return list(told)
 
 
 def _interrupt(signum: int, _frame: Any) -> None:

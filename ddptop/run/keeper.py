@@ -77,15 +77,15 @@ def alive(told: dict[int, int]) -> list[psutil.Process]:
     return [p for p in procs.values() if p.pid != os.getpid()]
 
 
-def end_all(told: dict[int, int]) -> int:
-    """SIGTERM everything of the run, SIGKILL what is left after TERM_WAIT_S; how many."""
+def end_all(told: dict[int, int], wait_s: float = TERM_WAIT_S) -> int:
+    """SIGTERM everything of the run, SIGKILL what is left after `wait_s`; how many."""
     procs = alive(told)
     for p in procs:
         try:
             p.terminate()
         except psutil.Error:
             pass
-    deadline = time.monotonic() + TERM_WAIT_S
+    deadline = time.monotonic() + wait_s
     while procs and time.monotonic() < deadline:
         time.sleep(0.1)
         procs = [p for p in procs if _running(p)]
