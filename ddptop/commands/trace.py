@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ddptop.analysis.capture import discount_late
 from ddptop.analysis.cross_rank import describe
 from ddptop.analysis.hook_work import describe_hook
 from ddptop.analysis.trace_analysis import OPEN_WITH
@@ -53,9 +54,11 @@ def _steps(s: dict[str, Any]) -> str:
     return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
 
 
-def render(summaries: list[dict[str, Any]], top: int = 5, cross: dict[str, Any] | None = None) -> str:
-    """The table (one row per trace), who waits for whom (`cross`: several ranks' traces),
-    then each trace's streams and top kernels."""
+def render(summaries: list[dict[str, Any]], top: int = 5, cross: dict[str, Any] | None = None,
+           said: list[str] | None = None) -> str:
+    """The table (one row per trace), what the capture's summary says the profiler did to its
+    steps (`said`), who waits for whom (`cross`: several ranks' traces), then each trace's
+    streams and top kernels."""
     rows = []
     for s in summaries:
         rows.append([
@@ -66,6 +69,7 @@ def render(summaries: list[dict[str, Any]], top: int = 5, cross: dict[str, Any] 
         ])
     out = [table(["rank", "file", "src", "window ms", "busy ms", "idle ms (%)", "compute ms (%)", "comm ms (%)",
                   "memory ms (%)", "comm∩comp", "comm∩mem", "steps"], rows)]
+    out.extend(said or [])
     if cross is not None:
         out.extend(["", *describe(cross)])
     for s in summaries:
@@ -143,12 +147,16 @@ def main_trace(argv: list[str]) -> int:
         print(f"ddptop trace: error: {printable(str(exc))}", file=sys.stderr)  # it names a file
         return USAGE_EXIT
     profiled = {p: said for p in args.paths if (said := _perturbation(Path(p))) is not None}
+    if len(args.paths) == 1 and args.paths[0] in profiled:  # one capture: who-waits as its summary says it
+        steps, unprofiled = _window_said(Path(args.paths[0]))
+        if steps:
+            discount_late(cross, profiled[args.paths[0]], steps, unprofiled)
     if args.json:
         text = json.dumps({"traces": summaries, "cross_rank": cross, "open_with": OPEN_WITH,
                            "perturbation": profiled}, indent=1)
     else:
-        text = render(summaries, top=args.top, cross=cross)
-        text += "".join(f"\n{p}: {perturbation_line(said)} (the capture's summary.json)" for p, said in profiled.items())
+        text = render(summaries, top=args.top, cross=cross,
+                      said=[f"{p}: {perturbation_line(said)} (the capture's summary.json)" for p, said in profiled.items()])
     return _print(text)
 
 
@@ -172,6 +180,19 @@ def _perturbation(path: Path) -> dict[str, Any] | None:
     numbers = all(isinstance(said.get(k), (int, float)) and not isinstance(said.get(k), bool)
                   for k in ("profiled_ms", "unprofiled_ms"))
     return said if numbers and isinstance(said.get("pct"), (int, float, type(None))) else None
+
+
+def _window_said(path: Path) -> tuple[int, str | None]:
+    """The capture's recorded steps and the run's straggler on its unprofiled steps (None: none),
+    as its summary.json says them: what the capture's own who-waits was discounted with. A summary
+    written before they were kept: the steps from its "A-B" range, no straggler."""
+    data = read_json_object(path / "summary.json") or {}
+    said = data.get("summary") if isinstance(data.get("summary"), dict) else {}
+    steps, unprofiled = said.get("window_steps"), said.get("unprofiled_straggler")
+    if not (isinstance(steps, int) and not isinstance(steps, bool)):
+        first, _, last = str(data.get("steps", "")).partition("-")
+        steps = int(last) - int(first) + 1 if first.isdigit() and last.isdigit() else 0
+    return max(steps, 0), printable(unprofiled) if isinstance(unprofiled, str) else None
 
 
 def _print(text: str) -> int:

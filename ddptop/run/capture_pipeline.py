@@ -108,8 +108,11 @@ class CapturePipeline:
             compare_with_timer(summary, records, window)
             summary["perturbation"] = perturbation(records, window, cap.warmup or 0)
             found = self.state.straggler_verdict.straggler
+            # what the discount reads, kept so that `ddptop trace DIR` says the same (issue 45)
+            summary["window_steps"] = cap.count
+            summary["unprofiled_straggler"] = None if found is None else found.describe()
             discount_late(summary.get("cross_rank"), summary["perturbation"], cap.count,
-                          None if found is None else found.describe())
+                          summary["unprofiled_straggler"])
             cap.summary = summary
             cap.status = "done"  # before writing: the file on disk says how the capture ended
             write_json(Path(cap.out_dir) / "summary.json", cap.to_dict())

@@ -82,6 +82,9 @@ def test_headless_capture_window_on_cpu(tmp_path):
     assert said["ranks"] == 2 and said["profiled_ms"] > 0 and said["unprofiled_ms"] > 0 and said["warmup_steps"] == 1
     assert "  profiled steps " in res.stdout and "warmed up 1 step(s) before recording" in res.stdout
     assert json.loads(tr.stdout)["perturbation"][cap["dir"]]["profiled_ms"] == said["profiled_ms"]
+    # what who-waits was discounted with, kept for `ddptop trace DIR` (issue 45)
+    assert cap["summary"]["window_steps"] == 3 and "unprofiled_straggler" in cap["summary"]
+    assert json.loads(tr.stdout)["cross_rank"]["verdict"] == cap["summary"]["cross_rank"]["verdict"]
 
 
 def test_timer_is_compared_with_the_trace_on_the_same_steps():

@@ -133,3 +133,51 @@ def test_capture_summary_trace_command_and_captures_tab_say_who_waits(tmp_path, 
     shown = "\n".join(t.plain for t in capture_lines(cap))
     assert f"who waits {verdict}" in shown
     assert "r1 collectives 95.8 ms: waiting for peers 90.1 (94%)" in shown
+
+
+@pytest.mark.parametrize("kept", [True, False])  # summary.json with the discount's inputs / an older one without
+def test_trace_command_discounts_who_waits_as_the_capture_summary_does(tmp_path, capsys, kept):
+    """Issue 45 on 4x H200: the capture's summary said `rank 0 late by 35.3 ms a step: within the
+    profiler's own +36.1 ms`, while `ddptop trace DIR` on the same capture said `rank 0 is late`
+    and put the profiled-vs-unprofiled line after every kernel table. The same capture reads the
+    same in both, and the ratio comes before who-waits."""
+    from ddptop.analysis.capture import discount_late
+    from ddptop.commands.trace import main_trace
+    from ddptop.run.trace_files import summarize_capture_traces
+
+    for r, t in two_ranks().items():
+        (tmp_path / f"rank{r}.trace.json").write_text(json.dumps(t))
+    summary = summarize_capture_traces({r: [str(tmp_path / f"rank{r}.trace.json")] for r in (0, 1)})
+    said = {"profiled_ms": 128.0, "unprofiled_ms": 93.0, "pct": 37.6, "ranks": 2, "warmup_steps": 1}
+    summary["perturbation"] = said
+    if kept:
+        summary.update(window_steps=3, unprofiled_straggler=None)
+    discount_late(summary["cross_rank"], said, 3, None)  # as the capture pipeline does
+    verdict = summary["cross_rank"]["verdict"]
+    assert verdict == "rank 0 late by 30.0 ms a step: within the profiler's own +35.0 ms a step; unprofiled, no straggler"
+    (tmp_path / "summary.json").write_text(json.dumps(
+        {"id": 1, "profiler": "torch", "status": "done", "steps": "20-22", "warmup": 1, "summary": summary}))
+
+    assert main_trace([str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert f"who waits: {verdict}" in text and "rank 0 is late" not in text
+    ratio = text.index("profiled steps 128.0 ms vs 93.0 ms unprofiled (+38%)")
+    assert ratio < text.index("who waits:") < text.index("rank0.trace.json  (")
+    assert main_trace([str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cross_rank"]["verdict"] == verdict
+
+
+def test_trace_command_says_a_straggler_the_unprofiled_steps_show_too(tmp_path, capsys):
+    from ddptop.commands.trace import main_trace
+    from ddptop.run.trace_files import summarize_capture_traces
+
+    for r, t in two_ranks().items():
+        (tmp_path / f"rank{r}.trace.json").write_text(json.dumps(t))
+    summary = summarize_capture_traces({r: [str(tmp_path / f"rank{r}.trace.json")] for r in (0, 1)})
+    summary.update(perturbation={"profiled_ms": 128.0, "unprofiled_ms": 93.0, "pct": 37.6},
+                   window_steps=3, unprofiled_straggler="rank 0 straggler: forward, costs the job 20.0 ms/step")
+    (tmp_path / "summary.json").write_text(json.dumps({"id": 1, "steps": "20-22", "summary": summary}))
+    assert main_trace([str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert ("who waits: rank 0 is late: its peers wait 90.1 ms for it (3 of 3 collectives, up to 38.0 ms); "
+            "in the unprofiled steps too: rank 0 straggler: forward, costs the job 20.0 ms/step") in text
