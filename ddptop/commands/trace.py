@@ -187,8 +187,8 @@ def _window_said(path: Path) -> tuple[int, str | None]:
     as its summary.json says them: what the capture's own who-waits was discounted with. A summary
     written before they were kept: the steps from its "A-B" range, no straggler."""
     data = read_json_object(path / "summary.json") or {}
-    said = data.get("summary") if isinstance(data.get("summary"), dict) else {}
-    steps, unprofiled = said.get("window_steps"), said.get("unprofiled_straggler")
+    said = data.get("summary")
+    steps, unprofiled = (said.get("window_steps"), said.get("unprofiled_straggler")) if isinstance(said, dict) else (0, None)
     if not (isinstance(steps, int) and not isinstance(steps, bool)):
         first, _, last = str(data.get("steps", "")).partition("-")
         steps = int(last) - int(first) + 1 if first.isdigit() and last.isdigit() else 0

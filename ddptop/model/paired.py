@@ -30,12 +30,14 @@ def median_without(ordered: list[float], i: int) -> float:
 
 class Paired:
     """Per rank, per step of the window: its value minus the other ranks' median on that
-    step (the steps where at least two ranks have the value)."""
+    step (the steps where at least two ranks have the value), and minus the largest of the
+    others' (`over_next`: above 0 on the steps it was the last; with two ranks, the same)."""
 
     def __init__(self, windows: Mapping[int, Mapping[int, dict[str, float]]],
                  value: Callable[[dict[str, float]], float | None]) -> None:
         self.diffs: dict[int, dict[int, float]] = {r: {} for r in windows}
         self.others: dict[int, dict[int, float]] = {r: {} for r in windows}
+        self.over_next: dict[int, dict[int, float]] = {r: {} for r in windows}
         for step in sorted(set().union(*windows.values())):
             vals = sorted((v, r) for r, w in windows.items() if step in w and (v := value(w[step])) is not None)
             if len(vals) < 2:
@@ -45,6 +47,7 @@ class Paired:
                 theirs = median_without(ordered, i)
                 self.diffs[r][step] = v - theirs
                 self.others[r][step] = theirs
+                self.over_next[r][step] = v - (ordered[-2] if i == len(vals) - 1 else ordered[-1])
 
     def medians(self) -> dict[int, float]:
         """Each rank's median difference, for the ranks with MIN_STEPS paired steps."""
@@ -94,3 +97,14 @@ def smallest_seen(ordered: list[float], tests: int, alpha: float) -> float:
     mid = median_nonempty(ordered)
     sd = 1.4826 * median_nonempty(sorted(abs(x - mid) for x in ordered))
     return sd * NormalDist().inv_cdf(min(need / n, 0.999))
+
+
+def smallest_last(margins: list[float], typical: float, tests: int, alpha: float) -> float:
+    """The smallest excess the sign test on being the last would see at this noise: with its
+    typical excess taken off a rank's margins over the next-latest rank (its steps' own noise
+    kept), the shift that makes it the last on the `_needed` share of the steps. inf: never."""
+    n = len(margins)
+    need = _needed(n, tests, alpha)
+    if n == 0 or need > n:
+        return math.inf
+    return max(typical - sorted(margins, reverse=True)[need - 1], 0.0)

@@ -7,22 +7,25 @@ account for it:
 - who: where every rank's all-reduce time (comm_ms) is measured on MIN_STEPS of the window,
   the rank the others wait for: per step, the others' median comm_ms minus its own (a
   collective ends together on every rank, so the last to reach it spends the least time in
-  it). Else (a GPU's plugin times one step in 10) from what every step has: the rank with the
-  largest cost to the job (below). The rank with the largest median of these differences is
-  the one looked at (a Finding).
+  it). Else (no all-reduce timed on most steps: a GPU run's default) from what every step
+  has: per step, its own work beyond the next-latest rank's (below), above 0 on the steps it
+  was the last. The rank with the largest median of these differences is the one looked at
+  (a Finding).
 - beyond noise: a one-sided sign test on those per-step differences, Bonferroni-corrected
   over the ranks compared, p <= ALPHA (no distribution assumed; a few slow steps cannot win
   it, a rank that is late on most steps does).
 - its cost to the job: how much shorter the step would be if it ran as fast as the others.
-  Per step, its own work minus the others' median; where the others waited for it inside
-  their backward (their backward, less its exposed wait, longer than its own: the all-reduce
-  of a bucket cannot end before it hands the bucket over, and a GPU's backward waits in it),
-  that hidden wait is added back: the cost is then its excess outside backward (data,
-  forward, optimizer). Per step at most the median of that (where it was less late, the others'
-  own lateness sets the step, as in a symmetric run), averaged over the steps: the step it
-  would save. The evidence: its phase's excess, the others' wait for it at
-  backward's end (exposed) and inside backward (hidden). Cost at least MIN_MS and MIN_SHARE
-  of the step (the others' median step, which waits for it).
+  Per step, its own work (step less its exposed wait) beyond the next-latest rank's: were it
+  as fast as the others, the latest of them would set the step (measured against the others'
+  median, a 4-GPU run with a second late rank read 23.0 ms for a 10.2 ms loss), at most its
+  typical excess over the others' median (as fast as the others, it keeps its own noise; a
+  symmetric rank's excess is ~0), 0 on a step it was not the last; averaged over the steps. Where the others waited for it inside their
+  backward (their backward, less its exposed wait, longer than its own: the all-reduce of a
+  bucket cannot end before it hands the bucket over, and a GPU's backward waits in it), the
+  work outside backward (data, forward, optimizer) is compared instead. The evidence: its
+  phase's excess, the others' wait for it at backward's end (exposed) and inside backward
+  (hidden). Cost at least MIN_MS and MIN_SHARE of the step (the others' median step, which
+  waits for it).
 - sensitivity: the smallest cost the sign test would see at the noise of these steps (the
   spread of the per-step costs), or the floors: what "no straggler" says it could have seen.
 - a busy host is not a straggler: with ddptop.model.host_load's reading of the host over
@@ -47,7 +50,7 @@ from typing import Protocol
 
 from ddptop.model.figures.stats import mean, median_nonempty
 from ddptop.model.host_load import Contention
-from ddptop.model.paired import MIN_STEPS, Paired, median_ci, sign_p, smallest_seen
+from ddptop.model.paired import MIN_STEPS, Paired, median_ci, sign_p, smallest_last, smallest_seen
 from ddptop.wire.protocol import PHASES
 
 HostOver = Callable[[float], Contention | None]  # seconds -> the host's CPU over the last that many
@@ -286,6 +289,11 @@ def _unhidden(rec: dict[str, float]) -> float | None:
     return -rec.get("exposed_comm_ms", 0.0)
 
 
+def _outside(rec: dict[str, float]) -> float:
+    """The step less backward: its data, forward and optimizer (and what lies between)."""
+    return rec["step_ms"] - rec.get("backward_ms", 0.0)
+
+
 def _bwd_own(rec: dict[str, float]) -> float:
     """Backward less the wait at its end: longer for a rank that waited for a peer inside it."""
     return rec.get("backward_ms", 0.0) - rec.get("exposed_comm_ms", 0.0)
@@ -308,21 +316,23 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOve
         return None
     worst = max(sorted(medians), key=lambda r: medians[r])
     steps = sorted(who[worst])
-    cost, hidden = costs.of(worst)
+    cost, excess, hidden = costs.of(worst)
     d = sorted(cost[s] for s in steps if s in cost)
     if not d:
         return None
     signs = [who[worst][s] for s in steps]
     step_ms = median_nonempty(sorted(
         median_nonempty(sorted(w[s]["step_ms"] for r, w in windows.items() if r != worst and s in w)) for s in steps))
-    # the step it would save, keeping its own step-to-step noise: on a step where it was less
-    # late than its usual excess the others' own lateness sets the step instead (mutual waiting
-    # a symmetric run has too), so per step at most the median excess, averaged over the steps
-    typical = median_nonempty(d)
-    saved = mean(min(x, typical) for x in d) or 0.0
-    low, high = (v + saved - typical for v in median_ci(d))
+    # the step it would save as fast as the others (its typical excess off, its noise kept):
+    # per step its margin over the next-latest rank, in [0, that excess]; averaged
+    extra = sorted(excess[s] for s in steps if s in excess)
+    typical = median_nonempty(extra)
+    gains = [min(max(x, 0.0), max(typical, 0.0)) for x in d]
+    saved = mean(gains) or 0.0
+    low, high = (v + saved - typical for v in median_ci(extra))  # the typical excess's interval, moved
     phase, phase_ms = _phase(worst, windows, steps)
-    sees = max(MIN_MS, MIN_SHARE * step_ms, smallest_seen(d, len(medians), ALPHA))
+    sees = max(MIN_MS, MIN_SHARE * step_ms,
+               smallest_last(d, typical, len(medians), ALPHA) if not timed else smallest_seen(d, len(medians), ALPHA))
     own, exposed = costs.own, costs.exposed.diffs[worst]
     found = Finding(
         rank=worst, step=end, n=len(steps), ranks=len(medians),
@@ -344,22 +354,30 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOve
 
 
 class _Costs:
-    """Per rank and step what it costs the job: its own work beyond the others' median, and,
-    where the others waited for it inside their backward (their backward, less its exposed
-    wait, longer than its own: the median of that), that wait added back."""
+    """Per rank and step how much shorter the step would be if it ran as fast as the others:
+    its own work beyond the next-latest rank's (the largest of the others': with it as fast
+    as they are, that rank would set the step; below 0 on a step it was not the last). Where
+    the others waited for it inside their backward (their backward, less its exposed wait,
+    longer than its own: the median of that), their backward holds that wait, so the work
+    outside backward (data, forward, optimizer) is compared instead."""
 
     def __init__(self, windows: Mapping[int, Mapping[int, dict[str, float]]]) -> None:
         self.own = Paired(windows, _own)
         self.bwd = Paired(windows, _bwd_own)
+        self.outside = Paired(windows, _outside)
         self.exposed = Paired(windows, _unhidden)  # the others' wait at backward's end beyond its own
 
-    def of(self, rank: int) -> tuple[dict[int, float], float]:
-        """step -> its cost, and the others' median wait for it inside backward (0: none)."""
-        own, bwd = self.own.diffs[rank], self.bwd.diffs[rank]
-        paired = [s for s in own if s in bwd]
+    def of(self, rank: int) -> tuple[dict[int, float], dict[int, float], float]:
+        """step -> its margin over the next-latest rank; step -> its work beyond the others'
+        median (whose median, its typical excess, is what "as fast as the others" takes off
+        it); the others' median wait for it inside backward (0: none)."""
+        bwd = self.bwd.diffs[rank]
+        paired = [s for s in self.own.diffs[rank] if s in bwd]
         hidden = -median_nonempty(sorted(bwd[s] for s in paired)) if paired else 0.0
-        inside = hidden > 0  # they waited for it inside backward: add that wait back
-        return {s: own[s] - (bwd[s] if inside else 0.0) for s in paired}, max(hidden, 0.0)
+        work = self.outside if hidden > 0 else self.own
+        margin, excess = work.over_next[rank], work.diffs[rank]
+        return ({s: margin[s] for s in paired if s in margin}, {s: excess[s] for s in paired if s in excess},
+                max(hidden, 0.0))
 
 
 def _phase_ms(rec: dict[str, float], phase: str) -> float:
