@@ -1,4 +1,4 @@
-"""Repeated runs of one configuration as one figure: the median steps/s, its 95% interval
+"""Repeated runs of one configuration as one figure: its steps/s' 95% interval
 across the runs (Student's t over the runs' steps/s, never narrower than their per-step
 intervals combined), the ratio of two such intervals (a speedup's), and the interleaved order
 the runs go in. Pure: numbers in, numbers out.
@@ -21,12 +21,6 @@ ORDER_TEXT = "interleaved in rounds, every other round reversed (A B, B A, A B, 
 
 def t975(df: int) -> float:
     return T975[max(k for k in T975 if k <= df)]
-
-
-def median(values: Sequence[float]) -> float:
-    v = sorted(values)
-    mid = len(v) // 2
-    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
 
 
 def across_interval(rates: Sequence[float],

@@ -26,7 +26,13 @@ from typing import Any
 from ddptop.analysis.across_runs import CI_TEXT, ORDER_TEXT, rounds
 from ddptop.analysis.advisor import Advice, advise, explain, hw_link_classes, recommend_from_sweep
 from ddptop.analysis.sweep_advice import rate_interval
-from ddptop.analysis.sweep_expect import Expectation, expectations, expected_path, score, score_lines
+from ddptop.analysis.sweep_expect import (
+    Expectation,
+    expectations,
+    expected_path,
+    score,
+    score_lines,
+)
 from ddptop.commands.batch import (
     DEMO_PRESETS,
     add_batch_args,
@@ -194,6 +200,18 @@ def expect_before(configs: Sequence[RunConfig]) -> dict[str, Any]:
     return {"path": path, "basis": basis, "presets": [e.to_dict() for e in expected], "recorded_at": time.time()}
 
 
+def record_expected(configs: Sequence[RunConfig], sweep_dir: Path) -> dict[str, Any]:
+    """`expect_before`, written to `sweep_dir/expected.json` and said on stdout before any run."""
+    from ddptop.run.recorder import write_json
+
+    expected = expect_before(configs)
+    write_json(sweep_dir / "expected.json", expected)
+    if expected["presets"]:
+        print("expected before the runs: " + "; ".join(
+            f"{e['preset']} {'faster' if e['faster'] else 'not faster'}" for e in expected["presets"]), flush=True)
+    return expected
+
+
 def fold(result: SweepResult, summaries: list[dict[str, Any]], schedule: Sequence[tuple[int, int]],
          configs: Sequence[RunConfig]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The table's rows (one per preset over its runs) and each run in the order it ran."""
@@ -226,25 +244,16 @@ def main_sweep(argv: list[str]) -> int:
         f"records in {sweep_dir}",
         flush=True,
     )
-    from ddptop.run.recorder import write_json
-
-    expected = expect_before(configs)  # recorded before any run, scored after
-    write_json(sweep_dir / "expected.json", expected)
-    if expected["presets"]:
-        print("expected before the runs: " + "; ".join(
-            f"{e['preset']} {'faster' if e['faster'] else 'not faster'}" for e in expected["presets"]), flush=True)
+    expected = record_expected(configs, sweep_dir)  # before any run; scored after
     started = time.time()
     schedule = rounds(len(configs), repeat)
     run_configs = [configs[i] for _, i in schedule]
     result = run_sweep(run_configs, sweep_dir, user_cmd=user_cmd)
 
     summaries = [with_interval(s, d) for s, d in zip(result.summaries, result.run_dirs)]
-    if repeat > 1:
-        rows, runs = fold(result, summaries, schedule, configs)
-    else:
-        rows, runs = build_rows(summaries), []
-        for row, d in zip(rows, result.run_dirs):
-            row["run_dir"] = d
+    rows, runs = fold(result, summaries, schedule, configs) if repeat > 1 else (build_rows(summaries), [])
+    for row, d in zip(rows, result.run_dirs if repeat == 1 else []):
+        row["run_dir"] = d
     advice = recommend_from_sweep(rows)
     ref = reference_preset(rows)
     ref_run = next((i for i, s in enumerate(summaries) if run_configs[i].preset == ref

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ddptop.analysis.across_runs import across_interval, median, ratio_interval
+from ddptop.analysis.across_runs import across_interval, ratio_interval
 from ddptop.analysis.advisor import Advice
 from ddptop.analysis.sweep_advice import measured, reference
 from ddptop.model.config import ConfigError, RunConfig
-from ddptop.model.figures import speedup, summary_comm_shares, summary_mean_ms
+from ddptop.model.figures import median, speedup, summary_comm_shares, summary_mean_ms
 from ddptop.model.report import NA, fmt, fmt_step_rate, markdown_grid
 
 IN_EFFECT = ("static_graph", "gradient_as_bucket_view", "bucket_cap_mb", "comm_hook", "autocast")
@@ -138,7 +138,7 @@ def fold_runs(groups: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, A
         row = dict(done[0] if done else each[0])
         for key in MEDIANS:
             values = [r[key] for r in done if r.get(key) is not None]
-            row[key] = median(values) if values else None
+            row[key] = median(sorted(values))
         ci = across_interval([r["steps_per_s"] for r in done], [r["steps_per_s_ci"] for r in done])
         row.update(steps_per_s_ci=ci if len(done) > 1 else (done[0]["steps_per_s_ci"] if done else None),
                    runs=len(done), runs_total=len(each), run_rates=[r["steps_per_s"] for r in each],

@@ -6,10 +6,16 @@ import random
 
 import pytest
 
-from ddptop.analysis.across_runs import across_interval, median, ratio_interval, rounds
+from ddptop.analysis.across_runs import across_interval, ratio_interval, rounds
 from ddptop.analysis.advisor import recommend_from_sweep
 from ddptop.analysis.sweep_advice import beats, measured, reference
-from ddptop.analysis.sweep_expect import Expectation, expectations, expected_path, score, score_lines
+from ddptop.analysis.sweep_expect import (
+    Expectation,
+    expectations,
+    expected_path,
+    score,
+    score_lines,
+)
 from ddptop.model.config import RunConfig, preset_config
 
 
@@ -26,7 +32,6 @@ def test_interval_across_runs_is_t_over_the_runs_and_never_narrower_than_per_ste
     lo, hi = across_interval([11.0, 11.0, 11.0], [(6.0, 16.0)] * 3)
     assert (hi - lo) / 2 == pytest.approx((3 * 25) ** 0.5 / 3)
     assert across_interval([11.0]) is None
-    assert median([3.0, 1.0, 2.0]) == 2.0 and median([1.0, 2.0]) == 1.5
 
 
 @pytest.mark.parametrize(("a", "b"), [((12.0, 13.0), (10.0, 11.0)), ((10.5, 13.0), (10.0, 11.0)),
