@@ -10,8 +10,10 @@ import pytest
 from test_sweep import summary
 
 from ddptop.analysis.advisor import recommend_from_sweep
-from ddptop.commands.sweep import main_sweep
+from ddptop.commands import sweep
+from ddptop.commands.sweep import expect_before, main_sweep
 from ddptop.commands.sweep_table import build_rows, fold_runs, markdown_table, render_markdown
+from ddptop.model.config import RunConfig, preset_config
 
 
 def runs(preset, rates, cis=None, **kw):
@@ -58,6 +60,23 @@ def test_repeat_below_one_is_a_usage_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == "ddptop: error: --repeat must be at least 1, got 0\n"
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_expectations_are_taken_from_the_links_and_environment_before_the_runs(monkeypatch):
+    """The GPUs' links come from NVML (faked at that edge: 4 GPUs, every pair NVLink); the
+    environment is the sweep's own."""
+    monkeypatch.setattr(sweep, "_hw_links", lambda world: {"nvlink"})
+    monkeypatch.delenv("NCCL_P2P_DISABLE", raising=False)
+    configs = [preset_config(p, RunConfig(nproc=4)) for p in ("single", "baseline", "overlap", "bf16", "bf16-overlap")]
+    nvlink = expect_before(configs)
+    assert nvlink["path"] == "nvlink" and "4 ranks expected over NVLink" in nvlink["basis"]
+    assert {e["preset"]: e["faster"] for e in nvlink["presets"]} == {"overlap": True, "bf16": False,
+                                                                     "bf16-overlap": False}
+    monkeypatch.setenv("NCCL_P2P_DISABLE", "1")
+    shm = expect_before(configs)
+    assert shm["path"] == "shm" and {e["preset"]: e["faster"] for e in shm["presets"]} == {"bf16-overlap": True}
+    gloo = expect_before([c.with_changes(backend="gloo") for c in configs])
+    assert gloo["path"] is None and gloo["presets"] == []
 
 
 @pytest.mark.e2e
