@@ -134,11 +134,14 @@ def choose(done: Sequence[Measured], ref: Measured) -> Choice:
     pick = lossless
     if lossy is not None and (lossless is None or beats(lossy, lossless)):
         pick = lossy
-    tied: tuple[Measured, ...] = ()
-    if pick is not None:
-        tied = tuple(sorted((m for m in done if m is not ref and m is not pick and m.lossy == pick.lossy
-                             and not beats(pick, m) and not beats(m, pick)), key=lambda m: -m.rate))
-    return Choice(ref, pick, lossless, lossy, tied)
+    return Choice(ref, pick, lossless, lossy, tied_with(done, pick, ref) if pick is not None else ())
+
+
+def tied_with(done: Sequence[Measured], m: Measured, ref: Measured) -> tuple[Measured, ...]:
+    """The runs as lossy as `m`, other than it and `ref`, that neither beat it nor are beaten
+    by it beyond noise, fastest first."""
+    return tuple(sorted((o for o in done if o is not ref and o is not m and o.lossy == m.lossy
+                         and not beats(m, o) and not beats(o, m)), key=lambda o: -o.rate))
 
 
 def recommend_from_sweep(rows: Sequence[Mapping[str, Any]]) -> Advice:
@@ -172,7 +175,9 @@ def recommend_from_sweep(rows: Sequence[Mapping[str, Any]]) -> Advice:
                   f"{pick.rate:.2f} steps/s, {pick.rate / ref.rate:.2f}x {ref.name}.")
     reason += _lossy_note(pick)
     if pick.lossy and c.lossless is not None:
-        reason += f" Fastest lossless: {c.lossless.name} ({c.lossless.rate / ref.rate:.2f}x {ref.name})."
+        ties = tied_with(done, c.lossless, ref)
+        also = f", tied with {_and([f'{m.name} ({m.rate / ref.rate:.2f}x)' for m in ties])}" if ties else ""
+        reason += f" Fastest lossless: {c.lossless.name} ({c.lossless.rate / ref.rate:.2f}x {ref.name}){also}."
     elif pick.lossy:
         reason += f" No lossless configuration beat {ref.name} beyond noise: keep {ref.name} if accuracy must not change."
     elif c.lossy is not None:
