@@ -83,7 +83,7 @@ def test_recommendation_is_never_beaten_beyond_the_intervals_by_a_lossless_prese
                 assert "tie" in advice.reason and m.name in advice.reason.split("):")[0], advice.reason
             if pick.lossy and best is not None and m is not best and m is not ref and not m.lossy \
                     and not beats(best, m):  # the fastest lossless named beside a lossy pick: its ties too
-                assert f"tied with" in advice.reason and f"{m.name} (" in advice.reason, advice.reason
+                assert "tied with" in advice.reason and f"{m.name} (" in advice.reason, advice.reason
 
 
 
