@@ -101,9 +101,13 @@ def noise_text(done: Sequence[Measured]) -> str:
     """How `beats` judged noise for these runs, in words."""
     have = sum(m.ci is not None for m in done)
     floor = f"a minimum effect of {NOISE:.0%}"
-    if have == len(done) and all(m.runs > 1 for m in done):
+    across = sum(m.runs > 1 and m.ci is not None for m in done)
+    if across == len(done):
         return (f"noise: each preset's 95% steps/s interval across its runs ({ACROSS}) must clear the other's, "
                 f"and {floor}")
+    if across:  # a preset left with one completed run has its per-step interval only
+        return (f"noise: 95% steps/s intervals across runs ({ACROSS}) for {across} of {len(done)} presets, from "
+                f"per-step times for {have - across} (one completed run), must clear each other, and {floor}")
     if have == len(done):
         return f"noise: each run's 95% steps/s interval from its per-step times must clear the other's, and {floor}"
     if have:

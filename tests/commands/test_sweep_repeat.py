@@ -49,6 +49,14 @@ def test_a_row_per_preset_gives_the_median_the_interval_across_runs_and_the_runs
     assert "- overlap: completed: run 2: failed: rank 1 died" in md
 
 
+def test_a_preset_left_with_one_run_keeps_its_per_step_interval_and_says_so():
+    rows = fold_runs([runs("baseline", [10.0, 11.0, 9.0], cis=[(9.5, 10.5), (10.5, 11.5), (8.5, 9.5)]),
+                      runs("overlap", [12.0, None, None], cis=[(11.5, 12.5), None, None])])
+    assert rows[1]["runs"] == 1 and rows[1]["steps_per_s_ci"] == (11.5, 12.5)
+    reason = recommend_from_sweep(rows).reason
+    assert "across runs" in reason and "from per-step times for 1 (one completed run)" in reason
+
+
 def test_one_run_each_reads_as_before():
     """--repeat 1 keeps the table it always had: no runs column, the per-step interval."""
     rows = build_rows([summary("baseline", 10.0), summary("overlap", 12.0)])
