@@ -165,10 +165,13 @@ sweep() {  # `ddptop sweep` itself, with the article's box (NCCL_P2P_DISABLE=1) 
   for P2P in ${SWEEP_P2PS:-1 0}; do
     [ "$P2P" = 1 ] && P=${SWEEP_SHM:-single,baseline,view,bf16,powersgd,overlap,bf16-overlap} || P=${SWEEP_NVL:-single,baseline,overlap,bf16-overlap}
     local tag=${SWEEP_TAG:-demo}_p2p$P2P
-    # SWEEP_CMD: a script to sweep instead of the demo (`sweep -- CMD`)
-    NCCL_P2P_DISABLE=$P2P timeout ${SWEEP_TIMEOUT:-240} $PY -m ddptop sweep --nproc "$N" --presets "$P" --steps ${STEPS} \
-      --warmup ${WARMUP} --runs-dir "$RUNS/sweep_$tag" ${SWEEP_CMD:+-- $SWEEP_CMD} > "$OUT/sweep_$tag.md" 2>&1
-    echo "sweep $tag rc=$?"; tail -25 "$OUT/sweep_$tag.md"
+    # SWEEP_CMD: a script to sweep instead of the demo (`sweep -- CMD`); SWEEP_REPEAT: runs of each
+    # preset, interleaved, so the table's intervals are across runs (issue 47; the timeout scales with it)
+    local repeat=${SWEEP_REPEAT:-3}
+    NCCL_P2P_DISABLE=$P2P timeout ${SWEEP_TIMEOUT:-$((240 * repeat))} $PY -m ddptop sweep --nproc "$N" --presets "$P" \
+      --repeat "$repeat" --steps ${STEPS} --warmup ${WARMUP} --runs-dir "$RUNS/sweep_$tag" ${SWEEP_CMD:+-- $SWEEP_CMD} \
+      > "$OUT/sweep_$tag.md" 2>&1
+    echo "sweep $tag rc=$?"; tail -40 "$OUT/sweep_$tag.md"
     cp "$RUNS"/sweep_$tag/sweep-*/sweep.json "$OUT/sweep_$tag.json" 2>/dev/null
   done
 }

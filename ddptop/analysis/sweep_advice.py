@@ -15,11 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ddptop.analysis.across_runs import ACROSS, t975
 from ddptop.analysis.advice import LOSSY_CAVEAT, NOISE, Advice, is_lossy
 from ddptop.model.config import DDP_KNOBS, PRESETS, RunConfig
 
-# Student's t, 97.5% quantile, by degrees of freedom: the batch-means interval.
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 BATCHES = 10  # consecutive batches of steps whose means are treated as independent
 MIN_STEPS = 20  # fewer measured steps on a rank: no interval
 
@@ -36,7 +35,7 @@ def rate_interval(step_ms: Mapping[int, Sequence[float]]) -> tuple[float, float]
     means = [sum(times[i * size:(i + 1) * size]) / size for i in range(BATCHES)]
     mean = sum(means) / BATCHES
     sd = math.sqrt(sum((m - mean) ** 2 for m in means) / (BATCHES - 1))
-    half = _T975[BATCHES - 1] * sd / math.sqrt(BATCHES)
+    half = t975(BATCHES - 1) * sd / math.sqrt(BATCHES)
     if mean - half <= 0:
         return None
     return 1000.0 / (mean + half), 1000.0 / (mean - half)
@@ -53,6 +52,7 @@ class Measured:
     lossy: bool
     changes: dict[str, Any]
     trial: int = 0  # a tune's trial number
+    runs: int = 1  # runs folded into `rate` (their median) and `ci` (across them)
 
 
 def _lossy(row: Mapping[str, Any]) -> bool:
@@ -74,7 +74,8 @@ def measured(rows: Sequence[Mapping[str, Any]]) -> list[Measured]:
         preset = str(r.get("preset"))
         changes = r.get("point") or (PRESETS[preset].settings if preset in PRESETS else {})
         out.append(Measured(str(r.get("name") or preset), preset, float(r["steps_per_s"]),
-                            (float(ci[0]), float(ci[1])) if ci else None, _lossy(r), dict(changes)))
+                            (float(ci[0]), float(ci[1])) if ci else None, _lossy(r), dict(changes),
+                            runs=int(r.get("runs") or 1)))
     return out
 
 
@@ -100,6 +101,13 @@ def noise_text(done: Sequence[Measured]) -> str:
     """How `beats` judged noise for these runs, in words."""
     have = sum(m.ci is not None for m in done)
     floor = f"a minimum effect of {NOISE:.0%}"
+    across = sum(m.runs > 1 and m.ci is not None for m in done)
+    if across == len(done):
+        return (f"noise: each preset's 95% steps/s interval across its runs ({ACROSS}) must clear the other's, "
+                f"and {floor}")
+    if across:  # a preset left with one completed run has its per-step interval only
+        return (f"noise: 95% steps/s intervals across runs ({ACROSS}) for {across} of {len(done)} presets, from "
+                f"per-step times for {have - across} (one completed run), must clear each other, and {floor}")
     if have == len(done):
         return f"noise: each run's 95% steps/s interval from its per-step times must clear the other's, and {floor}"
     if have:
@@ -116,18 +124,28 @@ class Choice:
     pick: Measured | None
     lossless: Measured | None
     lossy: Measured | None
+    tied: tuple[Measured, ...] = ()  # as lossy as `pick`, and neither beats the other beyond noise
 
 
 def choose(done: Sequence[Measured], ref: Measured) -> Choice:
     """The fastest lossless run that beats `ref` beyond noise, the fastest lossy one, and
-    which to use: the lossy one only when it also beats the lossless one beyond noise."""
+    which to use: the lossy one only when it also beats the lossless one beyond noise; and the
+    runs tied with it (as lossy as it, other than `ref`, neither beating the other), fastest
+    first: the table cannot rank those, so the advice does not either."""
     wins = [m for m in done if m is not ref and beats(m, ref)]
     lossless = max((m for m in wins if not m.lossy), key=lambda m: m.rate, default=None)
     lossy = max((m for m in wins if m.lossy), key=lambda m: m.rate, default=None)
     pick = lossless
     if lossy is not None and (lossless is None or beats(lossy, lossless)):
         pick = lossy
-    return Choice(ref, pick, lossless, lossy)
+    return Choice(ref, pick, lossless, lossy, tied_with(done, pick, ref) if pick is not None else ())
+
+
+def tied_with(done: Sequence[Measured], m: Measured, ref: Measured) -> tuple[Measured, ...]:
+    """The runs as lossy as `m`, other than it and `ref`, that neither beat it nor are beaten
+    by it beyond noise, fastest first."""
+    return tuple(sorted((o for o in done if o is not ref and o is not m and o.lossy == m.lossy
+                         and not beats(m, o) and not beats(o, m)), key=lambda o: -o.rate))
 
 
 def recommend_from_sweep(rows: Sequence[Mapping[str, Any]]) -> Advice:
@@ -149,10 +167,21 @@ def recommend_from_sweep(rows: Sequence[Mapping[str, Any]]) -> Advice:
         return Advice(ref.preset, {}, reason + tail, evidence=evidence, lossy=ref.lossy, basis="measured",
                       reading=table)
     pick = c.pick
-    reason = (f"{pick.name} is the fastest {'lossless ' if not pick.lossy else ''}configuration: "
-              f"{pick.rate:.2f} steps/s, {pick.rate / ref.rate:.2f}x {ref.name}.") + _lossy_note(pick)
+    kind = "lossless " if not pick.lossy else ""
+    if c.tied:
+        names = [pick.name, *(m.name for m in c.tied)]
+        xs = ", ".join(f"{m.name} {m.rate / ref.rate:.2f}x" for m in (pick, *c.tied))
+        reason = (f"{_and(names)} tie as the fastest {kind}configurations ({xs} {ref.name}): {'neither beats the other' if len(names) == 2 else 'none beats another'} "
+                  f"beyond noise, so this table cannot rank them; {pick.name} is named for its "
+                  f"higher median.")
+    else:
+        reason = (f"{pick.name} is the fastest {kind}configuration: "
+                  f"{pick.rate:.2f} steps/s, {pick.rate / ref.rate:.2f}x {ref.name}.")
+    reason += _lossy_note(pick)
     if pick.lossy and c.lossless is not None:
-        reason += f" Fastest lossless: {c.lossless.name} ({c.lossless.rate / ref.rate:.2f}x {ref.name})."
+        ties = tied_with(done, c.lossless, ref)
+        also = f", tied with {_and([f'{m.name} ({m.rate / ref.rate:.2f}x)' for m in ties])}" if ties else ""
+        reason += f" Fastest lossless: {c.lossless.name} ({c.lossless.rate / ref.rate:.2f}x {ref.name}){also}."
     elif pick.lossy:
         reason += f" No lossless configuration beat {ref.name} beyond noise: keep {ref.name} if accuracy must not change."
     elif c.lossy is not None:

@@ -2,6 +2,9 @@
 speedups, scaling efficiency and the advisor's recommendation, on stdout and in
 `<runs-dir>/sweep-<timestamp>/sweep.{json,md}`. With `-- CMD` each preset runs the user's own
 script (its DDP gets the preset's knobs, `asis` none), stopped after warmup + --steps steps.
+With `--repeat N` each preset runs N times, interleaved in rounds (ddptop.analysis.across_runs
+.rounds), and its row gives the median over its runs and an interval across them. Before the
+runs, what the advisor expects of each preset is recorded (expected.json); after, it is scored.
 
 The table is built by pure functions over summary dicts (ddptop.commands.sweep_table); the
 runs go through ddptop.commands.batch_run; only `main_sweep` starts anything. Must not import
@@ -20,8 +23,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ddptop.analysis.across_runs import CI_TEXT, ORDER_TEXT, rounds
 from ddptop.analysis.advisor import Advice, advise, explain, hw_link_classes, recommend_from_sweep
 from ddptop.analysis.sweep_advice import rate_interval
+from ddptop.analysis.sweep_expect import (
+    Expectation,
+    expectations,
+    expected_path,
+    score,
+    score_lines,
+)
 from ddptop.commands.batch import (
     DEMO_PRESETS,
     add_batch_args,
@@ -34,7 +45,7 @@ from ddptop.commands.batch import (
     write_outputs,
 )
 from ddptop.commands.batch_run import SweepResult, run_sweep
-from ddptop.commands.sweep_table import build_rows, reference_preset, render_markdown
+from ddptop.commands.sweep_table import build_rows, fold_runs, reference_preset, render_markdown
 from ddptop.model.config import SCRIPT_PRESETS, ConfigError, RunConfig
 from ddptop.model.usage import USAGE_EXIT, OneLineParser, UsageError
 
@@ -50,6 +61,15 @@ def sweep_parser() -> argparse.ArgumentParser:
         "--presets",
         help=f"comma-separated (default: {','.join(DEMO_PRESETS)}; for a script: "
         f"{','.join(SCRIPT_PRESETS)})",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run each preset N times (default 1), interleaved: every preset once in the given "
+        "order, then once more in reverse, and so on; each row then gives the median steps/s "
+        "over its runs with a 95%% interval across them",
     )
     add_run_args(p)
     add_batch_args(p, "sweep", "e.g. --set workers=0")
@@ -121,11 +141,19 @@ def exit_code(result: SweepResult) -> int:
 
 
 def sweep_notes(result: SweepResult, rows: Sequence[Mapping[str, Any]], configs: Sequence[RunConfig],
-                user_cmd: Sequence[str] | None) -> list[str]:
-    """The notes under the table: presets not run, columns that are n/a and why."""
+                user_cmd: Sequence[str] | None, repeat: int = 1) -> list[str]:
+    """The notes under the table: presets (or runs) not run, what the repeated runs' figures
+    are, columns that are n/a and why."""
     notes = []
-    if result.interrupted:
+    if result.interrupted and repeat > 1:
+        notes.append(f"interrupted: {len(configs) * repeat - len(result.summaries)} of {len(configs) * repeat} "
+                     "run(s) not run")
+    elif result.interrupted:
         notes.append(f"interrupted: {len(configs) - len(rows)} preset(s) not run")
+    if repeat > 1:
+        notes.append(f"each preset ran {repeat} times, {ORDER_TEXT}; steps/s and the other figures are each the "
+                     f"median over its completed runs; steps/s 95% CI: {CI_TEXT}; speedup 95% CI: the ratio of "
+                     "the intervals' ends (above 1 only when they are apart)")
     if not any(r["preset"] == "single" for r in rows) and not user_cmd:
         notes.append("scaling efficiency needs the `single` preset in the sweep")
     if user_cmd:
@@ -150,9 +178,53 @@ def _title(name: str, result: SweepResult, configs: Sequence[RunConfig]) -> str:
 def _parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[RunConfig], list[str] | None]:
     own, user_cmd = split_command(argv)
     args = sweep_parser().parse_args(own)
+    if args.repeat < 1:
+        raise UsageError(f"--repeat must be at least 1, got {args.repeat}")
     configs = build_configs(args, script=user_cmd is not None)
     check_runnable(configs, args.runs_dir)
     return args, configs, user_cmd
+
+
+def expect_before(configs: Sequence[RunConfig]) -> dict[str, Any]:
+    """What the advisor expects of each preset before any run (ddptop.analysis.sweep_expect),
+    from the backend, the ranks, the GPUs' links and the NCCL environment."""
+    presets = [c.preset for c in configs]
+    ref_name = next((p for p in ("asis", "baseline") if p in presets), next((p for p in presets if p != "single"), None))
+    ref = next((c for c in configs if c.preset == ref_name), None)
+    if ref is None:
+        return {"path": None, "basis": "no DDP preset in the sweep", "presets": [], "recorded_at": time.time()}
+    hw = _hw_links(ref.world_size) if ref.backend != "gloo" and ref.world_size > 1 else None
+    env = _env_for_advice(ref)
+    path = expected_path(ref.backend, ref.world_size, hw, env)
+    expected, basis = expectations(presets, ref.to_dict(), ref.world_size, path, hw, env)
+    return {"path": path, "basis": basis, "presets": [e.to_dict() for e in expected], "recorded_at": time.time()}
+
+
+def record_expected(configs: Sequence[RunConfig], sweep_dir: Path) -> dict[str, Any]:
+    """`expect_before`, written to `sweep_dir/expected.json` and said on stdout before any run."""
+    from ddptop.run.recorder import write_json
+
+    expected = expect_before(configs)
+    write_json(sweep_dir / "expected.json", expected)
+    if expected["presets"]:
+        print("expected before the runs: " + "; ".join(
+            f"{e['preset']} {'faster' if e['faster'] else 'not faster'}" for e in expected["presets"]), flush=True)
+    return expected
+
+
+def fold(result: SweepResult, summaries: list[dict[str, Any]], schedule: Sequence[tuple[int, int]],
+         configs: Sequence[RunConfig]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The table's rows (one per preset over its runs) and each run in the order it ran."""
+    ran = list(zip(schedule, summaries, result.run_dirs))
+    runs = [{"round": r, "preset": configs[i].preset, "status": s.get("status"), "steps_per_s": s.get("steps_per_s"),
+             "steps_per_s_ci": s.get("steps_per_s_ci"), "run_id": s.get("run_id"), "run_dir": d}
+            for (r, i), s, d in ran]
+    order = [i for i in range(len(configs)) if any(j == i for (_, j), _, _ in ran)]
+    rows = fold_runs([[s for (_, j), s, _ in ran if j == i] for i in order])
+    for row, i in zip(rows, order):
+        row["run_dirs"] = [d for (_, j), _, d in ran if j == i]
+        row["run_dir"] = row["run_dirs"][0]
+    return rows, runs
 
 
 def main_sweep(argv: list[str]) -> int:
@@ -165,24 +237,35 @@ def main_sweep(argv: list[str]) -> int:
     first = configs[0]
     ranks = max(c.world_size for c in configs)
     what = f"script {' '.join(user_cmd)}" if user_cmd else f"seed {first.seed}"
+    repeat = args.repeat
+    times = f" x {repeat} runs ({ORDER_TEXT})" if repeat > 1 else ""
     print(
-        f"ddptop sweep: {len(configs)} preset(s), {ranks} rank(s), {steps_text(first)}, {what}; "
+        f"ddptop sweep: {len(configs)} preset(s){times}, {ranks} rank(s), {steps_text(first)}, {what}; "
         f"records in {sweep_dir}",
         flush=True,
     )
+    expected = record_expected(configs, sweep_dir)  # before any run; scored after
     started = time.time()
-    result = run_sweep(configs, sweep_dir, user_cmd=user_cmd)
+    schedule = rounds(len(configs), repeat)
+    run_configs = [configs[i] for _, i in schedule]
+    result = run_sweep(run_configs, sweep_dir, user_cmd=user_cmd)
 
     summaries = [with_interval(s, d) for s, d in zip(result.summaries, result.run_dirs)]
-    rows = build_rows(summaries)
+    rows, runs = fold(result, summaries, schedule, configs) if repeat > 1 else (build_rows(summaries), [])
+    for row, d in zip(rows, result.run_dirs if repeat == 1 else []):
+        row["run_dir"] = d
     advice = recommend_from_sweep(rows)
     ref = reference_preset(rows)
-    ref_index = next((i for i, r in enumerate(rows) if r["preset"] == ref), None)
+    ref_run = next((i for i, s in enumerate(summaries) if run_configs[i].preset == ref
+                    and s.get("status") == "completed"), None)
     diagnosis = None
-    if ref_index is not None:  # the rules' prediction, set against what the table measured
-        diagnosis = explain(diagnose(summaries[ref_index], configs[ref_index]), rows)
-    notes = sweep_notes(result, rows, configs, user_cmd)
-    md = render_markdown(rows, advice, _title(sweep_dir.name, result, configs), diagnosis, notes)
+    if ref_run is not None:  # the rules' prediction, set against what the table measured
+        diagnosis = explain(diagnose(summaries[ref_run], run_configs[ref_run]), rows)
+    notes = sweep_notes(result, rows, configs, user_cmd, repeat)
+    scored = score([Expectation(**e) for e in expected["presets"]], rows)
+    md = render_markdown(rows, advice, _title(sweep_dir.name, result, configs), diagnosis, notes,
+                         score_lines(scored))
+    judged = [x for x in scored if x["held"] is not None]
     data = {
         "sweep_id": sweep_dir.name,
         "dir": str(sweep_dir),
@@ -191,11 +274,15 @@ def main_sweep(argv: list[str]) -> int:
         "ended_at": time.time(),
         "interrupted": result.interrupted,
         "presets": [c.preset for c in configs],
+        "repeat": repeat,
+        "order": ORDER_TEXT if repeat > 1 else "one run per preset, in the given order",
         "command": user_cmd,
         "reference": ref,
-        "rows": [{**r, "run_dir": d} for r, d in zip(rows, result.run_dirs)],
+        "rows": rows,
+        "runs": runs,
         "advice": advice.to_dict(),
         "diagnosis": diagnosis.to_dict() if diagnosis is not None else None,
+        "expected": {**expected, "scored": scored, "held": sum(x["held"] for x in judged), "judged": len(judged)},
     }
     write_outputs(sweep_dir, "sweep", data, md, args.json)
     return exit_code(result)

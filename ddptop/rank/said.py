@@ -24,8 +24,10 @@ class Said:
         self.script_facts: dict[str, Any] = {}
         self.notes_sent: set[str] = set()
         self.forwards = 0  # with grad, before any optimizer step
-        self.version: int | None = None  # the version of the model's first parameter at the last forward
-        self.first_values: Any = None  # a few of its values at the first forward
+        self.watched: Any = None  # the first trainable parameter a forward with grad ran with
+        self.watched_module: int | None = None  # id of the module it belongs to
+        self.version: int | None = None  # its version at that module's last forward
+        self.first_values: Any = None  # a few of its values at that module's first forward
         self.told = False  # that no step can be seen
 
     def send_facts(self, facts: dict[str, Any], from_script: bool = False) -> None:
@@ -53,21 +55,29 @@ class Said:
     def forward_before_any_step(self, module: Any, stepped: bool) -> None:
         """A forward with grad; `stepped`: a torch.optim step (or the script's tick()) was seen.
         Before any, a loop with its own update (or none) makes no step ddptop can see: said at
-        the second forward when the model's parameters changed in between (an in-place update,
-        `p -= lr * p.grad`), else after a few dozen forwards, in plain words."""
+        the next forward of the first module with a trainable parameter when that parameter
+        changed in between (an in-place update, `p -= lr * p.grad`), else after a few dozen
+        forwards, in plain words. Without DDP the outermost modules of a step include the
+        loss (`criterion(model(x), y)`): a module with no parameter of its own, or another
+        module than the watched one, tells nothing about the update."""
         if stepped or self.told:
             return
         self.forwards += 1
         param = next((p for p in module.parameters() if p.requires_grad), None)
-        version = getattr(param, "_version", None)
-        updated = self.version is not None and version != self.version
-        self.version = version
-        # `p.data.add_(...)` leaves the version as it was: a few of the values tell (read once,
-        # at the second forward: one wait for the device in the run's life, before any step)
-        if param is not None and self.forwards == 1:
+        updated = False
+        if param is not None and self.watched is None:  # the first module with one: watched from now on
+            self.watched, self.watched_module = param, id(module)
+            self.version = getattr(param, "_version", None)
+            # `p.data.add_(...)` leaves the version as it was: a few of the values tell (read
+            # once, at the watched module's next forward: one wait for the device, before any step)
             self.first_values = param.detach().flatten()[:8].clone()
-        elif param is not None and self.first_values is not None and self.forwards == 2:
-            updated |= not self.first_values.equal(param.detach().flatten()[:8])
+        elif param is not None and id(module) == self.watched_module and self.watched is not None:
+            version = getattr(self.watched, "_version", None)
+            updated = self.version is not None and version != self.version
+            self.version = version
+            if self.first_values is not None:
+                updated |= not self.first_values.equal(self.watched.detach().flatten()[:8])
+                self.first_values = None
         if updated or self.forwards == NO_OPTIMIZER_AFTER:
             self.told = True
             self.note(NO_OPTIMIZER_UPDATED if updated else NO_OPTIMIZER)
