@@ -1,4 +1,5 @@
-"""`ddptop sweep`: run presets back to back (same seed, same steps), then one table with
+"""`ddptop sweep`: run presets one after another (same seed, same steps; `--repeat N`: N
+interleaved rounds), then one table with
 speedups, scaling efficiency and the advisor's recommendation, on stdout and in
 `<runs-dir>/sweep-<timestamp>/sweep.{json,md}`. With `-- CMD` each preset runs the user's own
 script (its DDP gets the preset's knobs, `asis` none), stopped after warmup + --steps steps.
@@ -53,7 +54,8 @@ from ddptop.model.usage import USAGE_EXIT, OneLineParser, UsageError
 def sweep_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="ddptop sweep",
-        description="Run presets back to back with the same seed and steps; print a table with "
+        description="Run presets one after another with the same seed and steps (--repeat N: N interleaved "
+        "rounds, intervals across runs); print a table with "
         "speedups and a recommendation, and write sweep.json + sweep.md. "
         "`ddptop sweep [OPTIONS] -- python train.py ARGS` sweeps your own script.",
     )

@@ -167,6 +167,11 @@ def verdict(
                 f"{fastest}.\n\n    {r['command']}\n")
     else:
         text = f"#{c.pick.trial} ({r['settings']}): {c.pick.rate:.2f} steps/s{_gain(r)}.\n\n    {r['command']}\n"
+        if c.tied:  # as the sweep says it: the table cannot rank these
+            names = ", ".join(f"#{m.trial} ({m.rate:.2f} steps/s)" for m in c.tied)
+            text += (f"\nTied with {names}: neither beats the other beyond noise, so the trials cannot rank "
+                     f"them; #{c.pick.trial} is named for its higher median.\n")
+            out["tied"] = [m.trial for m in c.tied]
         if c.pick.lossy:
             text += f"\nIt compresses gradients ({c.pick.changes['comm_hook']} hook): {LOSSY_CAVEAT}."
             text += _lossless_text(out["best_lossless"])

@@ -35,7 +35,8 @@ from ddptop.model.config import RunConfig, apply_overrides, preset_config
 
 
 def done(
-    index: int, point: dict, rate: float | None, source: str = "search", status: str = "completed"
+    index: int, point: dict, rate: float | None, source: str = "search", status: str = "completed",
+    summary_extra: dict | None = None,
 ) -> Trial:
     config = RunConfig(nproc=4).with_changes(**point).to_dict()
     summary = {
@@ -45,6 +46,7 @@ def done(
         "world_size": 4,
         "step_ms_p50": 1000.0 / rate if rate else None,
         "ranks": [],
+        **(summary_extra or {}),
     }
     return Trial(index, normalize(point), source, summary)
 
@@ -297,3 +299,20 @@ def test_real_cpu_tune_tries_several_configs_and_reports_the_best(tmp_path):
     assert len([p for p in tune_dir.iterdir() if p.is_dir()]) == len(
         trials
     )  # one run dir per trial
+
+
+def test_the_verdict_names_trials_tied_with_its_pick_as_the_sweep_does():
+    """Two lossless trials whose intervals overlap: the tune names the faster median and says
+    the trials cannot rank them (the sweep's advice says so since issue 47; tune said nothing)."""
+    trials = [
+        done(1, preset_point("baseline"), 6.0, "baseline", summary_extra={"steps_per_s_ci": [5.9, 6.1]}),
+        done(2, preset_point("overlap"), 8.8, "advisor: overlap", summary_extra={"steps_per_s_ci": [8.5, 9.1]}),
+        done(3, preset_point("static"), 8.7, "preset static", summary_extra={"steps_per_s_ci": [8.4, 9.0]}),
+    ]
+    v = verdict(trials, 4)
+    assert v["recommended"]["trial"] == 2 and v["tied"] == [3]
+    assert "Tied with #3 (8.70 steps/s): neither beats the other beyond noise" in v["text"]
+    # apart beyond noise: no tie said
+    trials[2] = done(3, preset_point("static"), 7.0, "preset static", summary_extra={"steps_per_s_ci": [6.9, 7.1]})
+    v = verdict(trials, 4)
+    assert "tied" not in v and "Tied with" not in v["text"]
