@@ -449,6 +449,14 @@ strag44() {  # issue 44: its table's five cases (symmetric first and last; rank 
     --json-out "$OUT/straggler_cost.json" 2>&1 | tee -a "$OUT/straggler_cost.txt" | tail -${STRAG44_TAIL:-45}
 }
 
+scaling() {  # issue 47: steps/s at N = 1, 2, 4 per preset, interleaved repeats, and the scaling efficiency
+  # (bench/scaling.py); SCALING_P2P=1: the article's SHM box; SCALING_CMD: a script instead of the demo
+  NCCL_P2P_DISABLE=${SCALING_P2P:-0} timeout ${SCALING_TIMEOUT:-560} $PY bench/scaling.py --nprocs ${SCALING_NPROCS:-1,2,$N} \
+    --presets ${SCALING_PRESETS:-baseline,bf16-overlap} --steps ${STEPS} --warmup ${WARMUP} --repeat ${SCALING_REPEAT:-2} \
+    --runs-dir "$RUNS/scaling" --json-out "$OUT/scaling_p2p${SCALING_P2P:-0}.json" ${SCALING_CMD:+-- $SCALING_CMD} \
+    2>&1 | tee "$OUT/scaling_p2p${SCALING_P2P:-0}.txt" | tail -12
+}
+
 facts
 for step in ${@:-topo presets}; do $step; done
 [ -z "${SKIP_TAR:-}" ] && tar czf "$OUT/runs.tgz" --exclude='*.qdstrm' --exclude='*.nsys-rep' --exclude='*.trace.json' --exclude='*.trace.json.gz' -C /tmp ddptop-gpu-runs 2>/dev/null

@@ -11,7 +11,7 @@ The default cases are the issue's, for 4 ranks: a loader sleeping 6 and 40 ms on
 extra 4096-matmuls in the forward of rank 3 and rank 1. On CPU (2 ranks), for instance:
   python bench/straggler_cost.py --nproc 2 --steps 100 --cases "sym=;slow50=--slow-rank 1 --slow-data-ms 50;sym2="
       --gpt-args "--data random --n-layer 1 --n-embd 32 --block 32 --batch-size 4 --vocab 256"
-(docs/GPU.md, "Open: the straggler's cost to the job on 4 GPUs (issue 44, must-show 1)", quotes its output.)
+(docs/GPU.md, "The straggler's cost to the job on 4 GPUs (issue 44, must-show 1)", quotes its output.)
 """
 
 from __future__ import annotations
