@@ -283,6 +283,8 @@ def rank_line(stats: dict[str, Any]) -> str:
     nvtx = stats.get("nvtx_sum")
     if nvtx and nvtx.get("steps"):
         parts.append(f"steps {nvtx['steps'][0]}-{nvtx['steps'][-1]}")
+    if kern and stats.get("window_filter"):
+        parts.append(f"figures over {stats['window_filter']}")
     if stats.get("problem"):
         parts.append(stats["problem"])
     return "; ".join(parts) or "no nsys statistics"

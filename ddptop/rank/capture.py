@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from ddptop.rank.client import Probe
+from ddptop.wire.protocol import NSYS_WINDOW_RANGE as WINDOW_RANGE
 from ddptop.wire.protocol import CaptureCommand
 
-WARMUP_STEPS = 1  # torch.profiler starts (prepare_trace) this many steps before a window records
+WARMUP_STEPS = 1  # the profiler starts this many steps before a window records (torch: prepare_trace;
+# nsys: the capture range opens early and the window's own steps are an NVTX range, WINDOW_RANGE)
 
 
 @dataclass
@@ -44,7 +46,8 @@ class CaptureRunner:
         self._prof: Any = None
         self._step_ranges: list[contextlib.AbstractContextManager[Any]] = []
         self._nsys_start_s = 0.0
-        self.warming: Window | None = None  # a torch window whose profiler warms up this step
+        self.warming: Window | None = None  # a window whose profiler warms up this step
+        self._window_range = False  # the NVTX range around an nsys window's own steps is open
 
     def poll(self, next_step: int) -> None:
         """Take capture commands that arrived; a window already passed is reported missed."""
@@ -62,7 +65,7 @@ class CaptureRunner:
     def begin_step(self, step: int) -> None:
         if self.active is None and self.warming is None:
             for w in self.scheduled:
-                if w.profiler != "nsys" and w.start - WARMUP_STEPS == step:
+                if w.start - WARMUP_STEPS == step:
                     self._warm(w)  # stays scheduled: it starts recording at its first step
                     break
         if self.active is None:
@@ -95,15 +98,28 @@ class CaptureRunner:
         return False
 
     def _warm(self, w: Window) -> None:
-        """The profiler's start-up (CUPTI, its buffers) on the step before the window, recording
-        nothing (torch.profiler's own warmup: prepare_trace), so the window's first step is
-        the job's, not the profiler's (issue 45)."""
+        """The profiler's start-up (CUPTI, its buffers) on the step before the window, so the
+        window's first step is the job's, not the profiler's (issue 45): torch.profiler records
+        nothing then (its own warmup: prepare_trace); nsys's capture range opens a step early,
+        and the window's steps get an NVTX range of their own (WINDOW_RANGE) that its stats keep
+        to."""
         try:
+            if w.profiler == "nsys":
+                self._nsys_start_s = self._nsys_start()
+                self.warming = w
+                return
             self._prof = self._profiler(w)
             self._prof.prepare_trace()
             self.warming = w
         except Exception:  # noqa: BLE001 - the window then starts cold, and says so
             self._prof, self.warming = None, None
+
+    def _nsys_start(self) -> float:
+        """cudaProfilerStart, after a sync: the seconds it held the rank (nsys's own time)."""
+        self.torch.cuda.synchronize()
+        began = time.perf_counter()
+        self.torch.cuda.profiler.start()
+        return time.perf_counter() - began
 
     def _profiler(self, w: Window) -> Any:
         torch = self.torch
@@ -115,14 +131,18 @@ class CaptureRunner:
     def _start(self, w: Window) -> None:
         torch = self.torch
         self.active = w
-        warm, self.warming = self.warming is w and self._prof is not None, None
+        warm = self.warming is w and (self._prof is not None or w.profiler == "nsys")
+        self.warming = None
         try:
             w.out_dir.mkdir(parents=True, exist_ok=True)
             if w.profiler == "nsys":
-                torch.cuda.synchronize()
-                began = time.perf_counter()  # after the sync: what follows is nsys's own time
-                torch.cuda.profiler.start()
-                self._nsys_start_s = time.perf_counter() - began
+                if warm:
+                    w.warmup = WARMUP_STEPS
+                else:  # the command came too late to open the range a step early
+                    self._nsys_start_s = self._nsys_start()
+                with contextlib.suppress(Exception):
+                    torch.cuda.nvtx.range_push(WINDOW_RANGE)
+                    self._window_range = True
             elif warm:
                 self._prof.start_trace()
                 w.warmup = WARMUP_STEPS
@@ -140,6 +160,10 @@ class CaptureRunner:
         assert w is not None
         try:
             if w.profiler == "nsys":
+                if self._window_range:
+                    self._window_range = False
+                    with contextlib.suppress(Exception):
+                        torch.cuda.nvtx.range_pop()
                 torch.cuda.synchronize()
                 began = time.perf_counter()
                 torch.cuda.profiler.stop()  # with --capture-range-end=repeat nsys writes the window here

@@ -21,6 +21,7 @@ from ddptop.analysis.capture import capture_summary
 from ddptop.analysis.trace_analysis import analyze
 from ddptop.model.plain_data import JSON, NsysReport
 from ddptop.run.untrusted import read_json_object
+from ddptop.wire.protocol import NSYS_WINDOW_RANGE as WINDOW_RANGE
 
 LIBS_ENV = "DDPTOP_NSYS_LIBS"  # folders (':'-separated) with libraries the importer needs, e.g. libdw.so.1
 IMPORT_TIMEOUT_S = 900.0
@@ -186,12 +187,27 @@ def _reports_for(help_text: str) -> tuple[str, ...]:
     return tuple(nsys_stats.choose_reports(nsys_stats.available_reports(help_text)))
 
 
-async def run_stats(nsys: str, rep: Path, reports: Iterable[str]) -> dict[str, Any]:
-    """`nsys stats` of one report as CSV files beside it, summarised (nsys_stats.summarize_stats)."""
+async def run_stats(nsys: str, rep: Path, reports: Iterable[str], window: bool = False) -> dict[str, Any]:
+    """`nsys stats` of one report as CSV files beside it, summarised (nsys_stats.summarize_stats).
+    `window`: nsys can filter by NVTX range: the figures keep to the window's own steps (the
+    rank's WINDOW_RANGE), its warmup step out; where that gives nothing (a report without the
+    range), the whole capture range, said in `window_filter`."""
     base = str(rep.with_suffix(""))
     reports = list(reports)
     argv = [nsys, "stats", *(a for r in reports for a in ("--report", r)), "--format", "csv",
             "--output", base, "--force-export=true", str(rep)]
+    if window:
+        filtered = await run_stats_argv(argv[:-1] + ["--filter-nvtx", WINDOW_RANGE, str(rep)], base, reports)
+        if filtered.get("csv"):
+            filtered["window_filter"] = f"the window's steps only (NVTX range {WINDOW_RANGE})"
+            return filtered
+    result = await run_stats_argv(argv, base, reports)
+    result["window_filter"] = ("the whole capture range, its warmup step included (nsys stats could not keep to "
+                               f"the NVTX range {WINDOW_RANGE})" if window else "the whole capture range")
+    return result
+
+
+async def run_stats_argv(argv: list[str], base: str, reports: list[str]) -> dict[str, Any]:
     rc, out = await _run(argv, STATS_TIMEOUT_S)
     with contextlib.suppress(OSError):
         Path(base + ".stats.txt").write_text(out)
@@ -237,8 +253,10 @@ async def nsys_report(nsys: str, captures_dir: Path, env: Mapping[str, str] | No
     if reps:
         rc, help_text = await _run([nsys, "stats", "--help-reports"], HELP_TIMEOUT_S)
         reports = _reports_for(help_text if rc == 0 else "")
+        rc, stats_help = await _run([nsys, "stats", "--help"], HELP_TIMEOUT_S)
+        window = rc == 0 and "--filter-nvtx" in stats_help
         for rank, n, rep in reps[:MAX_REPORTS]:
-            stats = await run_stats(nsys, rep, reports)
+            stats = await run_stats(nsys, rep, reports, window)
             info["reports"].append({"rank": rank, "window": n, "file": str(rep), **stats})
             info["stats"][rep.name] = nsys_stats.rank_line(stats)
         if len(reps) > MAX_REPORTS:

@@ -30,6 +30,7 @@ ENV_NCCL_PROFILER_PLUGIN = "NCCL_PROFILER_PLUGIN"  # NCCL's own: the profiler pl
 NCCL_PLUGIN_LIBRARY = "ddptop_nccl_profiler.so"  # the file name ddptop builds its NCCL plugin as
 ENV_NCCL_PLUGIN_WHY = "DDPTOP_NCCL_PLUGIN_WHY"  # why the ranks run without ddptop's NCCL profiler plugin
 ENV_RANK_PID = "DDPTOP_RANK_PID"  # set by an attached rank: its children (workers, subprocesses) stay out
+NSYS_WINDOW_RANGE = "ddptop_window"  # the NVTX range around an nsys window's own steps (its warmup step outside)
 
 # Numeric fields a step record may carry; anything else is ignored.
 STEP_FIELDS = (
@@ -172,8 +173,7 @@ class CaptureCommand:
     memory: bool = False  # torch.profiler's profile_memory
 
     def to_command(self) -> Command:
-        args = {"id": self.capture_id, "count": self.count, "dir": self.out_dir, "profiler": self.profiler,
-                "memory": self.memory}
+        args = {"id": self.capture_id, "count": self.count, "dir": self.out_dir, "profiler": self.profiler, "memory": self.memory}
         return Command("capture", at_step=self.at_step, args=args)
 
     @classmethod

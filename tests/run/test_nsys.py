@@ -167,6 +167,13 @@ if a[:2] == ["profile", "--help"]:
     print("  --capture-range=\n  --cuda-trace-scope=process-tree\n  --sample=\n"); raise SystemExit
 if a[:2] == ["stats", "--help-reports"]:
     print((fixtures / "help_reports.txt").read_text()); raise SystemExit
+if a[:2] == ["stats", "--help"]:
+    print(os.environ.get("NSYS_STATS_HELP", "")); raise SystemExit
+if a[0] == "stats" and os.environ.get("NSYS_ARGV_LOG"):
+    with open(os.environ["NSYS_ARGV_LOG"], "a") as log:
+        log.write(" ".join(a) + "\n")
+if a[0] == "stats" and "--filter-nvtx" in a and os.environ.get("NSYS_NO_WINDOW"):
+    print("WARNING: the NVTX range was not found: no data"); raise SystemExit
 if a[0] == "stats":
     reports = [a[i + 1] for i, x in enumerate(a) if x == "--report"]
     base = a[a.index("--output") + 1]
@@ -344,3 +351,35 @@ def test_ddptops_root_is_not_on_the_ranks_pythonpath(tmp_path) -> None:
     supervised = {"PYTHONPATH": f"{PACKAGE_ROOT}{os.pathsep}/mine", protocol.ENV_USER_PYTHONPATH: "/mine"}
     plan = build_plan(RunConfig(nproc=1), tmp_path, "unix:/x", "t", "r", base_env=supervised)
     assert plan.env["PYTHONPATH"] == f"{BOOT_DIR}{os.pathsep}/mine" and protocol.ENV_USER_PYTHONPATH not in plan.env
+
+
+@pytest.mark.parametrize("case", ["filtered", "no range in the report", "an nsys without the filter"])
+def test_stats_keep_to_the_windows_own_steps_where_nsys_can(tools, tmp_path, monkeypatch, case) -> None:
+    """Issue 45: nsys's capture range opens a step early (its start-up out of the window) and
+    the window's own steps are an NVTX range: `nsys stats --filter-nvtx` keeps the figures to
+    it; a report without that range, or an nsys without the filter, gets the whole range, and
+    the capture's line says which."""
+    fake, _ = tools
+    log = tmp_path / "argv.log"
+    monkeypatch.setenv("NSYS_ARGV_LOG", str(log))
+    if case != "an nsys without the filter":
+        monkeypatch.setenv("NSYS_STATS_HELP", "  --filter-nvtx=<range[@domain][/index]>\n  --filter-time=<...>")
+    if case == "no range in the report":
+        monkeypatch.setenv("NSYS_NO_WINDOW", "1")
+    caps = tmp_path / "captures"
+    caps.mkdir()
+    (caps / "nsys_rank0.nsys-rep").write_bytes(b"report")
+    info = asyncio.run(nsys.nsys_report(fake, caps, {"PATH": "/usr/bin:/bin"}))
+    r0 = info["reports"][0]
+    runs = log.read_text().splitlines()
+    assert r0["cuda_gpu_kern_sum"]["top"][0]["count"] == 216  # the figures are there in every case
+    if case == "filtered":
+        assert len(runs) == 1 and "--filter-nvtx ddptop_window" in runs[0]
+        assert r0["window_filter"] == "the window's steps only (NVTX range ddptop_window)"
+    elif case == "no range in the report":
+        assert len(runs) == 2 and "--filter-nvtx" in runs[0] and "--filter-nvtx" not in runs[1]
+        assert r0["window_filter"].startswith("the whole capture range, its warmup step included")
+    else:
+        assert len(runs) == 1 and "--filter-nvtx" not in runs[0]
+        assert r0["window_filter"] == "the whole capture range"
+    assert info["stats"]["nsys_rank0.nsys-rep"].endswith(f"figures over {r0['window_filter']}")
