@@ -87,7 +87,7 @@ class Finding:
     p: float  # one-sided sign test that it is slower on most steps, x the ranks compared
     phase: str  # where its excess goes: the phase with the largest median paired excess
     basis: str = "own work"  # "waits": who from comm_ms; else own work
-    last: int = 0  # (waits) the steps on which it spent the least time in all-reduce: it came last
+    last: int = 0  # the steps on which it came last (waits: it spent the least time in all-reduce)
     cost_ms: float = 0.0  # what it costs the job a step (see the module's docstring)
     phase_ms: float = 0.0  # its median excess in `phase` over the others' median
     exposed_ms: float = 0.0  # the others' median wait for it at backward's end, beyond its own
@@ -121,7 +121,7 @@ class Finding:
 
     def describe(self) -> str:
         """A named straggler: rank, phase, the cost with its interval, the evidence."""
-        last = f"last on {self.last}/{self.n} steps" if self.basis == "waits" else f"n={self.n} steps"
+        last = f"last on {self.last}/{self.n} steps"  # fewer: the ranks take turns being last
         return (f"rank {self.rank} straggler: {self.phase}, costs the job {self.cost_ms:.1f} ms/step "
                 f"({100 * self.share:.0f}%, 95% CI {self.ci_low_ms:.1f}-{self.ci_high_ms:.1f}; its {self.phase} "
                 f"{self.phase_ms:+.1f} ms, others wait {self.exposed_ms:.1f} ms +{self.hidden_ms:.1f} hidden; {last})")
