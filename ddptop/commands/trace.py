@@ -146,11 +146,12 @@ def main_trace(argv: list[str]) -> int:
     except (UsageError, TraceError) as exc:
         print(f"ddptop trace: error: {printable(str(exc))}", file=sys.stderr)  # it names a file
         return USAGE_EXIT
-    profiled = {p: said for p in args.paths if (said := _perturbation(Path(p))) is not None}
+    said_of = {p: _capture_said(Path(p)) for p in args.paths}  # each summary.json read once
+    profiled = {p: said[0] for p, said in said_of.items() if said[0] is not None}
     if len(args.paths) == 1 and args.paths[0] in profiled:  # one capture: who-waits as its summary says it
-        steps, unprofiled = _window_said(Path(args.paths[0]))
+        perturbed, steps, unprofiled = said_of[args.paths[0]]
         if steps:
-            discount_late(cross, profiled[args.paths[0]], steps, unprofiled)
+            discount_late(cross, perturbed, steps, unprofiled)
     if args.json:
         text = json.dumps({"traces": summaries, "cross_rank": cross, "open_with": OPEN_WITH,
                            "perturbation": profiled}, indent=1)
@@ -169,30 +170,25 @@ def _summaries(paths: list[str], top: int) -> tuple[list[dict[str, Any]], dict[s
     return result[0], result[1]
 
 
-def _perturbation(path: Path) -> dict[str, Any] | None:
-    """What ddptop's capture summary (summary.json beside a capture's traces) says the profiler
-    did to the steps it recorded; None where there is none or it is not as ddptop writes it."""
-    data = read_json_object(path / "summary.json") if path.is_dir() else None
-    said = data.get("summary") if data is not None else None
-    said = said.get("perturbation") if isinstance(said, dict) else None
-    if not isinstance(said, dict):
-        return None
-    numbers = all(isinstance(said.get(k), (int, float)) and not isinstance(said.get(k), bool)
-                  for k in ("profiled_ms", "unprofiled_ms"))
-    return said if numbers and isinstance(said.get("pct"), (int, float, type(None))) else None
-
-
-def _window_said(path: Path) -> tuple[int, str | None]:
-    """The capture's recorded steps and the run's straggler on its unprofiled steps (None: none),
-    as its summary.json says them: what the capture's own who-waits was discounted with. A summary
-    written before they were kept: the steps from its "A-B" range, no straggler."""
-    data = read_json_object(path / "summary.json") or {}
+def _capture_said(path: Path) -> tuple[dict[str, Any] | None, int, str | None]:
+    """What ddptop's capture summary (summary.json beside a capture's traces) says: what the
+    profiler did to the steps it recorded (None where there is none or it is not as ddptop
+    writes it), and what the capture's own who-waits was discounted with: its recorded steps and
+    the run's straggler on its unprofiled steps (None: none). A summary written before those
+    were kept: the steps from its "A-B" range, no straggler."""
+    data = (read_json_object(path / "summary.json") if path.is_dir() else None) or {}
     said = data.get("summary")
-    steps, unprofiled = (said.get("window_steps"), said.get("unprofiled_straggler")) if isinstance(said, dict) else (0, None)
+    said = said if isinstance(said, dict) else {}
+    perturbed = said.get("perturbation")
+    numbers = isinstance(perturbed, dict) and all(
+        isinstance(perturbed.get(k), (int, float)) and not isinstance(perturbed.get(k), bool)
+        for k in ("profiled_ms", "unprofiled_ms")) and isinstance(perturbed.get("pct"), (int, float, type(None)))
+    steps, unprofiled = said.get("window_steps"), said.get("unprofiled_straggler")
     if not (isinstance(steps, int) and not isinstance(steps, bool)):
         first, _, last = str(data.get("steps", "")).partition("-")
         steps = int(last) - int(first) + 1 if first.isdigit() and last.isdigit() else 0
-    return max(steps, 0), printable(unprofiled) if isinstance(unprofiled, str) else None
+    return (perturbed if numbers else None, max(steps, 0),
+            printable(unprofiled) if isinstance(unprofiled, str) else None)
 
 
 def _print(text: str) -> int:

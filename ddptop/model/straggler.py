@@ -19,10 +19,11 @@ account for it:
   as fast as the others, the latest of them would set the step (measured against the others'
   median, a 4-GPU run with a second late rank read 23.0 ms for a 10.2 ms loss), at most its
   typical excess over the others' median (as fast as the others, it keeps its own noise; a
-  symmetric rank's excess is ~0), 0 on a step it was not the last; averaged over the steps. Where the others waited for it inside their
-  backward (their backward, less its exposed wait, longer than its own: the all-reduce of a
-  bucket cannot end before it hands the bucket over, and a GPU's backward waits in it), the
-  work outside backward (data, forward, optimizer) is compared instead. The evidence: its
+  symmetric rank's excess is ~0), 0 on a step it was not the last; averaged over the steps.
+  Where the others waited for it inside their backward (their backward, less its exposed
+  wait, longer than its own: the all-reduce of a bucket cannot end before it hands the bucket
+  over, and a GPU's backward waits in it), the work outside backward (data, forward,
+  optimizer) is compared instead. The evidence: its
   phase's excess, the others' wait for it at backward's end (exposed) and inside backward
   (hidden). Cost at least MIN_MS and MIN_SHARE of the step (the others' median step, which
   waits for it).
