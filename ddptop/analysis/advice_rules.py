@@ -55,18 +55,21 @@ def _truthy(value: str) -> bool:
     return value.strip().lower() not in ("", "0", "false", "no", "off")
 
 
+def p2p_off(env: Mapping[str, str]) -> str:
+    """The variable that keeps NCCL off P2P (so off NVLink) altogether; "" where none does."""
+    if _truthy(env.get("NCCL_P2P_DISABLE", "")):
+        return "NCCL_P2P_DISABLE"
+    if env.get("NCCL_P2P_LEVEL", "").strip().upper() in ("LOC", "0"):
+        return "NCCL_P2P_LEVEL"  # LOC: P2P nowhere, NVLink included
+    return ""
+
+
 def nvlink_unused(path: str, hw: set[str] | None, env: Mapping[str, str]) -> str:
     """A warning when the GPUs have NVLink but NCCL moves gradients another way."""
     if hw != {"nvlink"} or path not in SLOW:  # partial NVLink meshes may ring over PCIe
         return ""
     head = f"The GPUs have NVLink but NCCL sends over {PATH_TEXT[path]}:"
-    culprit = ""
-    if _truthy(env.get("NCCL_P2P_DISABLE", "")):
-        culprit = "NCCL_P2P_DISABLE"
-    elif env.get("NCCL_P2P_LEVEL", "").strip().upper() in ("LOC", "0"):
-        culprit = "NCCL_P2P_LEVEL"  # LOC: P2P nowhere, NVLink included
-    elif env.get("NCCL_TOPO_FILE"):
-        culprit = "NCCL_TOPO_FILE"
+    culprit = p2p_off(env) or ("NCCL_TOPO_FILE" if env.get("NCCL_TOPO_FILE") else "")
     if culprit:
         return f"{head} {culprit}={env[culprit]} {SUSPECTS[culprit]}; unset it."
     return (

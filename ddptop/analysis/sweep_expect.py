@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ddptop.analysis.advice import FAST, NOISE, PATH_TEXT, is_lossy
-from ddptop.analysis.advice_rules import slowest_path
+from ddptop.analysis.advice_rules import p2p_off, slowest_path
 from ddptop.analysis.advisor import advise
 from ddptop.analysis.sweep_advice import beats, measured, reference
 
@@ -30,12 +30,6 @@ class Expectation:
         return asdict(self)
 
 
-def _off(env: Mapping[str, str]) -> bool:
-    """Whether the environment keeps NCCL off P2P (so off NVLink) altogether."""
-    flag = env.get("NCCL_P2P_DISABLE", "").strip().lower() not in ("", "0", "false", "no", "off")
-    return flag or env.get("NCCL_P2P_LEVEL", "").strip().upper() in ("LOC", "0")
-
-
 def expected_path(backend: str, world: int, hw_links: set[str] | None, env: Mapping[str, str]) -> str | None:
     """The transport NCCL is expected to use between the ranks: shared memory with P2P off,
     NVLink when every GPU pair has it, P2P over PCIe without any; None when it cannot be
@@ -45,7 +39,7 @@ def expected_path(backend: str, world: int, hw_links: set[str] | None, env: Mapp
     hw = {h for h in hw_links if h not in ("self", "unknown")}
     if not hw:
         return None
-    if _off(env):
+    if p2p_off(env):
         return "shm"
     return slowest_path({"p2p"}, hw) if hw == {"nvlink"} or "nvlink" not in hw else None
 
