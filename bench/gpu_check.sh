@@ -77,7 +77,8 @@ capovh() {  # steps/s outside a capture window vs the same run without one
     --capture 35:3 --rounds ${CAPOVH_ROUNDS:-2} --runs-dir "$RUNS/capovh" 2>&1 | tee "$OUT/capture_overhead.txt"
 }
 
-nsysrun() {  # nsys mode with the binary the image has (not on PATH)
+nsysrun() {  # nsys mode with the binary the image has (not on PATH); the importer's libraries carried in .carry/nsyslibs
+  export DDPTOP_NSYS_LIBS=${DDPTOP_NSYS_LIBS:-$PWD/.carry/nsyslibs}
   timeout ${NSYS_TIMEOUT:-240} $PY -m ddptop --headless --json --interval 30 --nproc "$N" --preset baseline --steps 25 --warmup 5 \
     --capture 12:2 --profiler nsys --nsys-path "${NSYS:-/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys}" \
     --runs-dir "$RUNS/nsys" > /tmp/nsys.out 2>&1; echo "rc=$?"
@@ -157,7 +158,7 @@ tuneshm() {  # issue 7: tune on the article's SHM box
 
 screens() {  # TUI screenshots from a real GPU run (textual carried as wheels in .whl)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
-  NCCL_P2P_DISABLE=${SCREEN_P2P:-1} timeout 240 $PY scripts/screenshots.py --out /tmp/screens --nproc "$N" ${SCREEN_ARGS:-} 2>&1 | tail -5
+  NCCL_P2P_DISABLE=${SCREEN_P2P:-1} timeout ${SCREEN_TIMEOUT:-240} $PY scripts/screenshots.py --out /tmp/screens --nproc "$N" ${SCREEN_ARGS:-} 2>&1 | tail -5
   ls /tmp/screens; tar czf "$OUT/screens.tgz" -C /tmp screens
 }
 
