@@ -86,9 +86,11 @@ def choose_reports(available: list[str]) -> list[str]:
     return chosen
 
 
-def stats_csv_name(base: str, report: str) -> str:
-    """The file `nsys stats --format csv --output BASE` writes for one report."""
-    return f"{base}_{report.split(':', 1)[0]}.csv"
+def stats_csv_name(base: str, report: str, nvtx: str | None = None) -> str:
+    """The file `nsys stats --format csv --output BASE` writes for one report; with
+    `--filter-nvtx RANGE`, nsys 2025.3 adds `_nvtx=RANGE` to the name (seen on the GPU machine,
+    docs/measurements/2026-11-27-s9-call1)."""
+    return f"{base}_{report.split(':', 1)[0]}{f'_nvtx={nvtx}' if nvtx else ''}.csv"
 
 
 # ---------------------------------------------------------------------------- tables

@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -197,7 +198,8 @@ async def run_stats(nsys: str, rep: Path, reports: Iterable[str], window: bool =
     argv = [nsys, "stats", *(a for r in reports for a in ("--report", r)), "--format", "csv",
             "--output", base, "--force-export=true", str(rep)]
     if window:
-        filtered = await run_stats_argv(argv[:-1] + ["--filter-nvtx", WINDOW_RANGE, str(rep)], base, reports)
+        filtered = await run_stats_argv(argv[:-1] + ["--filter-nvtx", WINDOW_RANGE, str(rep)], base, reports,
+                                        WINDOW_RANGE)
         if filtered.get("csv"):
             filtered["window_filter"] = f"the window's steps only (NVTX range {WINDOW_RANGE})"
             return filtered
@@ -207,18 +209,24 @@ async def run_stats(nsys: str, rep: Path, reports: Iterable[str], window: bool =
     return result
 
 
-async def run_stats_argv(argv: list[str], base: str, reports: list[str]) -> dict[str, Any]:
+async def run_stats_argv(argv: list[str], base: str, reports: list[str], nvtx: str | None = None) -> dict[str, Any]:
+    """Run `nsys stats` and read its CSV tables; `nvtx`: the range it was filtered by, whose
+    tables nsys names with that range (or, in other versions, as unfiltered ones: either is read,
+    the filtered name first, and only files this run wrote)."""
+    started = time.time()
     rc, out = await _run(argv, STATS_TIMEOUT_S)
     with contextlib.suppress(OSError):
         Path(base + ".stats.txt").write_text(out)
-    tables = {}
+    tables, read = {}, {}
     for report in reports:
-        path = Path(nsys_stats.stats_csv_name(base, report))
-        if path.is_file():
+        names = [nsys_stats.stats_csv_name(base, report, nvtx), nsys_stats.stats_csv_name(base, report)]
+        path = next((Path(n) for n in dict.fromkeys(names) if _written_since(Path(n), started)), None)
+        if path is not None:
             with path.open(encoding="utf-8", errors="replace") as f:
                 tables[report] = f.read(MAX_CSV_BYTES)
+            read[report] = str(path)
     result = nsys_stats.summarize_stats(tables)
-    result["csv"] = [nsys_stats.stats_csv_name(base, r) for r in tables]
+    result["csv"] = list(read.values())
     if not tables:
         result["problem"] = nsys_stats.failure_line("nsys stats", out, rc, LIBS_ENV)
     return result
@@ -268,6 +276,14 @@ async def nsys_report(nsys: str, captures_dir: Path, env: Mapping[str, str] | No
     elif info["errors"]:
         info["note"] = "; ".join(dict.fromkeys(info["errors"]))
     return info
+
+
+def _written_since(path: Path, since: float) -> bool:
+    """The file exists and this `nsys stats` wrote it (a file of an earlier run is not its answer)."""
+    try:
+        return path.stat().st_mtime >= since - 1.0
+    except OSError:
+        return False
 
 
 def _size(path: Path) -> str:

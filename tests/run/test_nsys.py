@@ -181,10 +181,12 @@ if a[0] == "stats":
     if rep.read_bytes() == b"corrupt":
         print("Processing [" + str(rep) + "]...", flush=True)
         print("ERROR: Failed to export the report: file is corrupt", file=sys.stderr); raise SystemExit(1)
+    # as nsys 2025.3 names them: a filtered table's file carries the range (s9-call1)
+    nvtx = "_nvtx=" + a[a.index("--filter-nvtx") + 1] if "--filter-nvtx" in a else ""
     for r in reports:
         src = fixtures / ("h100_vit_l_1rank_" + r + ".csv")
         if src.exists():
-            pathlib.Path(base + "_" + r + ".csv").write_text(src.read_text())
+            pathlib.Path(base + "_" + r + nvtx + ".csv").write_text(src.read_text())
         else:
             print("SKIPPED: " + str(rep) + " does not contain " + r + " data.")
     raise SystemExit
@@ -376,6 +378,7 @@ def test_stats_keep_to_the_windows_own_steps_where_nsys_can(tools, tmp_path, mon
     if case == "filtered":
         assert len(runs) == 1 and "--filter-nvtx ddptop_window" in runs[0]
         assert r0["window_filter"] == "the window's steps only (NVTX range ddptop_window)"
+        assert all(c.endswith("_nvtx=ddptop_window.csv") for c in r0["csv"])
     elif case == "no range in the report":
         assert len(runs) == 2 and "--filter-nvtx" in runs[0] and "--filter-nvtx" not in runs[1]
         assert r0["window_filter"].startswith("the whole capture range, its warmup step included")
