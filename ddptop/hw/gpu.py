@@ -29,6 +29,7 @@ class Nvml:
         self._available = False
         self._reason = ""
         self._handles: list[Any] | None = None
+        self._driver: str | None = None  # asked of NVML once
         self._links: dict[int, tuple[int, ...]] = {}
         self.errors: dict[str, str] = {}  # first failure per NVML function, for diagnostics
 
@@ -120,7 +121,9 @@ class Nvml:
         if not self.available:
             return GpuSample(t=now, gpus=(), available=False, reason=self.reason)
         gpus = tuple(self._sample_gpu(i, h) for i, h in enumerate(self._device_handles()))
-        return GpuSample(t=now, gpus=gpus, available=True, reason=self.reason)
+        if self._driver is None:
+            self._driver = self.driver_version() or ""
+        return GpuSample(t=now, gpus=gpus, available=True, reason=self.reason, driver=self._driver or None)
 
     def _sample_gpu(self, index: int, h: Any) -> GpuStat:
         util = self.call("nvmlDeviceGetUtilizationRates", h)

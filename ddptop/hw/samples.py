@@ -45,6 +45,7 @@ class GpuSample:
     gpus: tuple[GpuStat, ...]
     available: bool
     reason: str
+    driver: str | None = None  # NVML's driver version (the GPU tab's header)
 
     def gpu_of_pid(self) -> dict[int, int]:
         """pid -> GPU index, to map processes (and so ranks) to GPUs."""

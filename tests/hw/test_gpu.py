@@ -248,3 +248,10 @@ def test_process_stats_of_self_and_gone_pid() -> None:
     assert set(stats) == {os.getpid()}
     cpu, rss = stats[os.getpid()]
     assert cpu >= 0.0 and rss > 1_000_000
+
+
+def test_a_sample_carries_the_driver_version_the_gpu_tab_shows() -> None:
+    """The GPU tab's header read `driver ?` on 4x H200 (s9-call1): nothing real set it."""
+    nvml = gpu.Nvml(module=fake_pynvml(SNAPSHOT))
+    assert nvml.sample().driver == SNAPSHOT["driver"]
+    assert nvml.sample().to_dict()["driver"] == SNAPSHOT["driver"]
