@@ -106,12 +106,17 @@ def verdict_row(case: dict, base: float | None) -> str:
     # a loss under the rule's floors (2 ms and 3% of the step) is no straggler, whatever was injected
     small = lost is not None and base is not None and lost < max(2.0, 0.03 * base)
     expected = None if small else case.get("expected_rank")
-    right = (s.get("rank") if s else None) == expected
+    # where the delay is: a loader's sleep lies between the forward's return and backward
+    # (nanoGPT's prefetch), extra matmuls in the model's forward
+    phase = None if expected is None else ("host between forward and backward" if "--slow-data-ms" in case["args"]
+                                           else "forward")
+    right = (s.get("rank") if s else None) == expected and (phase is None or s.get("phase") == phase)
     within = (abs(cost - lost) <= 0.25 * abs(lost) if cost is not None and lost and not small else None)
     share = case.get("fastest_share")
     return (f"{case['case']:<8} {own if own is not None else float('nan'):8.2f} "
             f"{lost if lost is not None else float('nan'):+8.2f} {share if share is not None else float('nan'):6.2f}  "
-            f"{named:<40} {'none' if expected is None else f'rank {expected}'} expected: {'right' if right else 'WRONG'}"
+            f"{named:<40} {'none' if expected is None else f'rank {expected} {phase}'} expected: "
+            f"{'right' if right else 'WRONG'}"
             f"{'' if within is None else ', cost within 25%' if within else ', cost OFF by more than 25%'}")
 
 

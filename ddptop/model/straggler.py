@@ -22,11 +22,19 @@ account for it:
   symmetric rank's excess is ~0), 0 on a step it was not the last; averaged over the steps.
   Where the others waited for it inside their backward (their backward, less its exposed
   wait, longer than its own: the all-reduce of a bucket cannot end before it hands the bucket
-  over, and a GPU's backward waits in it), the work outside backward (data, forward,
-  optimizer) is compared instead. The evidence: its
+  over, and a GPU's backward waits in it) so fully that its own work is not the latest beyond
+  chance (the sign test), the work outside backward (data, forward, optimizer) is compared
+  instead. Where its own work is the latest beyond chance, own work it is: on 4x H200 (a
+  GPU-bound GPT, session 9)
+  the others' wait inside backward (~2 ms) did not lengthen the job's step, and comparing the
+  work outside backward read 8.5 ms for a 5.9 ms loss, 3.9 ms for 0.6. The evidence: its
   phase's excess, the others' wait for it at backward's end (exposed) and inside backward
   (hidden). Cost at least MIN_MS and MIN_SHARE of the step (the others' median step, which
   waits for it).
+- which phase: the one of its own work with the largest median excess over the others'. The
+  forward phase runs on to backward's start, so where the rank's host spent at least half of
+  that excess between the forward's return and backward (host_gap_ms: nanoGPT fetches the next
+  batch there), the phase is AFTER_FORWARD, not the model's forward.
 - sensitivity: the smallest cost the sign test would see at the noise of these steps (the
   spread of the per-step costs), or the floors: what "no straggler" says it could have seen.
 - a busy host is not a straggler: with ddptop.model.host_load's reading of the host over
@@ -57,6 +65,7 @@ from ddptop.wire.protocol import PHASES
 HostOver = Callable[[float], Contention | None]  # seconds -> the host's CPU over the last that many
 WINDOW = 50  # measured steps a check pairs up (the last ones up to the step checked)
 EVERY = 10  # a check after every EVERY measured steps (the step every rank has finished)
+AFTER_FORWARD = "host between forward and backward"  # a phase of its own where the host's gap holds it
 PERSIST = 3  # K: the verdict changes only when this many checks in a row agree
 ALPHA = 0.001  # the sign test's level, one-sided, after the Bonferroni correction
 MIN_MS = 2.0  # a straggler's median cost to the job per step: at least this...
@@ -375,7 +384,8 @@ class _Costs:
         bwd = self.bwd.diffs[rank]
         paired = [s for s in self.own.diffs[rank] if s in bwd]
         hidden = -median_nonempty(sorted(bwd[s] for s in paired)) if paired else 0.0
-        work = self.outside if hidden > 0 else self.own
+        last = sum(self.own.over_next[rank].get(s, 0.0) > 0 for s in paired)  # own work the latest
+        work = self.outside if hidden > 0 and sign_p(last, len(paired)) > ALPHA else self.own
         margin, excess = work.over_next[rank], work.diffs[rank]
         return ({s: margin[s] for s in paired if s in margin}, {s: excess[s] for s in paired if s in excess},
                 max(hidden, 0.0))
@@ -397,4 +407,17 @@ def _phase(rank: int, windows: Mapping[int, Mapping[int, dict[str, float]]], ste
             excess[p].append(_phase_ms(mine[s], p) - median_nonempty(sorted(_phase_ms(t, p) for t in theirs)))
     medians = {p: median_nonempty(sorted(excess[p])) for p in PHASES}
     worst = max(PHASES, key=lambda p: medians[p])
+    if worst == "forward" and medians[worst] > 0:
+        # the forward phase runs on to backward's start: where the rank's host spent most of its
+        # excess between the forward's return and backward (a loader there: nanoGPT's prefetch),
+        # that is where it is, not the model's forward
+        gap = []
+        for s in steps:
+            mine_gap = mine[s].get("host_gap_ms")
+            theirs = sorted(g for r, w in windows.items() if r != rank and s in w
+                            and (g := w[s].get("host_gap_ms")) is not None)
+            if mine_gap is not None and theirs:
+                gap.append(mine_gap - median_nonempty(theirs))
+        if gap and 2 * median_nonempty(sorted(gap)) >= medians[worst]:
+            return AFTER_FORWARD, median_nonempty(sorted(gap))
     return worst, medians[worst]

@@ -10,6 +10,7 @@ callbacks mark the end of its compute and, chained after DDP's own, its return
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -125,6 +126,7 @@ class BackwardMarks:
         # last backward syncs (a GAN's two DDPs: either one)
         self._waits = self._will_wait = False
         self._engine = torch.autograd.Variable._execution_engine
+        self._returned_at: float | None = None  # host time the watched forward returned
         # guarded once (a wrapper made per step costs more than the mark itself)
         self._compute_end, self._returned = guard(self._bwd_end), guard(self._bwd_ret)
         self.hook = guard(self.started)
@@ -136,6 +138,7 @@ class BackwardMarks:
         stamp less, ~10 us of host time on a GPU)."""
         if tensor is None:
             return
+        self._returned_at = time.perf_counter()
         self._will_wait = self._will_wait or waits
         node = tensor.grad_fn
         if node is not None and hasattr(node, "register_prehook"):
@@ -148,6 +151,12 @@ class BackwardMarks:
             return None
         self._in_backward = True
         self._waits, self._will_wait = self._will_wait, False
+        if self._returned_at is not None:
+            # host time from the forward's return to here: the loss, and whatever the script runs
+            # between them (nanoGPT fetches the next batch there); a GPU's forward phase holds it
+            gap = 1000.0 * (time.perf_counter() - self._returned_at)
+            self.tracker.extra["host_gap_ms"] = self.tracker.extra.get("host_gap_ms", 0.0) + gap
+            self._returned_at = None
         self._on_start()
         self.tracker.mark("bwd")
         self._engine.queue_callback(self._compute_end)

@@ -58,6 +58,9 @@ STEP_FIELDS = (
     # forwards without grad (validation, generation) in this step's time, and the time between
     # two of them: apart from the four phases (which add up to step_ms less this)
     "eval_ms",
+    # host time from the outermost forward's return to backward's start (the loss, and code the
+    # script runs there: nanoGPT fetches the next batch); inside the forward phase, not apart
+    "host_gap_ms",
 )
 Fact: TypeAlias = str | int | float | bool  # one of a rank's facts (Info.facts, RankState.info)
 PHASES = ("data", "forward", "backward", "optimizer")
@@ -235,7 +238,7 @@ MAX_T = 1e11  # the rank's wall clock, s since 1970 (year 5138)
 MAX_MS = 7 * 86_400_000.0  # a week, for any one step or phase
 JITTER_MS = 1.0  # two streams' clocks: a phase a hair below 0 reads 0, below this is refused
 _TIMES = ("step_ms", "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms",
-          "exposed_comm_ms", "hook_ms", "eval_ms")
+          "exposed_comm_ms", "hook_ms", "eval_ms", "host_gap_ms")
 _BOUNDS: dict[str, tuple[float, float]] = {
     **dict.fromkeys(_TIMES, (-JITTER_MS, MAX_MS)),
     "comm_bytes": (0.0, 1e15), "buckets": (0.0, 1e6), "samples": (0.0, 1e9), "tokens": (0.0, 1e12),

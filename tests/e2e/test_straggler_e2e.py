@@ -49,7 +49,8 @@ def own_step_ms(runs: Path) -> float:
 
 def test_a_delayed_rank_is_named_with_what_it_costs_the_job(tmp_path: Path) -> None:
     """Rank 1's batches come 80 ms late (a sleep in its loader, which nanoGPT's loop calls
-    between forward and backward: ddptop's forward phase). The cost is what the job's step lost
+    between forward and backward: inside ddptop's forward phase, named by the host's gap there).
+    The cost is what the job's step lost
     against the same script run symmetric, as the script itself measures it. On these two
     shared cores the symmetric run's ranks compete for the CPU that the sleeping rank leaves to
     the other, so a job loses less than the sleep (50 ms: 49.0 lost, 53.5 said when quiet; 38.9
@@ -59,11 +60,11 @@ def test_a_delayed_rank_is_named_with_what_it_costs_the_job(tmp_path: Path) -> N
     slow, out = ddptop(tmp_path / "slow", *script, "--slow-rank", "1", "--slow-data-ms", "80")
     lost = own_step_ms(tmp_path / "slow") - own_step_ms(tmp_path / "sym")
     s = slow["straggler"]
-    assert s is not None and (s["rank"], s["phase"]) == (1, "forward"), slow["straggler_check"]
+    assert s is not None and (s["rank"], s["phase"]) == (1, straggler.AFTER_FORWARD), slow["straggler_check"]
     assert abs(s["cost_ms"] - lost) <= 0.25 * lost, (s["cost_ms"], lost, s["text"])
     assert s["ci95_ms"][0] <= s["cost_ms"] <= s["ci95_ms"][1] and s["share"] > 0.3
     text = slow["straggler_check"]["text"]
-    assert text.startswith(f"rank 1 straggler: forward, costs the job {s['cost_ms']:.1f} ms/step (")
+    assert text.startswith(f"rank 1 straggler: {straggler.AFTER_FORWARD}, costs the job {s['cost_ms']:.1f} ms/step (")
     # the headless line said the verdict in force, in the same words
     assert any(line.endswith(s["text"]) or s["text"] in line for line in out.splitlines() if line.startswith("["))
     assert calm["straggler"] is None, calm["straggler_check"]["text"]
