@@ -1,0 +1,35 @@
+"""bench/straggler_cost.py's scoring of a case: the rank and the phase the injection puts the
+delay in, and the cost against what the job lost (issue 44)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("straggler_cost", ROOT / "bench" / "straggler_cost.py")
+sc = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sc)
+
+
+def named(rank: int, phase: str, cost: float) -> dict:
+    return {"rank": rank, "phase": phase, "cost_ms": cost, "ci95_ms": [cost - 1, cost + 1]}
+
+
+def test_a_loaders_delay_is_expected_between_forward_and_backward() -> None:
+    case = {"case": "load6", "args": "--slow-rank 2 --slow-data-ms 6", "own_ms": 28.6, "expected_rank": 2}
+    assert "expected: right, cost within 25%" in sc.verdict_row(
+        {**case, "straggler": named(2, "host between forward and backward", 6.4)}, 22.77)
+    assert "expected: WRONG" in sc.verdict_row({**case, "straggler": named(2, "forward", 6.4)}, 22.77)
+
+
+def test_extra_matmuls_are_expected_in_forward_and_a_small_loss_names_no_one() -> None:
+    case = {"case": "mm30", "args": "--slow-rank 1 --slow-matmuls 30", "expected_rank": 1}
+    assert "expected: right" in sc.verdict_row({**case, "own_ms": 33.0, "straggler": named(1, "forward", 10.0)}, 22.77)
+    row = sc.verdict_row({**case, "own_ms": 23.3, "straggler": named(1, "forward", 3.9)}, 22.77)
+    assert "none expected: WRONG" in row  # lost 0.5 ms: under the rule's floors
+
+
+def test_the_loss_read_on_rank_0_expects_rank_0_in_any_phase() -> None:
+    case = {"case": "item0", "args": "--item-every-step", "own_ms": 26.0, "expected_rank": 0}
+    assert "rank 0 expected: right, cost within 25%" in sc.verdict_row({**case, "straggler": named(0, "data", 3.0)}, 22.77)
