@@ -35,6 +35,7 @@ from ddptop.analysis.sweep_advice import explain, recommend_from_sweep
 from ddptop.hw.topology import link_class
 from ddptop.model.figures import summary_comm_shares, summary_mean_ms
 from ddptop.model.status import RUN_LIVE
+from ddptop.model.straggler import AFTER_FORWARD
 
 __all__ = ["LADDER", "LOSSY_CAVEAT", "NOISE", "Advice", "advise", "advise_run", "comm_shares", "explain",
            "hw_link_classes", "mean_ms", "recommend_from_sweep", "straggler_first", "transport_classes"]
@@ -173,6 +174,8 @@ STRAGGLER_LOOK = {
     "forward": "its GPU (another process on it, clocks or temperature) or host-side work before its forward",
     "backward": "its GPU (another process on it, clocks or temperature)",
     "optimizer": "its optimizer step (host-side work, a sync in it)",
+    AFTER_FORWARD: ("what its script runs between the forward's return and backward (a loader called there, "
+                    "as nanoGPT prefetches the next batch; a sync such as loss.item())"),
 }
 
 

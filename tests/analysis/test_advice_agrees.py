@@ -236,7 +236,8 @@ def test_a_remedy_with_no_part_measured_stays_a_labelled_prediction():
     assert why.reason.endswith("Its parts bf16 and overlap did not complete in this sweep (failed).")
 
 
-@pytest.mark.parametrize("phase, look", [("data", "its input pipeline"), ("forward", "its GPU")])
+@pytest.mark.parametrize("phase, look", [("data", "its input pipeline"), ("forward", "its GPU"),
+                                         ("host between forward and backward", "what its script runs between")])
 def test_a_straggler_s_wait_is_its_phase_and_gets_no_communication_remedy(phase, look):
     late = {"rank": 1, "phase": phase, "excess_ms": 5.6, "text": f"rank 1 straggler: {phase} +5.6 ms/step"}
     s = run("asis", 17.9, share=0.6, straggler=late)  # 56 ms steps, 60% "all-reduce": mostly waiting
