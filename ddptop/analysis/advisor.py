@@ -35,7 +35,7 @@ from ddptop.analysis.sweep_advice import explain, recommend_from_sweep
 from ddptop.hw.topology import link_class
 from ddptop.model.figures import summary_comm_shares, summary_mean_ms
 from ddptop.model.status import RUN_LIVE
-from ddptop.model.straggler import AFTER_FORWARD
+from ddptop.model.straggler_work import AFTER_FORWARD
 
 __all__ = ["LADDER", "LOSSY_CAVEAT", "NOISE", "Advice", "advise", "advise_run", "comm_shares", "explain",
            "hw_link_classes", "mean_ms", "recommend_from_sweep", "straggler_first", "transport_classes"]

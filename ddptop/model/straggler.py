@@ -34,7 +34,7 @@ account for it:
 - which phase: the one of its own work with the largest median excess over the others'. The
   forward phase runs on to backward's start, so where the rank's host spent at least half of
   that excess between the forward's return and backward (host_gap_ms: nanoGPT fetches the next
-  batch there), the phase is AFTER_FORWARD, not the model's forward.
+  batch there), the phase is straggler_work.AFTER_FORWARD, not the model's forward.
 - sensitivity: the smallest cost the sign test would see at the noise of these steps (the
   spread of the per-step costs), or the floors: what "no straggler" says it could have seen.
 - a busy host is not a straggler: with ddptop.model.host_load's reading of the host over
@@ -53,19 +53,18 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from ddptop.model.figures.stats import mean, median_nonempty
 from ddptop.model.host_load import Contention
 from ddptop.model.paired import MIN_STEPS, Paired, median_ci, sign_p, smallest_last, smallest_seen
-from ddptop.wire.protocol import PHASES
+from ddptop.model.straggler_work import Costs, late, own_work, phase_of
 
 HostOver = Callable[[float], Contention | None]  # seconds -> the host's CPU over the last that many
 WINDOW = 50  # measured steps a check pairs up (the last ones up to the step checked)
 EVERY = 10  # a check after every EVERY measured steps (the step every rank has finished)
-AFTER_FORWARD = "host between forward and backward"  # a phase of its own where the host's gap holds it
 PERSIST = 3  # K: the verdict changes only when this many checks in a row agree
 ALPHA = 0.001  # the sign test's level, one-sided, after the Bonferroni correction
 MIN_MS = 2.0  # a straggler's median cost to the job per step: at least this...
@@ -284,38 +283,13 @@ def _window(rs: RankRecords, end: int, warmup: int) -> dict[int, dict[str, float
     return out
 
 
-def _own(rec: dict[str, float]) -> float:
-    return rec["step_ms"] - rec.get("exposed_comm_ms", 0.0)
-
-
-def _late(rec: dict[str, float]) -> float | None:
-    """Larger for a rank that reaches the all-reduce later (it spends less time in it)."""
-    comm = rec.get("comm_ms")
-    return None if comm is None else -comm
-
-
-def _unhidden(rec: dict[str, float]) -> float | None:
-    """Less for a rank that waits less at backward's end for the all-reduce."""
-    return -rec.get("exposed_comm_ms", 0.0)
-
-
-def _outside(rec: dict[str, float]) -> float:
-    """The step less backward: its data, forward and optimizer (and what lies between)."""
-    return rec["step_ms"] - rec.get("backward_ms", 0.0)
-
-
-def _bwd_own(rec: dict[str, float]) -> float:
-    """Backward less the wait at its end: longer for a rank that waited for a peer inside it."""
-    return rec.get("backward_ms", 0.0) - rec.get("exposed_comm_ms", 0.0)
-
-
 def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOver | None = None) -> Finding | None:
     """One check over the WINDOW steps up to `end`; None with fewer than MIN_STEPS paired.
     `host`: the host's CPU over the last so many seconds (these steps'), where it is read."""
     windows = {r: _window(rs, end, warmup) for r, rs in ranks.items()}
-    waits = Paired(windows, _late)
+    waits = Paired(windows, late)
     medians = waits.medians()
-    costs = _Costs(windows)
+    costs = Costs(windows, ALPHA)
     timed = len(medians) == len(windows)
     # who: from the all-reduce waits where every rank's are timed on enough steps, else from
     # what every step has (the cost itself: own work, and the others' wait inside backward)
@@ -340,13 +314,13 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOve
     gains = [min(max(x, 0.0), max(typical, 0.0)) for x in d]
     saved = mean(gains) or 0.0
     low, high = (v + saved - typical for v in median_ci(extra))  # the typical excess's interval, moved
-    phase, phase_ms = _phase(worst, windows, steps)
+    phase, phase_ms = phase_of(worst, windows, steps)
     sees = max(MIN_MS, MIN_SHARE * step_ms,
                smallest_last(d, typical, len(medians), ALPHA) if not timed else smallest_seen(d, len(medians), ALPHA))
     own, exposed = costs.own, costs.exposed.diffs[worst]
     found = Finding(
         rank=worst, step=end, n=len(steps), ranks=len(medians),
-        own_ms=median_nonempty(sorted(_own(windows[worst][s]) for s in steps)),
+        own_ms=median_nonempty(sorted(own_work(windows[worst][s]) for s in steps)),
         others_ms=median_nonempty(sorted(own.others[worst][s] for s in steps if s in own.others[worst])),
         step_ms=step_ms, excess_ms=median_nonempty(sorted(own.diffs[worst][s] for s in steps if s in own.diffs[worst])),
         ci_low_ms=low, ci_high_ms=high,
@@ -361,63 +335,3 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOve
         found = replace(found, contended=contention.explains(worst, found.cost_ms, step_ms) if found.slow else "",
                         host=contention.words() if contention.busy else "")
     return found
-
-
-class _Costs:
-    """Per rank and step how much shorter the step would be if it ran as fast as the others:
-    its own work beyond the next-latest rank's (the largest of the others': with it as fast
-    as they are, that rank would set the step; below 0 on a step it was not the last). Where
-    the others waited for it inside their backward (their backward, less its exposed wait,
-    longer than its own: the median of that), their backward holds that wait, so the work
-    outside backward (data, forward, optimizer) is compared instead."""
-
-    def __init__(self, windows: Mapping[int, Mapping[int, dict[str, float]]]) -> None:
-        self.own = Paired(windows, _own)
-        self.bwd = Paired(windows, _bwd_own)
-        self.outside = Paired(windows, _outside)
-        self.exposed = Paired(windows, _unhidden)  # the others' wait at backward's end beyond its own
-
-    def of(self, rank: int) -> tuple[dict[int, float], dict[int, float], float]:
-        """step -> its margin over the next-latest rank; step -> its work beyond the others'
-        median (whose median, its typical excess, is what "as fast as the others" takes off
-        it); the others' median wait for it inside backward (0: none)."""
-        bwd = self.bwd.diffs[rank]
-        paired = [s for s in self.own.diffs[rank] if s in bwd]
-        hidden = -median_nonempty(sorted(bwd[s] for s in paired)) if paired else 0.0
-        last = sum(self.own.over_next[rank].get(s, 0.0) > 0 for s in paired)  # own work the latest
-        work = self.outside if hidden > 0 and sign_p(last, len(paired)) > ALPHA else self.own
-        margin, excess = work.over_next[rank], work.diffs[rank]
-        return ({s: margin[s] for s in paired if s in margin}, {s: excess[s] for s in paired if s in excess},
-                max(hidden, 0.0))
-
-
-def _phase_ms(rec: dict[str, float], phase: str) -> float:
-    value = rec.get(phase + "_ms", 0.0)
-    return value - rec.get("exposed_comm_ms", 0.0) if phase == "backward" else value
-
-
-def _phase(rank: int, windows: Mapping[int, Mapping[int, dict[str, float]]], steps: Iterable[int]) -> tuple[str, float]:
-    """The phase of `rank`'s own work with the largest median excess over the others' median,
-    and that excess."""
-    excess: dict[str, list[float]] = {p: [] for p in PHASES}
-    mine = windows[rank]
-    for s in steps:
-        theirs = [w[s] for r, w in windows.items() if r != rank and s in w]
-        for p in PHASES:
-            excess[p].append(_phase_ms(mine[s], p) - median_nonempty(sorted(_phase_ms(t, p) for t in theirs)))
-    medians = {p: median_nonempty(sorted(excess[p])) for p in PHASES}
-    worst = max(PHASES, key=lambda p: medians[p])
-    if worst == "forward" and medians[worst] > 0:
-        # the forward phase runs on to backward's start: where the rank's host spent most of its
-        # excess between the forward's return and backward (a loader there: nanoGPT's prefetch),
-        # that is where it is, not the model's forward
-        gap = []
-        for s in steps:
-            mine_gap = mine[s].get("host_gap_ms")
-            theirs = sorted(g for r, w in windows.items() if r != rank and s in w
-                            and (g := w[s].get("host_gap_ms")) is not None)
-            if mine_gap is not None and theirs:
-                gap.append(mine_gap - median_nonempty(theirs))
-        if gap and 2 * median_nonempty(sorted(gap)) >= medians[worst]:
-            return AFTER_FORWARD, median_nonempty(sorted(gap))
-    return worst, medians[worst]

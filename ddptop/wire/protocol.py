@@ -58,9 +58,7 @@ STEP_FIELDS = (
     # forwards without grad (validation, generation) in this step's time, and the time between
     # two of them: apart from the four phases (which add up to step_ms less this)
     "eval_ms",
-    # host time from the outermost forward's return to backward's start (the loss, and code the
-    # script runs there: nanoGPT fetches the next batch); inside the forward phase, not apart
-    "host_gap_ms",
+    "host_gap_ms",  # host time from the forward's return to backward (inside forward_ms): a loader there
 )
 Fact: TypeAlias = str | int | float | bool  # one of a rank's facts (Info.facts, RankState.info)
 PHASES = ("data", "forward", "backward", "optimizer")

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ddptop.model import straggler
+from ddptop.model.straggler_work import AFTER_FORWARD
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,11 +61,11 @@ def test_a_delayed_rank_is_named_with_what_it_costs_the_job(tmp_path: Path) -> N
     slow, out = ddptop(tmp_path / "slow", *script, "--slow-rank", "1", "--slow-data-ms", "80")
     lost = own_step_ms(tmp_path / "slow") - own_step_ms(tmp_path / "sym")
     s = slow["straggler"]
-    assert s is not None and (s["rank"], s["phase"]) == (1, straggler.AFTER_FORWARD), slow["straggler_check"]
+    assert s is not None and (s["rank"], s["phase"]) == (1, AFTER_FORWARD), slow["straggler_check"]
     assert abs(s["cost_ms"] - lost) <= 0.25 * lost, (s["cost_ms"], lost, s["text"])
     assert s["ci95_ms"][0] <= s["cost_ms"] <= s["ci95_ms"][1] and s["share"] > 0.3
     text = slow["straggler_check"]["text"]
-    assert text.startswith(f"rank 1 straggler: {straggler.AFTER_FORWARD}, costs the job {s['cost_ms']:.1f} ms/step (")
+    assert text.startswith(f"rank 1 straggler: {AFTER_FORWARD}, costs the job {s['cost_ms']:.1f} ms/step (")
     # the headless line said the verdict in force, in the same words
     assert any(line.endswith(s["text"]) or s["text"] in line for line in out.splitlines() if line.startswith("["))
     assert calm["straggler"] is None, calm["straggler_check"]["text"]

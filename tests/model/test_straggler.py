@@ -18,6 +18,7 @@ from ddptop.model.host_load import Contention
 from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState
 from ddptop.model.straggler import Verdict, check_steps
+from ddptop.model.straggler_work import AFTER_FORWARD
 from ddptop.viewer_wire.state_codec import state_from_dict, state_to_dict
 from ddptop.wire.protocol import Steps
 
@@ -253,7 +254,7 @@ def test_a_late_rank_whose_host_spent_it_after_the_forward_is_named_there() -> N
     phase runs on. The host's gap there (host_gap_ms) names it; late in the model's own forward
     (no gap), it stays `forward`."""
     s = feed_lockstep(100, {1: 6.0}, host_gap={1: 6.0}).straggler()
-    assert s is not None and (s.rank, s.phase) == (1, straggler.AFTER_FORWARD)
+    assert s is not None and (s.rank, s.phase) == (1, AFTER_FORWARD)
     assert s.phase_ms == pytest.approx(6.0, abs=0.3)
     assert s.describe().startswith("rank 1 straggler: host between forward and backward, costs the job ")
     s = feed_lockstep(100, {1: 6.0}, host_gap={}).straggler()

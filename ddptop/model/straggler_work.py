@@ -1,0 +1,103 @@
+"""What the ranks' records say of each rank's work over a straggler check's steps: its own work
+(the step less its exposed wait), its work outside backward, its backward less that wait; per
+step what it costs the job (`Costs`, the rule in ddptop.model.straggler's docstring); and the
+phase its excess is in (`phase_of`).
+
+Pure: no I/O, no UI. Used by ddptop.model.straggler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from ddptop.model.figures.stats import median_nonempty
+from ddptop.model.paired import Paired, sign_p
+from ddptop.wire.protocol import PHASES
+
+AFTER_FORWARD = "host between forward and backward"  # a phase of its own where the host's gap holds it
+
+
+def own_work(rec: dict[str, float]) -> float:
+    return rec["step_ms"] - rec.get("exposed_comm_ms", 0.0)
+
+
+def late(rec: dict[str, float]) -> float | None:
+    """Larger for a rank that reaches the all-reduce later (it spends less time in it)."""
+    comm = rec.get("comm_ms")
+    return None if comm is None else -comm
+
+
+def _unhidden(rec: dict[str, float]) -> float | None:
+    """Less for a rank that waits less at backward's end for the all-reduce."""
+    return -rec.get("exposed_comm_ms", 0.0)
+
+
+def _outside(rec: dict[str, float]) -> float:
+    """The step less backward: its data, forward and optimizer (and what lies between)."""
+    return rec["step_ms"] - rec.get("backward_ms", 0.0)
+
+
+def _bwd_own(rec: dict[str, float]) -> float:
+    """Backward less the wait at its end: longer for a rank that waited for a peer inside it."""
+    return rec.get("backward_ms", 0.0) - rec.get("exposed_comm_ms", 0.0)
+
+
+class Costs:
+    """Per rank and step how much shorter the step would be if it ran as fast as the others:
+    its own work beyond the next-latest rank's (the largest of the others': with it as fast
+    as they are, that rank would set the step; below 0 on a step it was not the last). Where
+    the others waited for it inside their backward (their backward, less its exposed wait,
+    longer than its own: the median of that), their backward holds that wait, so the work
+    outside backward (data, forward, optimizer) is compared instead."""
+
+    def __init__(self, windows: Mapping[int, Mapping[int, dict[str, float]]], alpha: float) -> None:
+        self.alpha = alpha  # the sign test's level for "its own work is the latest beyond chance"
+        self.own = Paired(windows, own_work)
+        self.bwd = Paired(windows, _bwd_own)
+        self.outside = Paired(windows, _outside)
+        self.exposed = Paired(windows, _unhidden)  # the others' wait at backward's end beyond its own
+
+    def of(self, rank: int) -> tuple[dict[int, float], dict[int, float], float]:
+        """step -> its margin over the next-latest rank; step -> its work beyond the others'
+        median (whose median, its typical excess, is what "as fast as the others" takes off
+        it); the others' median wait for it inside backward (0: none)."""
+        bwd = self.bwd.diffs[rank]
+        paired = [s for s in self.own.diffs[rank] if s in bwd]
+        hidden = -median_nonempty(sorted(bwd[s] for s in paired)) if paired else 0.0
+        last = sum(self.own.over_next[rank].get(s, 0.0) > 0 for s in paired)  # own work the latest
+        work = self.outside if hidden > 0 and sign_p(last, len(paired)) > self.alpha else self.own
+        margin, excess = work.over_next[rank], work.diffs[rank]
+        return ({s: margin[s] for s in paired if s in margin}, {s: excess[s] for s in paired if s in excess},
+                max(hidden, 0.0))
+
+
+def _phase_ms(rec: dict[str, float], phase: str) -> float:
+    value = rec.get(phase + "_ms", 0.0)
+    return value - rec.get("exposed_comm_ms", 0.0) if phase == "backward" else value
+
+
+def phase_of(rank: int, windows: Mapping[int, Mapping[int, dict[str, float]]], steps: Iterable[int]) -> tuple[str, float]:
+    """The phase of `rank`'s own work with the largest median excess over the others' median,
+    and that excess."""
+    excess: dict[str, list[float]] = {p: [] for p in PHASES}
+    mine = windows[rank]
+    for s in steps:
+        theirs = [w[s] for r, w in windows.items() if r != rank and s in w]
+        for p in PHASES:
+            excess[p].append(_phase_ms(mine[s], p) - median_nonempty(sorted(_phase_ms(t, p) for t in theirs)))
+    medians = {p: median_nonempty(sorted(excess[p])) for p in PHASES}
+    worst = max(PHASES, key=lambda p: medians[p])
+    if worst == "forward" and medians[worst] > 0:
+        # the forward phase runs on to backward's start: where the rank's host spent most of its
+        # excess between the forward's return and backward (a loader there: nanoGPT's prefetch),
+        # that is where it is, not the model's forward
+        gap = []
+        for s in steps:
+            mine_gap = mine[s].get("host_gap_ms")
+            peers = sorted(g for r, w in windows.items() if r != rank and s in w
+                           and (g := w[s].get("host_gap_ms")) is not None)
+            if mine_gap is not None and peers:
+                gap.append(mine_gap - median_nonempty(peers))
+        if gap and 2 * median_nonempty(sorted(gap)) >= medians[worst]:
+            return AFTER_FORWARD, median_nonempty(sorted(gap))
+    return worst, medians[worst]
