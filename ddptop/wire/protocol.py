@@ -51,10 +51,7 @@ STEP_FIELDS = (
     "profiled",  # 1 inside a capture window and the step after it: left out of throughput
     # memory, sampled by the rank side every few steps (MiB): torch's CUDA caching allocator
     # (allocated, reserved, peak allocated) on a GPU, the process's resident set everywhere
-    "mem_allocated_mb",
-    "mem_reserved_mb",
-    "mem_peak_mb",
-    "rss_mb",
+    "mem_allocated_mb", "mem_reserved_mb", "mem_peak_mb", "rss_mb",
     # forwards without grad (validation, generation) in this step's time, and the time between
     # two of them: apart from the four phases (which add up to step_ms less this)
     "eval_ms",
