@@ -49,15 +49,12 @@ def own_ms(run_dir: Path) -> float | None:
     return None
 
 
-def fastest_share(run_dir: Path, warmup: int) -> float | None:
-    """The fastest rank's own work (step less its exposed wait) as a share of the step, median
-    over the measured steps: near 1 where the GPUs' work sets the step; well under 1 in a
-    launch-bound job, whose GPUs wait for their hosts (there the ranks' hosts take turns being
-    last, and a GPU-side delay can cost nothing)."""
+def measured_records(run_dir: Path, warmup: int) -> dict[int, list[dict]]:
+    """step -> every rank's record of it, for the steps after warmup (steps.jsonl)."""
     by_step: dict[int, list[dict]] = {}
     path = run_dir / "steps.jsonl"
     if not path.is_file():
-        return None
+        return by_step
     for line in path.read_text(errors="replace").splitlines():
         try:
             rec = json.loads(line)
@@ -65,9 +62,28 @@ def fastest_share(run_dir: Path, warmup: int) -> float | None:
             continue
         if "step_ms" in rec and rec.get("step", -1) >= warmup:
             by_step.setdefault(rec["step"], []).append(rec)
+    return by_step
+
+
+def fastest_share(by_step: dict[int, list[dict]]) -> float | None:
+    """The fastest rank's own work (step less its exposed wait) as a share of the step, median
+    over the measured steps: near 1 where the GPUs' work sets the step; well under 1 in a
+    launch-bound job, whose GPUs wait for their hosts (there the ranks' hosts take turns being
+    last, and a GPU-side delay can cost nothing)."""
     shares = [min(r["step_ms"] - r.get("exposed_comm_ms", 0.0) for r in recs) / max(r["step_ms"] for r in recs)
               for recs in by_step.values() if len(recs) > 1 and max(r["step_ms"] for r in recs) > 0]
     return round(statistics.median(shares), 2) if shares else None
+
+
+def host_gaps(by_step: dict[int, list[dict]]) -> dict[int, float]:
+    """Each rank's median host time between its forward's return and backward (host_gap_ms):
+    where a loader called there (nanoGPT's prefetch) spends its delay."""
+    gaps: dict[int, list[float]] = {}
+    for recs in by_step.values():
+        for r in recs:
+            if "host_gap_ms" in r:
+                gaps.setdefault(r["rank"], []).append(r["host_gap_ms"])
+    return {rank: round(statistics.median(v), 2) for rank, v in sorted(gaps.items())}
 
 
 def run_case(args: argparse.Namespace, name: str, extra: str) -> dict:
@@ -85,6 +101,7 @@ def run_case(args: argparse.Namespace, name: str, extra: str) -> dict:
         print(f"== {name}: rc={res.returncode}, no summary\n{res.stdout[-1500:]}{res.stderr[-1500:]}", flush=True)
         return {"case": name, "args": extra, "rc": res.returncode}
     run_dir = next(iter(sorted(d for d in runs.iterdir() if d.is_dir())), runs)
+    by_step = measured_records(run_dir, args.warmup)
     check = summary.get("straggler_check") or {}
     lines = [ln for ln in res.stdout.splitlines()
              if ("straggler" in ln or "contended" in ln) and not ln.startswith(("{", "advice"))][-2:]
@@ -93,7 +110,7 @@ def run_case(args: argparse.Namespace, name: str, extra: str) -> dict:
     expected = int(slow.group(1)) if slow else 0 if re.search(r"--item-every-step\b", extra) else None
     return {"case": name, "args": extra, "rc": res.returncode, "wall_s": round(time.monotonic() - t0, 1),
             "own_ms": own_ms(run_dir), "step_ms_p50": summary.get("step_ms_p50"),
-            "fastest_share": fastest_share(run_dir, args.warmup),
+            "fastest_share": fastest_share(by_step), "host_gap_ms": host_gaps(by_step),
             "expected_rank": expected, "straggler": summary.get("straggler"),
             "text": check.get("text"), "now": check.get("now"), "held": check.get("held"),
             "latest": check.get("latest"), "host_cpu": summary.get("host_cpu"), "lines": lines,
@@ -141,7 +158,8 @@ def main() -> int:
         name, _, extra = spec.partition("=")
         case = run_case(args, name, extra)
         results.append(case)
-        print(f"== {name} ({extra or 'symmetric'}): own {case.get('own_ms')} ms/step, verdict: {case.get('text')}", flush=True)
+        print(f"== {name} ({extra or 'symmetric'}): own {case.get('own_ms')} ms/step, verdict: {case.get('text')}; "
+              f"host gap after forward (ms, per rank): {case.get('host_gap_ms')}", flush=True)
         for line in case.get("lines", []):
             print("   " + line[-300:], flush=True)
     syms = [c["own_ms"] for c in results if c["case"].startswith("sym") and c.get("own_ms") is not None]

@@ -33,3 +33,17 @@ def test_extra_matmuls_are_expected_in_forward_and_a_small_loss_names_no_one() -
 def test_the_loss_read_on_rank_0_expects_rank_0_in_any_phase() -> None:
     case = {"case": "item0", "args": "--item-every-step", "own_ms": 26.0, "expected_rank": 0}
     assert "rank 0 expected: right, cost within 25%" in sc.verdict_row({**case, "straggler": named(0, "data", 3.0)}, 22.77)
+
+
+def test_the_records_give_the_fastest_share_and_each_ranks_host_gap(tmp_path) -> None:
+    """A run's steps.jsonl, read once: the fastest rank's own work over the step, and the
+    host gap after forward per rank, where a loader's delay shows (the phase's evidence)."""
+    lines = []
+    for step in range(12):
+        for rank, gap in ((0, 0.1), (1, 6.2)):
+            lines.append(f'{{"rank": {rank}, "step": {step}, "step_ms": 20.0, "exposed_comm_ms": {6.0 if rank == 0 else 0.5}, '
+                         f'"host_gap_ms": {gap}}}')
+    (tmp_path / "steps.jsonl").write_text("\n".join(lines) + "\nnot json\n")
+    by_step = sc.measured_records(tmp_path, warmup=2)
+    assert sorted(by_step) == list(range(2, 12))
+    assert sc.fastest_share(by_step) == 0.7 and sc.host_gaps(by_step) == {0: 0.1, 1: 6.2}
