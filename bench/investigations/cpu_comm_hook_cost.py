@@ -33,8 +33,6 @@ import subprocess
 import sys
 import time
 
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-
 
 def rank_main(arm: str, steps: int, warmup: int) -> None:
     import torch
@@ -119,11 +117,15 @@ def main() -> None:
         print(f"round {r + 1}: " + "  ".join(f"{a} {got[a]:.3f} ms" for a in order), flush=True)
         for a in diffs:
             diffs[a].append(got[a] - got["none"])
+    from ddptop.analysis.cost_pairs import t_interval
+
     for a, d in diffs.items():
-        m = statistics.mean(d)
-        half = T975.get(len(d) - 1, 2.0) * statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else float("nan")
-        print(f"{a:6s} vs none: {1000 * m:+.0f} us a step [{1000 * (m - half):+.0f}, {1000 * (m + half):+.0f}] "
-              f"(95%, t over {len(d)} rounds)")
+        ci = t_interval(d)
+        if ci is None:
+            print(f"{a:6s} vs none: {1000 * d[0]:+.0f} us a step (one round: no interval)")
+            continue
+        print(f"{a:6s} vs none: {1000 * ci.mean:+.0f} us a step [{1000 * ci.lo:+.0f}, {1000 * ci.hi:+.0f}] "
+              f"(95%, t over {ci.n} rounds)")
 
 
 if __name__ == "__main__":

@@ -9,18 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-# Student's t, 97.5% quantile, by degrees of freedom; past the table, its last entry (wider
-# than the true quantile, so the interval errs wide).
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-        10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042}
+from ddptop.model.figures.stats import t975
+
 ACROSS = "a t interval over the runs' steps/s, never narrower than their per-step intervals combined"
 CI_TEXT = ("95% CI of the mean over the runs (Student's t, runs - 1 degrees of freedom), never narrower than "
            "the runs' per-step intervals combined")
 ORDER_TEXT = "interleaved in rounds, every other round reversed (A B, B A, A B, ...)"
-
-
-def t975(df: int) -> float:
-    return T975[max(k for k in T975 if k <= df)]
 
 
 def across_interval(rates: Sequence[float],

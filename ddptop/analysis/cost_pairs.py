@@ -17,17 +17,9 @@ import re
 import statistics
 from dataclasses import dataclass
 
+from ddptop.model.figures.stats import t975
+
 PLAIN, DDPTOP = "plain", "ddptop"
-
-# two-sided 95% Student-t quantiles by degrees of freedom (1..30); 1.96 beyond
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-        2.052, 2.048, 2.045, 2.042)
-
-
-def t95(df: int) -> float:
-    return _T95[df - 1] if 1 <= df <= len(_T95) else 1.96
-
 
 def schedule(pairs: int) -> list[tuple[int, str]]:
     """(pair, arm) in running order: ABBA."""
@@ -81,7 +73,7 @@ def t_interval(values: list[float]) -> Interval | None:
     if n < 2:
         return None
     mean = statistics.fmean(values)
-    half = t95(n - 1) * statistics.stdev(values) / math.sqrt(n)
+    half = t975(n - 1) * statistics.stdev(values) / math.sqrt(n)
     return Interval(mean, mean - half, mean + half, n)
 
 

@@ -15,9 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ddptop.analysis.across_runs import ACROSS, t975
+from ddptop.analysis.across_runs import ACROSS
 from ddptop.analysis.advice import LOSSY_CAVEAT, NOISE, Advice, is_lossy
 from ddptop.model.config import DDP_KNOBS, PRESETS, RunConfig
+from ddptop.model.figures.stats import t975
 
 BATCHES = 10  # consecutive batches of steps whose means are treated as independent
 MIN_STEPS = 20  # fewer measured steps on a rank: no interval

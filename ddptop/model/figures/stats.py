@@ -1,6 +1,6 @@
 """The statistics every figure is made of, each written once: the median, the nearest-rank
-percentile, a percentage, a mean that skips the unknown, the union of time spans, and the
-log-binned Histogram whole-run percentiles are kept in. Pure: numbers in, numbers out.
+percentile, a percentage, a mean that skips the unknown, Student's t quantile for a 95%
+interval, the union of time spans, and the log-binned Histogram whole-run percentiles are kept in. Pure: numbers in, numbers out.
 
 (The rank side has its own union of spans, ddptop.rank.steps.union_length: nothing of the
 monitor may be imported into a rank, and this module is part of the monitor.)
@@ -13,7 +13,19 @@ import math
 from collections.abc import Iterable
 
 Span = tuple[float, float]
+# Student's t, two-sided 95% (the 97.5% quantile), by degrees of freedom 1..30
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+         2.052, 2.048, 2.045, 2.042)
 _BINS_PER_E = 100.0  # histogram bins per factor e: ~1% wide
+
+
+def t975(df: int) -> float:
+    """Student's t quantile of a two-sided 95% interval with `df` degrees of freedom; past 30,
+    30's (wider than the true quantile, so an interval errs wide)."""
+    if df < 1:
+        raise ValueError(f"t975 needs at least 1 degree of freedom, got {df}")
+    return _T975[min(df, len(_T975)) - 1]
 
 
 def median(ordered: list[float]) -> float | None:
