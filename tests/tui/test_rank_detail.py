@@ -276,3 +276,17 @@ def test_log_lines_read_plain_and_only_their_prefix_is_dim():
     prefix = text.plain.index("loss")
     styles = {str(span.style) for span in text.spans if span.start >= prefix}
     assert "dim" not in str(text.style) and not any("dim" in s for s in styles)
+
+
+def test_the_detail_says_the_hosts_time_between_forward_and_backward_where_it_matters() -> None:
+    """Issue 44: the straggler rule names `host between forward and backward` (a loader called
+    there, nanoGPT's prefetch); the rank's detail shows that time, which its phase bar keeps
+    inside forward. The loss's own sub-millisecond launch is not said."""
+    state = synthetic_state(2)
+    for rank, gap in ((0, 0.2), (1, 6.3)):
+        for rec in state.ranks[rank].recent:
+            rec["host_gap_ms"] = gap
+    snap = snapshot(state, time.time())
+    assert "after fwd" not in "\n".join(t.plain for t in detail_lines(snap, 0, 120))
+    text = "\n".join(t.plain for t in detail_lines(snap, 1, 140))
+    assert "after fwd the host spends 6.3 ms a step between forward's return and backward" in text

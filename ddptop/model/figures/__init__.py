@@ -77,13 +77,14 @@ from ddptop.model.figures.window import (
     RankWindow,
     eval_ms_per_step_recent,
     exposed_of_comm,
+    host_gap_ms_recent,
     rank_figures,
 )
 
 __all__ = [
     "EMPTY", "MIN_RECORDS", "PHASES_WITH_COMM", "RECENT_LABEL", "RUN_LABEL", "STALL_MIN_S", "STALL_STEPS",
     "WINDOW", "Histogram", "RankFigures", "RankRecords", "RankTotals", "RankWindow", "Span",
-    "comm_shares_last50", "comm_window", "comm_window_run", "eval_ms_per_step_recent", "eval_ms_per_step_run", "exposed_of_comm", "fastest", "job_samples_per_s_last50", "job_samples_per_s_run",
+    "comm_shares_last50", "comm_window", "comm_window_run", "eval_ms_per_step_recent", "eval_ms_per_step_run", "exposed_of_comm", "fastest", "host_gap_ms_recent", "job_samples_per_s_last50", "job_samples_per_s_run",
     "job_samples_per_step_last50", "job_step_ms_p50_last50", "job_steps_per_s_last50",
     "job_steps_per_s_run", "job_tokens_per_s_run", "mean", "mean_share_run", "median", "median_nonempty", "merge_spans",
     "merged_percentiles", "node_own_ms_last50", "node_step_ms_p50_last50", "pct", "percent", "percentile", "phase_shares_last50", "rank_figures",

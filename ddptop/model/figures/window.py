@@ -195,3 +195,16 @@ def eval_ms_per_step_recent(rs: RankRecords) -> float | None:
     the rank's recent ring (not only the last WINDOW); None when none ran."""
     total = sum(r.get("eval_ms", 0.0) for r in rs.recent)
     return total / len(rs.recent) if total else None
+
+
+HOST_GAP_SHOWN_MS = 1.0  # a gap under this is the loss's own launch: not said
+
+
+def host_gap_ms_recent(rs: RankRecords) -> float | None:
+    """The rank's host time between its forward's return and backward (host_gap_ms), the
+    median over its recent ring: inside its forward phase, where a loader called there (as
+    nanoGPT prefetches the next batch) or a sync spends its time. None when not recorded or
+    under HOST_GAP_SHOWN_MS."""
+    gaps = sorted(g for r in rs.recent if (g := r.get("host_gap_ms")) is not None)
+    mid = median(gaps)
+    return mid if mid is not None and mid >= HOST_GAP_SHOWN_MS else None

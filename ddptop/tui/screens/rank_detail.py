@@ -15,7 +15,12 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from ddptop.model import memory
-from ddptop.model.figures import RECENT_LABEL, comm_window, eval_ms_per_step_recent
+from ddptop.model.figures import (
+    RECENT_LABEL,
+    comm_window,
+    eval_ms_per_step_recent,
+    host_gap_ms_recent,
+)
 from ddptop.model.report import NA, fmt
 from ddptop.model.snapshot import Snapshot
 from ddptop.model.state import RunState
@@ -49,7 +54,17 @@ def summary_lines(snap: Snapshot, rank: int, width: int) -> list[Text]:
         comm.append(f"in flight {fmt(None if f.comm_share is None else 100 * f.comm_share, '.0f')}% of the step"
                     f"  exposed {fmt(None if f.exposed_share is None else 100 * f.exposed_share, '.0f')}%")
         comm.append(f"  ({comm_window({rank: f})})", style="dim")
-    return [hist, bar, *eval_line(snap, rank), comm]
+    return [hist, bar, *gap_line(snap, rank), *eval_line(snap, rank), comm]
+
+
+def gap_line(snap: Snapshot, rank: int) -> list[Text]:
+    """The host's time between the forward's return and backward, inside the forward phase
+    (where the straggler rule finds a loader called there); nothing under a millisecond."""
+    ms = host_gap_ms_recent(snap.state.ranks[rank])
+    if ms is None:
+        return []
+    return [Text.assemble(("after fwd ", "dim"), f"the host spends {ms:.1f} ms a step between forward's return and "
+                          "backward", ("  (median; inside fwd above: a loader or a sync there)", "dim"))]
 
 
 def eval_line(snap: Snapshot, rank: int) -> list[Text]:
