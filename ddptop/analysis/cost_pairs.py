@@ -21,6 +21,7 @@ from ddptop.model.figures.stats import t975
 
 PLAIN, DDPTOP = "plain", "ddptop"
 
+
 def schedule(pairs: int) -> list[tuple[int, str]]:
     """(pair, arm) in running order: ABBA."""
     out: list[tuple[int, str]] = []

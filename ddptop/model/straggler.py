@@ -25,9 +25,9 @@ account for it:
   over, and a GPU's backward waits in it) so fully that its own work is not the latest beyond
   chance (the sign test), the work outside backward (data, forward, optimizer) is compared
   instead. Where its own work is the latest beyond chance, own work it is: on 4x H200 (a
-  GPU-bound GPT, session 9)
-  the others' wait inside backward (~2 ms) did not lengthen the job's step, and comparing the
-  work outside backward read 8.5 ms for a 5.9 ms loss, 3.9 ms for 0.6. The evidence: its
+  GPU-bound GPT, session 9) the others' wait inside backward (~2 ms) did not lengthen the
+  job's step, and comparing the work outside backward read 8.5 ms for a 5.9 ms loss, 3.9 ms
+  for 0.6. The evidence: its
   phase's excess, the others' wait for it at backward's end (exposed) and inside backward
   (hidden). Cost at least MIN_MS and MIN_SHARE of the step (the others' median step, which
   waits for it).

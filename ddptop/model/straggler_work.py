@@ -48,7 +48,9 @@ class Costs:
     as they are, that rank would set the step; below 0 on a step it was not the last). Where
     the others waited for it inside their backward (their backward, less its exposed wait,
     longer than its own: the median of that), their backward holds that wait, so the work
-    outside backward (data, forward, optimizer) is compared instead."""
+    outside backward (data, forward, optimizer) is compared instead, but only where its own
+    work is not the latest beyond chance (the sign test at `alpha`): where it is, own work is
+    the cost (the others' wait inside backward did not lengthen the step on 4x H200)."""
 
     def __init__(self, windows: Mapping[int, Mapping[int, dict[str, float]]], alpha: float) -> None:
         self.alpha = alpha  # the sign test's level for "its own work is the latest beyond chance"
@@ -78,26 +80,18 @@ def _phase_ms(rec: dict[str, float], phase: str) -> float:
 
 def phase_of(rank: int, windows: Mapping[int, Mapping[int, dict[str, float]]], steps: Iterable[int]) -> tuple[str, float]:
     """The phase of `rank`'s own work with the largest median excess over the others' median,
-    and that excess."""
-    excess: dict[str, list[float]] = {p: [] for p in PHASES}
+    and that excess. The forward phase runs on to backward's start: where the rank's host spent
+    at least half of a forward excess between the forward's return and backward (host_gap_ms: a
+    loader there, nanoGPT's prefetch), the phase is AFTER_FORWARD, not the model's forward."""
+    keys = (*PHASES, "host_gap")
+    excess: dict[str, list[float]] = {p: [] for p in keys}
     mine = windows[rank]
     for s in steps:
         theirs = [w[s] for r, w in windows.items() if r != rank and s in w]
-        for p in PHASES:
+        for p in keys:
             excess[p].append(_phase_ms(mine[s], p) - median_nonempty(sorted(_phase_ms(t, p) for t in theirs)))
-    medians = {p: median_nonempty(sorted(excess[p])) for p in PHASES}
+    medians = {p: median_nonempty(sorted(excess[p])) for p in keys}
     worst = max(PHASES, key=lambda p: medians[p])
-    if worst == "forward" and medians[worst] > 0:
-        # the forward phase runs on to backward's start: where the rank's host spent most of its
-        # excess between the forward's return and backward (a loader there: nanoGPT's prefetch),
-        # that is where it is, not the model's forward
-        gap = []
-        for s in steps:
-            mine_gap = mine[s].get("host_gap_ms")
-            peers = sorted(g for r, w in windows.items() if r != rank and s in w
-                           and (g := w[s].get("host_gap_ms")) is not None)
-            if mine_gap is not None and peers:
-                gap.append(mine_gap - median_nonempty(peers))
-        if gap and 2 * median_nonempty(sorted(gap)) >= medians[worst]:
-            return AFTER_FORWARD, median_nonempty(sorted(gap))
+    if worst == "forward" and medians[worst] > 0 and 2 * medians["host_gap"] >= medians[worst]:
+        return AFTER_FORWARD, medians["host_gap"]
     return worst, medians[worst]

@@ -12,7 +12,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -211,22 +210,19 @@ async def run_stats(nsys: str, rep: Path, reports: Iterable[str], window: bool =
 
 async def run_stats_argv(argv: list[str], base: str, reports: list[str], nvtx: str | None = None) -> dict[str, Any]:
     """Run `nsys stats` and read its CSV tables; `nvtx`: the range it was filtered by, whose
-    tables nsys names with that range (or, in other versions, as unfiltered ones: either is read,
-    the filtered name first, and only files this run wrote)."""
-    started = time.time()
+    tables nsys names with that range."""
     rc, out = await _run(argv, STATS_TIMEOUT_S)
     with contextlib.suppress(OSError):
         Path(base + ".stats.txt").write_text(out)
-    tables, read = {}, {}
+    tables, read = {}, []
     for report in reports:
-        names = [nsys_stats.stats_csv_name(base, report, nvtx), nsys_stats.stats_csv_name(base, report)]
-        path = next((Path(n) for n in dict.fromkeys(names) if _written_since(Path(n), started)), None)
-        if path is not None:
+        path = Path(nsys_stats.stats_csv_name(base, report, nvtx))
+        if path.is_file():
             with path.open(encoding="utf-8", errors="replace") as f:
                 tables[report] = f.read(MAX_CSV_BYTES)
-            read[report] = str(path)
+            read.append(str(path))
     result = nsys_stats.summarize_stats(tables)
-    result["csv"] = list(read.values())
+    result["csv"] = read
     if not tables:
         result["problem"] = nsys_stats.failure_line("nsys stats", out, rc, LIBS_ENV)
     return result
@@ -276,14 +272,6 @@ async def nsys_report(nsys: str, captures_dir: Path, env: Mapping[str, str] | No
     elif info["errors"]:
         info["note"] = "; ".join(dict.fromkeys(info["errors"]))
     return info
-
-
-def _written_since(path: Path, since: float) -> bool:
-    """The file exists and this `nsys stats` wrote it (a file of an earlier run is not its answer)."""
-    try:
-        return path.stat().st_mtime >= since - 1.0
-    except OSError:
-        return False
 
 
 def _size(path: Path) -> str:
