@@ -192,6 +192,9 @@ def parse_args():
                    help="torch.profiler over steps START..START+COUNT-1, without ddptop: each rank "
                         "writes rank<R>.trace.json.gz to --profile-dir (a plain run's trace)")
     p.add_argument("--profile-dir", default="gpt-traces")
+    p.add_argument("--cpus-per-rank", type=int, default=0,
+                   help="pin this process to its own CPUs (local rank k: the k-th block of this many of "
+                        "the CPUs it may use), so that the ranks' hosts do not share cores (0: not pinned)")
     args = p.parse_args()
     if args.steps <= args.warmup:
         p.error(f"--steps ({args.steps}) must be larger than --warmup ({args.warmup})")
@@ -302,8 +305,21 @@ def get_lr(step, args):
     return args.min_lr + coeff * (args.lr - args.min_lr)
 
 
+def pin(cpus_per_rank: int) -> None:
+    """Each local rank on its own block of CPUs (the bench's symmetric runs differed by 4 ms a
+    step when one rank's host ran late; issue 44). Too few CPUs: left unpinned."""
+    if cpus_per_rank <= 0 or not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    k = int(os.environ.get("LOCAL_RANK", "0"))
+    block = cpus[k * cpus_per_rank:(k + 1) * cpus_per_rank]
+    if len(block) == cpus_per_rank:
+        os.sched_setaffinity(0, block)
+
+
 def main():
     args = parse_args()
+    pin(args.cpus_per_rank)
     ddp, rank, local_rank, world_size, device = setup_distributed(args)
     master = rank == 0
     device_type = device.type

@@ -142,16 +142,22 @@ def exit_code(result: SweepResult) -> int:
     return 0 if all(s.get("status") == "completed" for s in result.summaries) else 1
 
 
+def interrupted_note(result: SweepResult, planned: int) -> str:
+    """What an interruption left undone: the run it stopped part-way and the runs never started
+    (the stopped run is in the summaries, so "not run" alone read 0 when the last run was cut)."""
+    stopped = sum(1 for s in result.summaries if s.get("status") == "stopped")
+    not_run = planned - len(result.summaries)
+    cut = f"{stopped} run(s) stopped part-way, " if stopped else ""
+    return f"interrupted: {cut}{not_run} of {planned} run(s) not run"
+
+
 def sweep_notes(result: SweepResult, rows: Sequence[Mapping[str, Any]], configs: Sequence[RunConfig],
                 user_cmd: Sequence[str] | None, repeat: int = 1) -> list[str]:
     """The notes under the table: presets (or runs) not run, what the repeated runs' figures
     are, columns that are n/a and why."""
     notes = []
-    if result.interrupted and repeat > 1:
-        notes.append(f"interrupted: {len(configs) * repeat - len(result.summaries)} of {len(configs) * repeat} "
-                     "run(s) not run")
-    elif result.interrupted:
-        notes.append(f"interrupted: {len(configs) - len(rows)} preset(s) not run")
+    if result.interrupted:
+        notes.append(interrupted_note(result, len(configs) * repeat))
     if repeat > 1:
         notes.append(f"each preset ran {repeat} times, {ORDER_TEXT}; steps/s and the other figures are each the "
                      f"median over its completed runs; steps/s 95% CI: {CI_TEXT}; speedup 95% CI: the ratio of "

@@ -118,3 +118,19 @@ def test_real_sweep_repeats_each_preset_interleaved(tmp_path, capsys):
     assert "steps/s 95% CI across runs (t)" in out and "each preset ran 2 times" in out
     assert data["expected"]["presets"] == [] and data["expected"]["path"] is None  # gloo: nothing foreseen
     assert (sweep_dir / "expected.json").exists() and (sweep_dir / "sweep.md").read_text() in out
+
+
+def test_an_interrupted_sweep_says_the_run_it_cut_and_the_runs_it_never_started():
+    """A 3x3 sweep stopped in its ninth run has no run left unstarted, yet it did not finish:
+    the note said `0 of 9 run(s) not run` beside a row reading 2/3 (GPU, 2026-11-27)."""
+    from ddptop.commands.batch_run import SweepResult
+
+    configs = [preset_config(p, RunConfig(nproc=4)) for p in ("baseline", "overlap", "bf16")]
+    done = [summary("baseline", 10.0)] * 3 + [summary("overlap", 11.0)] * 3 + [summary("bf16", 12.0)] * 2
+    cut = SweepResult(summaries=[*done, summary("bf16", None, status="stopped")], interrupted=True)
+    notes = sweep.sweep_notes(cut, [], configs, None, repeat=3)
+    assert "interrupted: 1 run(s) stopped part-way, 0 of 9 run(s) not run" in notes
+    early = SweepResult(summaries=done[:4], interrupted=True)
+    assert "interrupted: 5 of 9 run(s) not run" in sweep.sweep_notes(early, [], configs, None, repeat=3)
+    one = SweepResult(summaries=[summary("baseline", 10.0)], interrupted=True)
+    assert "interrupted: 2 of 3 run(s) not run" in sweep.sweep_notes(one, [], configs, None)
