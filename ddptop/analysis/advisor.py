@@ -184,13 +184,16 @@ def straggler_first(straggler: Any, evidence: list[str], mismatch: str = "",
     """A named straggler comes before any communication remedy: the other ranks' all-reduce
     time is largely waiting for it, which no bucket size or compression shortens, so that wait
     is put down to the straggler's phase. Measured, not predicted: the reason starts with what
-    to act on (`rank 1 straggler: data +5.6 ms/step: its input pipeline ...`). A link NCCL
+    to act on, in the verdict's words (`rank 1 straggler: data, costs the job 5.6 ms/step: look at its
+    input pipeline ...`; an older summary's excess: `data +5.6 ms/step`). A link NCCL
     leaves unused (`mismatch`) is still said: it is no remedy for waiting either."""
     if not isinstance(straggler, Mapping) or straggler.get("rank") is None:
         return None
     rank, phase = straggler["rank"], straggler.get("phase") or "own work"
-    excess = straggler.get("cost_ms", straggler.get("excess_ms"))  # what it costs the job (older: its excess)
-    more = f" +{excess:.1f} ms/step" if isinstance(excess, (int, float)) else ""
+    cost = straggler.get("cost_ms")  # what it costs the job, in the verdict's own words
+    excess = cost if cost is not None else straggler.get("excess_ms")  # older summaries: its excess
+    more = (f", costs the job {cost:.1f} ms/step" if isinstance(cost, (int, float)) else
+            f" +{excess:.1f} ms/step" if isinstance(excess, (int, float)) else "")
     wait = (f"~{excess:.1f} ms/step" if isinstance(excess, (int, float)) else "much")
     if isinstance(excess, (int, float)) and step_ms:
         wait += f" ({excess / step_ms:.0%} of the step)"

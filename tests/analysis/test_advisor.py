@@ -285,3 +285,13 @@ def test_with_a_straggler_an_unused_nvlink_is_still_said():
     advice = advise(summary(share=0.28, straggler=late), transports={"shm"}, hw_links={"nvlink"})
     assert advice.preset is None and advice.reason.startswith("rank 1 straggler: backward +20.2 ms/step")
     assert "Also: The GPUs have NVLink but NCCL sends over SHM" in advice.reason
+
+
+def test_the_advice_says_the_straggler_verdicts_cost_in_its_words():
+    """A sweep's `Why` read `rank 1 straggler: forward +2.2 ms/step` beside a verdict `forward,
+    costs the job 2.5 ms/step`: one figure, one wording, on every screen (GPU, 2026-11-27)."""
+    late = {"rank": 1, "phase": "forward", "cost_ms": 2.5, "excess_ms": 5.2,
+            "text": "rank 1 straggler: forward, costs the job 2.5 ms/step (11%)"}
+    advice = advise(summary(share=0.3, straggler=late), transports={"nvlink"}, hw_links={"nvlink"})
+    assert advice.reason.startswith("rank 1 straggler: forward, costs the job 2.5 ms/step: look at its GPU")
+    assert "+5.2" not in advice.reason and "~2.5 ms/step" in " ".join(advice.evidence)
