@@ -10,8 +10,10 @@ host (after a sync such as the script's own `.item()`).
     python bench/investigations/instrument_host_cost.py [--device cpu|cuda] [--layers 40] [--steps 400]
         [--rounds 3] [--variants plain,instrument,nocomm]
 
-Variants: plain (no ddptop), instrument (as under ddptop: comm timed every 10th step),
-nocomm (comm_timing=false: no comm hook), timed (comm timed every step).
+Variants: plain (no ddptop), instrument (as under ddptop: comm timed every 10th step on a
+GPU, every step on a CPU), nocomm (comm_timing=false: no comm hook), timed (comm timed every
+step), torchhook (no ddptop; torch's own Python `allreduce_hook` on the DDP: the floor of any
+Python comm hook), builtin (no ddptop; DDP's built-in C++ ALLREDUCE hook).
 
 Question: how many microseconds of host time a step does the rank-side instrument add to a
 launch-bound loop?
@@ -62,7 +64,7 @@ def one(variant: str, device: str, layers: int, steps: int) -> dict[str, float]:
     cuda = device == "cuda"
     dist.init_process_group("nccl" if cuda else "gloo", rank=0, world_size=1)
     dev = torch.device("cuda:0" if cuda else "cpu")
-    if variant != "plain":
+    if variant in SETTINGS:
         sys.path.insert(0, str(ROOT))
         from ddptop.probe import Probe
         from ddptop.rank.instrument import Instrument
@@ -73,11 +75,18 @@ def one(variant: str, device: str, layers: int, steps: int) -> dict[str, float]:
         inst.install()
     model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(layers)]).to(dev)
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=64 * 65 * 4 / 2**20)
+    if variant == "torchhook":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+    elif variant == "builtin":
+        ddp._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     x = torch.randn(8, 64, device=dev)
     times = [t * 1e6 for t in step_seconds(torch, ddp, opt, x, steps, cuda)]
-    buckets = len(ddp._get_ddp_logging_data().get("bucket_sizes", "").split(",")) if hasattr(
-        ddp, "_get_ddp_logging_data") else 0
+    logged = ddp._get_ddp_logging_data() if hasattr(ddp, "_get_ddp_logging_data") else {}
+    # the buckets after the first step's rebuild (bucket_sizes is the first step's one)
+    buckets = len(str(logged.get("rebuilt_bucket_sizes") or logged.get("bucket_sizes", "")).split(","))
     dist.destroy_process_group()
     return {"median_us": statistics.median(times), "buckets": buckets}
 
