@@ -230,9 +230,10 @@ def _evidence(
         evidence.append(f"all-reduce {share:.0%} of the step")
     if exposed is not None:
         evidence.append(f"exposed (not overlapped) all-reduce {exposed:.0%} of the step")
-        if share is None:  # a GPU run without nccl_timing: what backward could not hide is a lower bound
+        if share is None:  # without nccl_timing (gloo_timing): what backward could not hide is a lower bound
             share = exposed
-            evidence.append("all-reduce total not timed (nccl_timing off): its exposed part stands in, a lower bound")
+            off = "gloo_timing" if summary.get("backend") == "gloo" else "nccl_timing"
+            evidence.append(f"all-reduce total not timed ({off} off): its exposed part stands in, a lower bound")
     if transports:
         evidence.append("NCCL transports: " + ", ".join(ordered(transports)))
     if hw:

@@ -61,7 +61,7 @@ class Prediction:
     nccl_timing: bool = False
 
     def text(self) -> str:
-        counted = ("all-reduces not counted (nccl_timing off: the bill puts each within "
+        counted = ("all-reduces not counted (not timed in the run: nccl_timing / gloo_timing off; the bill puts each within "
                    f"{PER_ALLREDUCE_UNTIMED.lo:+.0f}..{PER_ALLREDUCE_UNTIMED.hi:+.0f} us)"
                    if self.allreduces is None else f"{self.allreduces:g} all-reduce(s) a step")
         timing = (f"; with nccl_timing on, more where comm overlaps compute (the ViT-L demo: "

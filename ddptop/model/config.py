@@ -42,7 +42,7 @@ SCRIPT_KNOBS = tuple(k for k in DDP_KNOBS if k != "ddp")
 # communication is timed, the ranks' NCCL environment, when it is stopped, which DDP knobs are
 # applied to its DDP (their values are added by script_dict).
 SCRIPT_FIELDS = ("preset", "script", "nproc", "warmup", "script_steps", "backend", "comm_timing",
-                 "comm_timing_every", "nccl_timing", "nccl_env", "ddp_apply", "cost_ab", "cost_ab_arms",
+                 "comm_timing_every", "nccl_timing", "gloo_timing", "nccl_env", "ddp_apply", "cost_ab", "cost_ab_arms",
                  "cost_ab_blocks", "cost_ab_busy_pct", "cost_ab_parts", "capture_memory")
 
 
@@ -99,6 +99,11 @@ class RunConfig:
     # cost the ViT-L demo +1.2 ms a step [+0.7, +1.8] on 2x H200 (1.4%; off: +0.1 ms [-0.3, +0.5]),
     # against plain torchrun (docs/BENCHMARKS.md, issue 42). Off: exposed communication only.
     nccl_timing: bool = False
+    # On gloo (CPU): each bucket's all-reduce timed by a Python comm hook around it (total comm,
+    # its hidden share). Off by default since 2026-11-27: any Python comm hook costs a gloo step
+    # ~60 us a bucket (torch's own allreduce_hook ~72; docs/BENCHMARKS.md, issue 42). Off: DDP's
+    # C++ all-reduce, exposed communication only, as on a GPU without nccl_timing.
+    gloo_timing: bool = False
     # torch.profiler captures also record memory (profile_memory: HTA's memory timeline);
     # the trace is larger and the profiled steps slower
     capture_memory: bool = False
@@ -207,6 +212,8 @@ class RunConfig:
         parts = [f"{k}={v}" for k, v in sorted(self.nccl_env.items())]
         if self.nccl_timing:
             parts.append("nccl_timing")
+        if self.gloo_timing:
+            parts.append("gloo_timing")
         if not self.comm_timing:
             parts.append("no comm timing")
         return "; " + " ".join(parts) if parts else ""

@@ -1,9 +1,11 @@
 """How each of the script's DDP modules has its gradient communication timed, and NCCL's
 own times joined to the step records.
 
-On a GPU with no comm hook DDP keeps its C++ all-reduce: NCCL times it (nccl_timing), else
-backward's events give exposed communication only. Otherwise a `CommTimer` hook per DDP
-module times each bucket (around the hook the script or the run registers). See
+With no comm hook DDP keeps its C++ all-reduce: on a GPU NCCL times it (nccl_timing), else
+backward's marks give exposed communication only (on gloo always, unless gloo_timing: any
+Python comm hook costs a gloo step ~60 us a bucket, docs/BENCHMARKS.md). Otherwise a
+`CommTimer` hook per DDP module times each bucket (around the hook the script or the run
+registers). See
 ddptop.rank.comm for the timers themselves.
 """
 
@@ -29,8 +31,9 @@ class DdpComm:
     def __init__(self, torch: Any, tracker: StepTracker, enabled: bool, every: int, *,
                  cuda: Callable[[], bool], capturing: Callable[[], bool], guard: Guard,
                  send_facts: Callable[[dict[str, Any]], None], note: Callable[[str], None],
-                 script: ScriptDdp | None) -> None:
+                 script: ScriptDdp | None, gloo_timing: bool = False) -> None:
         self.torch = torch
+        self.gloo_timing = gloo_timing  # off the GPU: a Python hook times each bucket (~60 us a bucket)
         self.tracker = tracker
         self.enabled = enabled  # the run's comm_timing
         self.every = every  # a GPU times one step in `every` (and every step of a capture window)
@@ -63,15 +66,17 @@ class DdpComm:
         # collectives' own time (what a trace's NCCL kernels add up to); a hook's whole span
         # (cast, divide, decompress) is hook_ms beside it
         by_nccl = self.enabled and cuda and self._time_by_nccl(ddp, hooked=hook is not None)
-        if self.enabled and hook is None and cuda:
+        if self.enabled and hook is None and (cuda or not self.gloo_timing):
             # DDP keeps its C++ all-reduce: a Python hook per bucket cost ~3.5% of a ViT-L step
-            # on one H100 (docs/BENCHMARKS.md); backward's events give exposed comm every step
+            # on one H100, and ~60 us a bucket on gloo (docs/BENCHMARKS.md); backward's marks
+            # give exposed comm every step
             self.tracker.comm_elsewhere = True
             if by_nccl:
                 return "NCCL's own timing of each all-reduce (nccl_timing), DDP's C++ all-reduce"
             self._exposed_only.add(id(ddp))
             return ("exposed communication from backward's events, DDP's C++ all-reduce "
-                    "(nccl_timing=true: all-reduce time too)")
+                    + ("(nccl_timing=true: all-reduce time too)" if cuda else
+                       "(gloo_timing=true: each bucket's all-reduce timed too, ~60 us a bucket)"))
         if not (self.enabled or hook is not None):
             return None
         timer = self.make_timer(ddp)

@@ -74,7 +74,7 @@ class Instrument:
         self.comm = DdpComm(
             torch, self.tracker, self.comm_timing, max(1, int(settings.get("comm_timing_every", 10))),
             cuda=self._cuda, capturing=self._capturing, guard=self._guard, send_facts=self.send_facts,
-            note=self.note, script=self.script_ddp)
+            note=self.note, script=self.script_ddp, gloo_timing=bool(settings.get("gloo_timing", False)))
         self.outermost = OutermostHooks(torch, self._guard, self._fwd_pre, self._fwd_post)
         self.backward = BackwardMarks(torch, self.tracker, self._guard, self.samples.backward)
         self.hooked = ModuleHooks(self._guard(self._fwd_pre), self._guard(self._fwd_post))

@@ -46,7 +46,7 @@ def test_gpu_trace_summary_separates_nccl_kernels_and_overlap():
 @pytest.mark.e2e
 def test_headless_capture_window_on_cpu(tmp_path):
     cmd = [sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(tmp_path), "--nproc", "2",
-           "--steps", "40", "--capture", "10:3", "--set", "workers=0"]
+           "--steps", "40", "--capture", "10:3", "--set", "workers=0", "--set", "gloo_timing=true"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     summary = json.loads(res.stdout.strip().splitlines()[-1])

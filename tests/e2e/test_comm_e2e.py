@@ -21,7 +21,8 @@ pytestmark = pytest.mark.e2e
 
 def test_comm_time_and_straggler_named(tmp_path):
     cmd = [sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(tmp_path), "--nproc", "2",
-           "--steps", "50", "--warmup", "5", "--set", "workers=0", "--set", "delay_rank=1", "--set", "delay_ms=40"]
+           "--steps", "50", "--warmup", "5", "--set", "workers=0", "--set", "delay_rank=1", "--set", "delay_ms=40",
+           "--set", "gloo_timing=true"]  # each bucket timed (off by default on gloo)
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     summary = json.loads(res.stdout.strip().splitlines()[-1])

@@ -38,7 +38,9 @@ def test_cost_runs_both_arms_alike_and_compares_stderr(tmp_path: Path) -> None:
     assert data["plain"]["measured"] == 2 and data["ddptop"]["measured"] == 2
     assert data["result"]["pairs_used"] == 2 and data["result"]["ratio"]["n"] == 2
     assert data["stderr_added"] == []  # nothing of ddptop's (or the stamp's) in the ranks' stderr
-    assert data["bill"] is not None and data["bill"]["allreduces"] >= 1  # DDP's buckets, from ddptop's records
+    # gloo's default keeps DDP's C++ all-reduce (gloo_timing off): nothing counts the all-reduces,
+    # and the bill says so rather than guess
+    assert data["bill"] is not None and data["bill"]["allreduces"] is None
     assert len(list(marks.iterdir())) == 8  # the user's own sitecustomize: once per rank, 2 ranks x 4 runs
     where = Path(data["dir"])
     assert json.loads((where / "cost.json").read_text())["pairs"] == 2

@@ -86,7 +86,10 @@ def test_script_is_measured_unchanged(tmp_path, case):
         step_mean = 1000.0 / r["steps_per_s"]
         assert sum(phases.values()) == pytest.approx(step_mean, rel=0.10), (phases, step_mean)
         if ddp:
-            assert r["comm_ms_p50"] > 0 and r["exposed_comm_ms_p50"] > 0, r
+            # gloo's default: DDP's C++ all-reduce (a Python comm hook costs ~60 us a bucket), so
+            # the exposed wait from backward's marks, and no total (gloo_timing off)
+            assert r["exposed_comm_ms_p50"] > 0 and r["comm_ms_p50"] is None, r
+            assert "gloo_timing=true" in r["info"]["comm_timing"], r["info"]  # how to time it, said
             assert r["info"]["ddp"] is True and r["info"]["bucket_cap_mb"] > 0
         else:
             assert "comm_ms_p50" not in r

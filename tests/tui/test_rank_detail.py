@@ -90,7 +90,7 @@ def test_a_real_run_reports_each_ranks_memory_and_bucket_spans(tmp_path: Path) -
     from ddptop.rank.memory import MEMORY_EVERY, MEMORY_MIN_S
 
     runs = tmp_path / "runs"
-    out = subprocess.run(ddptop(["--steps", "25"], runs, "plain_ddp.py", []), capture_output=True,
+    out = subprocess.run(ddptop(["--steps", "25", "--set", "gloo_timing=true"], runs, "plain_ddp.py", []), capture_output=True,
                          text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-2000:]
     summary = summary_of(out.stdout)

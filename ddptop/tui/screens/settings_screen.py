@@ -42,7 +42,7 @@ SECTIONS = (
 SCRIPT_SECTIONS = (
     ("Run", ("nproc", "warmup", "script_steps")),
     ("DDP (applied to the script's own DDP() call)", SCRIPT_KNOBS),
-    ("Timing", ("comm_timing", "comm_timing_every", "nccl_timing")),
+    ("Timing", ("comm_timing", "comm_timing_every", "nccl_timing", "gloo_timing")),
     ("NCCL", ("nccl_env",)),
 )
 # What says which knobs reach a script: never a control of its own.
@@ -69,14 +69,13 @@ HELP = {
     "autocast": "mixed-precision compute",
     "grad_accum": "micro-batches per optimizer step",
     "nccl_env": "NCCL env overrides: NAME=VALUE NAME=VALUE",
-    "delay_rank": "rank to slow down (-1: none)",
-    "delay_ms": "extra ms per step on delay_rank",
-    "fail_rank": "rank to crash (-1: none)",
-    "fail_step": "step at which fail_rank crashes",
+    "delay_rank": "rank to slow down (-1: none)", "delay_ms": "extra ms per step on delay_rank",
+    "fail_rank": "rank to crash (-1: none)", "fail_step": "step at which fail_rank crashes",
     "script_steps": "stop after this many steps after warmup (0: the script's own end)",
     "comm_timing": "time each gradient bucket's all-reduce",
     "comm_timing_every": "GPU: time comm on one step in N (hook completions, NCCL kernel stamps)",
     "nccl_timing": "NCCL times the all-reduces: total comm live; costs ~1.4% of a ViT-L step (off: exposed only)",
+    "gloo_timing": "CPU: a comm hook times each bucket: total comm live; ~60 us a bucket (off: exposed only)",
     "capture_memory": "captures also record memory (HTA's memory timeline); larger traces, slower profiled steps",
     "stop_grace": "seconds the ranks get to finish their stop handlers (a checkpoint) before SIGKILL",
     "cost_ab": "ddptop's own cost: seconds a block of each arm runs, in a random order (0: off)",
