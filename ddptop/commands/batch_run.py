@@ -32,13 +32,14 @@ class SweepResult:
 
 
 def progress_line(summary: Mapping[str, Any]) -> str:
-    share, _ = comm_shares(summary)
+    share, exposed = comm_shares(summary)
     bits = [f"{summary.get('status')}"]
     if summary.get("steps_per_s") is not None:
         bits += [
             f"{summary['steps_per_s']:.2f} steps/s",
             f"p50 {fmt(summary.get('step_ms_p50'), '.1f')} ms",
-            f"comm {share_text(share)}",
+            # without a timed total (the default), the wait backward did not hide, not `comm n/a`
+            f"comm {share_text(share)}" if share is not None or exposed is None else f"exposed comm {share_text(exposed)}",
         ]
     if summary.get("error"):
         bits.append(f"({summary['error']})")

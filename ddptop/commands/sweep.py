@@ -168,7 +168,11 @@ def sweep_notes(result: SweepResult, rows: Sequence[Mapping[str, Any]], configs:
         notes.append("settings: the DDP arguments in effect, read back from each run's DDP object")
         notes += sorted({re.sub(r"^rank \d+: ", "", n) for s in result.summaries for n in s.get("notes") or []})
     if all(r["comm_share"] is None for r in rows):
-        notes.append("comm share and exposed comm are n/a: the runs reported no comm timings")
+        if any(r.get("exposed_comm_ms") is not None for r in rows):  # the default: the wait, not the total
+            notes.append("comm share is n/a: the all-reduce total is not timed by default (nccl_timing, or "
+                         "gloo_timing on a CPU, times it); exposed comm ms is what backward did not hide")
+        else:
+            notes.append("comm share and exposed comm are n/a: the runs reported no comm timings")
     return notes
 
 

@@ -134,3 +134,27 @@ def test_an_interrupted_sweep_says_the_run_it_cut_and_the_runs_it_never_started(
     assert "interrupted: 5 of 9 run(s) not run" in sweep.sweep_notes(early, [], configs, None, repeat=3)
     one = SweepResult(summaries=[summary("baseline", 10.0)], interrupted=True)
     assert "interrupted: 2 of 3 run(s) not run" in sweep.sweep_notes(one, [], configs, None)
+
+
+def test_a_sweep_with_the_wait_but_no_total_says_so_rather_than_no_comm_at_all():
+    """A GPU sweep by default (nccl_timing off) has exposed comm in its table and no total: its
+    note said `comm share and exposed comm are n/a` under a column of exposed figures."""
+    from ddptop.commands.batch_run import SweepResult
+
+    configs = [preset_config("baseline", RunConfig(nproc=4))]
+    rows = [{"preset": "baseline", "comm_share": None, "exposed_comm_ms": 6.3}]
+    notes = sweep.sweep_notes(SweepResult(), rows, configs, None)
+    assert any(n.startswith("comm share is n/a: the all-reduce total is not timed") for n in notes)
+    assert not any("exposed comm are n/a" in n for n in notes)
+    rows = [{"preset": "baseline", "comm_share": None, "exposed_comm_ms": None}]
+    assert "comm share and exposed comm are n/a: the runs reported no comm timings" in sweep.sweep_notes(
+        SweepResult(), rows, configs, None)
+
+
+def test_a_runs_progress_line_gives_the_exposed_wait_where_the_total_is_not_timed():
+    from ddptop.commands.batch_run import progress_line
+
+    exposed_only = {"status": "completed", "steps_per_s": 10.0, "step_ms_p50": 100.0,
+                    "ranks": [{"rank": 0, "exposed_comm_ms_mean": 7.0, "step_ms_mean": 100.0}]}
+    assert "exposed comm 7%" in progress_line(exposed_only) and "comm n/a" not in progress_line(exposed_only)
+    assert "comm n/a" in progress_line({"status": "completed", "steps_per_s": 10.0, "ranks": [{"rank": 0}]})
