@@ -30,7 +30,7 @@ from test_detach import ddptop, entry_of, live  # noqa: F401  (live: a fixture)
 from waiting import hold
 from waiting import wait_until as _wait_until
 
-from ddptop.remote.live import live_runs
+from ddptop.remote.live import LIVE_ENV, live_runs
 
 wait_until = functools.partial(_wait_until, every=0.1)  # this file's polls look every 0.1 s (each looks at every process)
 RUN_ARGS = ["--nproc", "2", "--steps", "100000", "--warmup", "2", "--set", "workers=0"]
@@ -183,10 +183,21 @@ def test_owned_tui_whose_terminal_closes_stops_its_run_and_leaves_nothing(
 
 
 def detached_sleeper(runs: Path) -> str:
-    """A detached run of a plain command through torchrun: live and cheap (no torch in the rank)."""
+    """A detached run of a plain command through torchrun: live and cheap (no torch in the rank),
+    returned once its rank runs. A stop that lands while torchrun is still spawning the rank takes
+    torchrun's own shutdown (up to its 30 s on a loaded host, as under plain torchrun): the tests
+    that stop this run time a steady run's stop, not that."""
     res = ddptop("--nproc", "1", "--detach", "--runs-dir", str(runs), "--", "sleep", "300")
     assert res.returncode == 0, res.stderr
-    return res.stdout.split()[2]
+    run_id = res.stdout.split()[2]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        entry = entry_of(run_id, Path(os.environ[LIVE_ENV]))
+        with contextlib.suppress(psutil.Error):
+            if entry is not None and any(p.name() == "sleep" for p in psutil.Process(entry.pid).children(recursive=True)):
+                return run_id
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id}: its rank did not start within 60 s")
 
 
 def stop_run(run_id: str, live: Path) -> None:  # noqa: F811

@@ -156,4 +156,4 @@ def test_exposed_comm_alone_splits_out_of_backward_and_says_the_total_is_not_tim
     assert fig.phases["comm"] == pytest.approx(20.0) and fig.phases["backward"] == pytest.approx(76.0)
     assert "exposed comm 20%" in report.status_line(state, NOW)
     lines = report.final_report(state.summary(), "/runs/x")
-    assert "20.0% of the step exposed" in lines and "nccl_timing is off" in lines
+    assert "20.0% of the step exposed" in lines and "gloo_timing is off" in lines  # a gloo run: its own switch
