@@ -40,7 +40,7 @@ def timeline_lines(timeline: StepTimeline | None, width: int) -> list[Text]:
     if timeline.buckets:
         comm.append_text(_bucket_cells(timeline, bar_w))
     elif timeline.comm is None:
-        comm.append("not timed in the recent steps (a GPU times one step in comm_timing_every; none without nccl_timing, or on a CPU without gloo_timing): only the wait is known", style="dim")
+        comm.append("only the wait (▒) is known: not timed in the recent steps (a GPU times one step in comm_timing_every; none without nccl_timing, or on a CPU without gloo_timing)", style="dim")
     else:
         a, b = timeline.columns(timeline.comm, bar_w)
         comm.append(" " * a)
