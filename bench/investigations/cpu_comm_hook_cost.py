@@ -21,6 +21,10 @@ torch's own Python hook +257 us [-248, +762], a hook shaped like ddptop's -142 u
 against DDP's C++ all-reduce: nothing measurable. The rank-side layer's own Python (~30 calls a
 step) is what a CPU step pays: `ddptop --nproc 1 --cost 5000` reads +286 us [+252, +334] with the
 hook, +150 [+136, +164] without (A/A 1.000).
+Corrected (session 10): that job had one bucket and whole runs carry ±500 us of noise; in a
+40-bucket step measured in-process (bench/investigations/instrument_host_cost.py, arms
+torchhook/instrument) any Python comm hook costs ~60-72 us a bucket, so a CPU run now keeps
+DDP's C++ all-reduce by default (gloo_timing=false).
 Quoted in: docs/BENCHMARKS.md, "what the rank-side layer costs a CPU step, part by part".
 """
 

@@ -17,7 +17,10 @@ Python comm hook), builtin (no ddptop; DDP's built-in C++ ALLREDUCE hook).
 
 Question: how many microseconds of host time a step does the rank-side instrument add to a
 launch-bound loop?
-Answer: not recorded in docs/ (no doc quotes its output); the commit that added it (2026-11-24)
+Answer (2026-11-27, session 10, the 2-core VM, 40 buckets, 5 rounds pinned): any Python comm
+hook costs a gloo step ~60-72 us a bucket (torch's own allreduce_hook +2890 us a step, ddptop's
+timer +2350, DDP's built-in C++ hook -135, ddptop with comm_timing=false +371): docs/BENCHMARKS.md,
+"a Python comm hook costs a gloo step per bucket". Earlier: the commit that added it (2026-11-24)
 gives dist.all_reduce's Python checks at ~35 us a bucket, and its variants led to the GPU comm
 path without a Python hook (docs/BENCHMARKS.md, "where the last 3.5% went, and the fix").
 `bash bench/gpu_check.sh ovhsplit` runs it; completion_hook_cost.py imports its step loop.
