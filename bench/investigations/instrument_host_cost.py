@@ -24,6 +24,7 @@ timer +2350, DDP's built-in C++ hook -135, ddptop with comm_timing=false +371): 
 gives dist.all_reduce's Python checks at ~35 us a bucket, and its variants led to the GPU comm
 path without a Python hook (docs/BENCHMARKS.md, "where the last 3.5% went, and the fix").
 `bash bench/gpu_check.sh ovhsplit` runs it; completion_hook_cost.py imports its step loop.
+Quoted in: docs/BENCHMARKS.md, "2026-11-27 (session 10), the 2-core CPU VM: a Python comm hook costs a gloo step per bucket".
 """
 
 from __future__ import annotations
