@@ -190,14 +190,16 @@ def detached_sleeper(runs: Path) -> str:
     res = ddptop("--nproc", "1", "--detach", "--runs-dir", str(runs), "--", "sleep", "300")
     assert res.returncode == 0, res.stderr
     run_id = res.stdout.split()[2]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        entry = entry_of(run_id, Path(os.environ[LIVE_ENV]))
+    live_dir = Path(os.environ[LIVE_ENV])
+
+    def rank_runs() -> bool:
+        entry = entry_of(run_id, live_dir)
         with contextlib.suppress(psutil.Error):
-            if entry is not None and any(p.name() == "sleep" for p in psutil.Process(entry.pid).children(recursive=True)):
-                return run_id
-        time.sleep(0.1)
-    raise AssertionError(f"run {run_id}: its rank did not start within 60 s")
+            return entry is not None and any(p.name() == "sleep" for p in psutil.Process(entry.pid).children(recursive=True))
+        return False
+
+    wait_until(rank_runs, 60, f"run {run_id}'s rank to start")
+    return run_id
 
 
 def stop_run(run_id: str, live: Path) -> None:  # noqa: F811
