@@ -6,6 +6,7 @@ per case, the rank/phase/cost named beside the step-time loss against the symmet
 
   python bench/straggler_cost.py --nproc 4 [--steps 150] [--gpt-args "..."] [--cases "name=args;..."]
       [--set comm_timing_every=1] [--runs-dir DIR] [--json-out FILE]
+  python bench/straggler_cost.py --rescore FILE    (an earlier --json-out's cases, scored again)
 
 The default cases are the issue's, for 4 ranks: a loader sleeping 6 and 40 ms on rank 2, 8 and 30
 extra 4096-matmuls in the forward of rank 3 and rank 1; and rank 0 reading `loss.item()` every
@@ -86,6 +87,15 @@ def host_gaps(by_step: dict[int, list[dict]]) -> dict[int, float]:
     return {rank: round(statistics.median(v), 2) for rank, v in sorted(gaps.items())}
 
 
+def this_run(runs: Path, before: set[Path]) -> Path:
+    """The run directory this run made under `runs` (a runs dir kept from an earlier call of
+    the same case names holds older ones: session 11 read their steps as this run's)."""
+    made = sorted(d for d in runs.iterdir() if d.is_dir() and d not in before) if runs.is_dir() else []
+    if len(made) != 1:
+        raise SystemExit(f"straggler_cost: expected one new run directory under {runs}, found {len(made)}")
+    return made[0]
+
+
 def run_case(args: argparse.Namespace, name: str, extra: str) -> dict:
     runs = Path(args.runs_dir) / name
     sets = [x for s in args.set for x in ("--set", s)]
@@ -94,13 +104,14 @@ def run_case(args: argparse.Namespace, name: str, extra: str) -> dict:
            str(ROOT / "bench" / "gpt_train.py"), *shlex.split(args.gpt_args), "--steps", str(args.steps),
            "--warmup", str(args.warmup), *shlex.split(extra)]
     t0 = time.monotonic()
+    before = set(runs.iterdir()) if runs.is_dir() else set()
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     try:
         summary = json.loads(res.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         print(f"== {name}: rc={res.returncode}, no summary\n{res.stdout[-1500:]}{res.stderr[-1500:]}", flush=True)
         return {"case": name, "args": extra, "rc": res.returncode}
-    run_dir = next(iter(sorted(d for d in runs.iterdir() if d.is_dir())), runs)
+    run_dir = this_run(runs, before)
     by_step = measured_records(run_dir, args.warmup)
     check = summary.get("straggler_check") or {}
     lines = [ln for ln in res.stdout.splitlines()
@@ -139,31 +150,45 @@ def neighbours(results: list[dict], i: int) -> list[float]:
     return [c["own_ms"] for c in near if c["case"].startswith("sym") and c.get("own_ms") is not None]
 
 
-def verdict_row(case: dict, base: float | None, near: list[float] | None = None) -> str:
+def verdict_row(case: dict, base: float | None, near: list[float] | None = None, fastest: float | None = None) -> str:
+    """One case scored: the rank and phase named against the injection's, the cost against
+    the step time lost (against `base`: the symmetric runs beside it, `near`, where
+    interleaved). Where those two symmetric runs differ by more than a quarter of the loss
+    (or by more than the rule's floor, for a loss under it) the truth is unresolved: the rank
+    and phase are scored, the cost and "should anyone be named" are not. `fastest`: the
+    quickest symmetric run of the call, the job with no rank late (shown beside)."""
     s = case.get("straggler") or {}
     own = case.get("own_ms")
     lost = own - base if own is not None and base is not None else None
     cost = s.get("cost_ms")
     named = f"rank {s['rank']} {s['phase']} {cost:.1f} ms [{s['ci95_ms'][0]:.1f}-{s['ci95_ms'][1]:.1f}]" if s else "none"
-    # a loss under the rule's floors (2 ms and 3% of the step) is no straggler, whatever was injected
-    small = lost is not None and base is not None and lost < max(2.0, 0.03 * base)
-    expected = None if small else case.get("expected_rank")
+    floor = max(2.0, 0.03 * base) if base is not None else 2.0  # the rule's floors (2 ms, 3% of the step)
+    spread = abs(near[0] - near[1]) if near and len(near) == 2 else None
+    unresolved = bool(spread is not None and lost is not None
+                      and spread > (0.25 * abs(lost) if abs(lost) >= floor else floor))
+    # a loss under the rule's floors is no straggler, whatever was injected (unless unresolved)
+    small = lost is not None and lost < floor and not unresolved
+    injected = case.get("expected_rank")
+    expected = None if small else injected
     # where the delay is: a loader's sleep lies between the forward's return and backward
     # (nanoGPT's prefetch), extra matmuls in the model's forward
     phase = (None if expected is None or "--slow-rank" not in case["args"] else
              "host between forward and backward" if "--slow-data-ms" in case["args"] else "forward")
     right = (s.get("rank") if s else None) == expected and (phase is None or s.get("phase") == phase)
-    within = (abs(cost - lost) <= 0.25 * abs(lost) if cost is not None and lost and not small else None)
-    # the symmetric runs beside the case disagree by more than a quarter of its loss: no truth to score
-    unresolved = bool(near and len(near) == 2 and lost and abs(near[0] - near[1]) > 0.25 * abs(lost))
-    score = ('' if within is None else ', truth unresolved (symmetric runs beside it: '
-             f'{near[0]:.2f} / {near[1]:.2f} ms)' if unresolved and near else ', cost within 25%' if within
-             else ', cost OFF by more than 25%')
+    within = abs(cost - lost) <= 0.25 * abs(lost) if cost is not None and lost and not small else None
+    if unresolved and near:
+        score = f", truth unresolved (symmetric runs beside it: {near[0]:.2f} / {near[1]:.2f} ms)"
+        verdict = ("none named" if not s else "right rank and phase" if right
+                   else "named, none injected" if expected is None else "WRONG rank or phase")
+    else:
+        score = ('' if within is None else ', cost within 25%' if within else ', cost OFF by more than 25%')
+        verdict = "right" if right else "WRONG"
+    beside = f"  (vs the fastest symmetric run: {own - fastest:+.2f})" if own is not None and fastest is not None else ""
     share = case.get("fastest_share")
     return (f"{case['case']:<8} {own if own is not None else float('nan'):8.2f} "
             f"{lost if lost is not None else float('nan'):+8.2f} {share if share is not None else float('nan'):6.2f}  "
             f"{named:<40} {'none' if expected is None else f'rank {expected}' + (f' {phase}' if phase else '')} expected: "
-            f"{'right' if right else 'WRONG'}{score}")
+            f"{verdict}{score}{beside}")
 
 
 def main() -> int:
@@ -181,11 +206,12 @@ def main() -> int:
                    help="a symmetric run before each case and after the last; each case's loss is taken "
                         "against the two beside it (two symmetric runs of one call differed by 4 ms a step)")
     p.add_argument("--cpus-per-rank", type=int, default=0, help="pin each rank to its own CPUs (gpt_train.py)")
+    p.add_argument("--rescore", metavar="JSON", help="score the cases of an earlier --json-out again; run nothing")
     args = p.parse_args()
     if args.cpus_per_rank:
         args.gpt_args += f" --cpus-per-rank {args.cpus_per_rank}"
-    results = []
-    for spec in plan(args.cases, args.interleave):
+    results = json.loads(Path(args.rescore).read_text())["cases"] if args.rescore else []
+    for spec in [] if args.rescore else plan(args.cases, args.interleave):
         name, _, extra = spec.partition("=")
         case = run_case(args, name, extra)
         results.append(case)
@@ -201,8 +227,8 @@ def main() -> int:
           "symmetric runs beside the case where they were interleaved)")
     for i, case in enumerate(results):
         near = neighbours(results, i)
-        print(verdict_row(case, statistics.mean(near) if near else base, near))
-    if args.json_out:
+        print(verdict_row(case, statistics.mean(near) if near else base, near, min(syms) if syms else None))
+    if args.json_out and not args.rescore:
         Path(args.json_out).write_text(json.dumps({"baseline_ms": base, "cases": results}, indent=1))
     return 0
 

@@ -35,7 +35,7 @@ from ddptop.analysis.sweep_advice import explain, recommend_from_sweep
 from ddptop.hw.topology import link_class
 from ddptop.model.figures import summary_comm_shares, summary_mean_ms
 from ddptop.model.status import RUN_LIVE
-from ddptop.model.straggler_work import AFTER_FORWARD
+from ddptop.model.straggler_work import AFTER_FORWARD, phase_words
 
 __all__ = ["LADDER", "LOSSY_CAVEAT", "NOISE", "Advice", "advise", "advise_run", "comm_shares", "explain",
            "hw_link_classes", "mean_ms", "recommend_from_sweep", "straggler_first", "transport_classes"]
@@ -178,6 +178,10 @@ STRAGGLER_LOOK = {
                     "as nanoGPT prefetches the next batch; a sync such as loss.item())"),
 }
 
+# its phases all long on the host's side (its GPU idle at each step's start): not the model's work
+HOST_LATE_LOOK = ("its host, which launches its GPU's work late: what shares its CPU cores (another process, its "
+                  "own threads, a busy SMT sibling), their clocks, and host-side work in its loop")
+
 
 def straggler_first(straggler: Any, evidence: list[str], mismatch: str = "",
                     step_ms: float | None = None) -> Advice | None:
@@ -197,10 +201,11 @@ def straggler_first(straggler: Any, evidence: list[str], mismatch: str = "",
     wait = (f"~{excess:.1f} ms/step" if isinstance(excess, (int, float)) else "much")
     if isinstance(excess, (int, float)) and step_ms:
         wait += f" ({excess / step_ms:.0%} of the step)"
-    said = f"rank {rank} straggler: {phase}{more}"
+    said = f"rank {rank} straggler: {phase_words(phase, straggler.get('host_late_ms'))}{more}"
     return Advice(
         None,
-        reason=(f"{said}: look at {STRAGGLER_LOOK.get(phase, 'that rank')}. The other ranks wait for it in "
+        reason=(f"{said}: look at {HOST_LATE_LOOK if straggler.get('host_late_ms') else STRAGGLER_LOOK.get(phase, 'that rank')}"
+                f". The other ranks wait for it in "
                 f"the all-reduce, so that wait is rank {rank}'s {phase}, not communication: no DDP "
                 "communication setting shortens it." + (f" Also: {mismatch}" if mismatch else "")),
         severity="warn",

@@ -60,7 +60,7 @@ from typing import Protocol
 from ddptop.model.figures.stats import mean, median_nonempty
 from ddptop.model.host_load import Contention
 from ddptop.model.paired import MIN_STEPS, Paired, median_ci, sign_p, smallest_last, smallest_seen
-from ddptop.model.straggler_work import Costs, late, own_work, phase_of
+from ddptop.model.straggler_work import Costs, late, own_work, phase_of, phase_words
 
 HostOver = Callable[[float], Contention | None]  # seconds -> the host's CPU over the last that many
 WINDOW = 50  # measured steps a check pairs up (the last ones up to the step checked)
@@ -101,6 +101,7 @@ class Finding:
     phase_ms: float = 0.0  # its median excess in `phase` over the others' median
     exposed_ms: float = 0.0  # the others' median wait for it at backward's end, beyond its own
     hidden_ms: float = 0.0  # the others' wait for it inside their backward (0: none seen)
+    host_late_ms: float = 0.0  # its data phase beyond the others' where its host is late (straggler_work.host_late)
     sees_ms: float = 0.0  # the smallest cost this check could have named at this noise
     contended: str = ""  # the host's CPU accounts for the excess ("host CPU contended: ...")
     host: str = ""  # the host was busy over these steps, named or not ("host CPU contended: ...")
@@ -131,9 +132,11 @@ class Finding:
     def describe(self) -> str:
         """A named straggler: rank, phase, the cost with its interval, the evidence."""
         last = f"last on {self.last}/{self.n} steps"  # fewer: the ranks take turns being last
-        return (f"rank {self.rank} straggler: {self.phase}, costs the job {self.cost_ms:.1f} ms/step "
-                f"({100 * self.share:.0f}%, 95% CI {self.ci_low_ms:.1f}-{self.ci_high_ms:.1f}; its {self.phase} "
-                f"{self.phase_ms:+.1f} ms, others wait {self.exposed_ms:.1f} ms +{self.hidden_ms:.1f} hidden; {last})")
+        late = f", data {self.host_late_ms:+.1f} ms" if self.host_late_ms else ""
+        return (f"rank {self.rank} straggler: {phase_words(self.phase, self.host_late_ms)}, costs the job "
+                f"{self.cost_ms:.1f} ms/step ({100 * self.share:.0f}%, 95% CI {self.ci_low_ms:.1f}-{self.ci_high_ms:.1f}; "
+                f"its {self.phase} {self.phase_ms:+.1f} ms{late}, others wait {self.exposed_ms:.1f} ms "
+                f"+{self.hidden_ms:.1f} hidden; {last})")
 
     def largest(self) -> str:
         """The largest cost found, and the smallest the rule could have seen here."""
@@ -314,7 +317,7 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOve
     gains = [min(max(x, 0.0), max(typical, 0.0)) for x in d]
     saved = mean(gains) or 0.0
     low, high = (v + saved - typical for v in median_ci(extra))  # the typical excess's interval, moved
-    phase, phase_ms = phase_of(worst, windows, steps)
+    phase, phase_ms, host_late_ms = phase_of(worst, windows, steps)
     sees = max(MIN_MS, MIN_SHARE * step_ms,
                smallest_last(d, typical, len(medians), ALPHA) if not timed else smallest_seen(d, len(medians), ALPHA))
     own, exposed = costs.own, costs.exposed.diffs[worst]
@@ -326,7 +329,7 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOve
         ci_low_ms=low, ci_high_ms=high,
         p=min(1.0, sign_p(sum(x > 0 for x in signs), sum(x != 0 for x in signs)) * len(medians)),
         phase=phase, basis="waits" if timed else "own work", last=sum(x > 0 for x in signs),
-        cost_ms=saved, phase_ms=phase_ms, hidden_ms=hidden,
+        cost_ms=saved, phase_ms=phase_ms, hidden_ms=hidden, host_late_ms=host_late_ms,
         exposed_ms=median_nonempty(sorted(exposed[s] for s in steps if s in exposed)) if exposed else 0.0,
         sees_ms=sees if math.isfinite(sees) else 0.0,
     )

@@ -78,20 +78,48 @@ def _phase_ms(rec: dict[str, float], phase: str) -> float:
     return value - rec.get("exposed_comm_ms", 0.0) if phase == "backward" else value
 
 
-def phase_of(rank: int, windows: Mapping[int, Mapping[int, dict[str, float]]], steps: Iterable[int]) -> tuple[str, float]:
+def phase_of(rank: int, windows: Mapping[int, Mapping[int, dict[str, float]]],
+             steps: Iterable[int]) -> tuple[str, float, float]:
     """The phase of `rank`'s own work with the largest median excess over the others' median,
-    and that excess. The forward phase runs on to backward's start: where the rank's host spent
-    at least half of a forward excess between the forward's return and backward (host_gap_ms: a
-    loader there, nanoGPT's prefetch), the phase is AFTER_FORWARD, not the model's forward."""
+    that excess, and its data phase's excess where that says its host is late (else 0). The
+    forward phase runs on to backward's start: where the rank's host spent at least half of a
+    forward excess between the forward's return and backward (host_gap_ms: a loader there,
+    nanoGPT's prefetch), the phase is AFTER_FORWARD, not the model's forward."""
     keys = (*PHASES, "host_gap")
     excess: dict[str, list[float]] = {p: [] for p in keys}
+    their_data: list[float] = []
     mine = windows[rank]
     for s in steps:
         theirs = [w[s] for r, w in windows.items() if r != rank and s in w]
         for p in keys:
-            excess[p].append(_phase_ms(mine[s], p) - median_nonempty(sorted(_phase_ms(t, p) for t in theirs)))
+            others = median_nonempty(sorted(_phase_ms(t, p) for t in theirs))
+            excess[p].append(_phase_ms(mine[s], p) - others)
+            if p == "data":
+                their_data.append(others)
     medians = {p: median_nonempty(sorted(excess[p])) for p in keys}
     worst = max(PHASES, key=lambda p: medians[p])
     if worst == "forward" and medians[worst] > 0 and 2 * medians["host_gap"] >= medians[worst]:
-        return AFTER_FORWARD, medians["host_gap"]
-    return worst, medians[worst]
+        return AFTER_FORWARD, medians["host_gap"], 0.0
+    return worst, medians[worst], host_late(worst, medians["data"], median_nonempty(sorted(their_data)))
+
+
+HOST_LATE_MS = 0.1  # a data phase this much longer than the others' (and at least doubled): its host is late
+
+
+def host_late(phase: str, data_excess: float, their_data: float) -> float:
+    """A rank slow in its forward, backward or optimizer whose data phase is longer than the
+    others' too (by HOST_LATE_MS, and at least as long again as theirs) is late on its host,
+    not in its GPU's work: on a GPU the data phase is the GPU's time from the step's start to
+    the forward's first kernel, near nothing while the host keeps ahead, so a longer one is the
+    GPU idle, waiting for its host to launch. On 4x H200 (session 11) every rank slow without
+    an injection read data +0.3-0.7 ms against the others' 0.01 (and its optimizer +1-2 ms);
+    a rank made slow by 30 extra matmuls in its forward +0.00. Its data excess, else 0."""
+    if phase in ("data", AFTER_FORWARD):
+        return 0.0  # already the host's
+    return data_excess if data_excess >= max(HOST_LATE_MS, their_data) else 0.0
+
+
+def phase_words(phase: str, host_late_ms: float | None = None) -> str:
+    """The verdict's words for where a straggler's time goes: its phase, and that its host is
+    late where the records say so (`host_late`); every view and the advisor say it so."""
+    return f"{phase}, its host late" if host_late_ms else phase

@@ -295,3 +295,19 @@ def test_the_advice_says_the_straggler_verdicts_cost_in_its_words():
     advice = advise(summary(share=0.3, straggler=late), transports={"nvlink"}, hw_links={"nvlink"})
     assert advice.reason.startswith("rank 1 straggler: forward, costs the job 2.5 ms/step: look at its GPU")
     assert "+5.2" not in advice.reason and "~2.5 ms/step" in " ".join(advice.evidence)
+
+
+def test_a_straggler_whose_host_is_late_is_sent_to_its_host_in_the_verdicts_words():
+    """A rank whose GPU idles at each step's start waiting for its host (4x H200, session 11:
+    nothing injected, its forward +3.9 ms and data +0.5): the advice says the verdict's own words
+    and points at that host, not at its GPU."""
+    from ddptop.model.run_summary import straggler_dict
+    from tests.model.test_straggler_replay import replay
+
+    found = straggler_dict(replay("sym1", "gpt768pin").straggler_verdict.run_straggler())
+    assert found is not None and found["host_late_ms"] == pytest.approx(0.55, abs=0.1)
+    advice = advise(summary(share=0.3, straggler=found), transports={"nvlink"}, hw_links={"nvlink"})
+    said = found["text"].split(" (")[0]  # `rank 2 straggler: forward, its host late, costs the job 3.6 ms/step`
+    assert said.startswith("rank 2 straggler: forward, its host late, costs the job")
+    assert advice.reason.startswith(f"{said}: look at its host, which launches its GPU's work late")
+    assert "its GPU (another process" not in advice.reason

@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("straggler_cost", ROOT / "bench" / "straggler_cost.py")
 sc = importlib.util.module_from_spec(spec)
@@ -70,3 +72,26 @@ def test_a_case_is_scored_against_the_symmetric_runs_beside_it_or_said_unresolve
     case = {"case": "mm8", "args": "--slow-rank 3 --slow-matmuls 8", "own_ms": 24.5, "expected_rank": 3}
     row = sc.verdict_row({**case, "straggler": named(3, "forward", 2.0)}, sum(near) / 2, near)
     assert "truth unresolved (symmetric runs beside it: 22.20 / 18.40 ms)" in row
+
+
+def test_a_run_is_read_from_the_directory_it_made_not_an_older_one(tmp_path) -> None:
+    """Session 11 kept a machine warm between two calls with the same case names: the bench read
+    the first call's run directories (the oldest) as the second's runs."""
+    (tmp_path / "20261127-223908-asis-old").mkdir()
+    before = set(tmp_path.iterdir())
+    (tmp_path / "20261127-230255-asis-new").mkdir()
+    assert sc.this_run(tmp_path, before).name == "20261127-230255-asis-new"
+    with pytest.raises(SystemExit, match="expected one new run directory"):
+        sc.this_run(tmp_path, set())
+
+
+def test_a_small_loss_between_disagreeing_neighbours_is_unresolved_not_wrong() -> None:
+    """mm30 on 4x H200 (session 11): +1.39 ms against neighbours of 19.20 and 23.69 ms, each
+    with or without a rank's late host: whether anyone should be named cannot be scored."""
+    case = {"case": "mm30", "args": "--slow-rank 1 --slow-matmuls 30", "own_ms": 22.84, "expected_rank": 1}
+    near = [19.20, 23.69]
+    row = sc.verdict_row({**case, "straggler": named(1, "forward", 4.0)}, sum(near) / 2, near, 19.20)
+    assert "expected: right rank and phase, truth unresolved (symmetric runs beside it: 19.20 / 23.69 ms)" in row
+    assert "(vs the fastest symmetric run: +3.64)" in row
+    row = sc.verdict_row({**case, "straggler": None}, sum(near) / 2, near)
+    assert "expected: none named, truth unresolved" in row

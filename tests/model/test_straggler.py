@@ -396,3 +396,12 @@ def test_a_short_run_names_its_delayed_rank_from_its_first_checks() -> None:
     checks = sum(state.straggler_verdict.held.values())
     assert text.startswith("rank 1 straggler: data") and text.endswith(f"; {checks} of {checks} checks"), text
     assert state.summary()["straggler"]["rank"] == 1
+
+
+def test_a_longer_data_phase_says_the_host_is_late_only_beside_another_phase():
+    from ddptop.model.straggler_work import AFTER_FORWARD, host_late
+
+    assert host_late("forward", 0.55, 0.01) == 0.55  # its GPU idle at the step's start
+    assert host_late("forward", 0.05, 0.01) == 0.0  # under HOST_LATE_MS
+    assert host_late("optimizer", 0.3, 0.5) == 0.0  # a data phase with real work: not even doubled
+    assert host_late("data", 5.0, 0.01) == 0.0 and host_late(AFTER_FORWARD, 0.6, 0.01) == 0.0  # the host's already

@@ -100,3 +100,42 @@ def test_the_rank_that_reads_the_loss_every_step_may_be_named_in_a_symmetric_run
     verdict = replay("sym2", "gpt768").straggler_verdict
     s = verdict.run_straggler()
     assert s is None or (s.rank == 0 and s.cost_ms < 4.0), verdict.run_describe()
+
+
+# session 11: ranks pinned to 8 CPUs each; the fastest symmetric run of the call (sym4, 19.20 ms)
+# is the only one with no rank's host late: the job with no rank slow
+FASTEST_PIN_MS = 19.20
+OWN_PIN_MS = {"sym1": 23.65, "mm8": 25.57, "mm30": 22.84, "load6": 27.25}
+
+
+@pytest.mark.parametrize(("case", "rank"), [("sym1", 2), ("c4sym3", 0), ("mm8", 3)])
+def test_a_rank_whose_host_is_late_is_named_as_such(case, rank):
+    """Nothing (or 8 matmuls, ~1.7 ms of GPU work) injected, yet one rank's GPU idles at each
+    step's start waiting for its host (data +0.5-0.7 ms against the others' 0.01): the verdict
+    names its forward and says its host is late, so the advice points at that host."""
+    verdict = replay(case, "gpt768pin").straggler_verdict
+    s = verdict.run_straggler()
+    assert s is not None and (s.rank, s.phase) == (rank, "forward"), verdict.run_describe()
+    assert s.host_late_ms > 0.3 and "forward, its host late, costs the job" in s.describe()
+    if case in OWN_PIN_MS:  # against the job with no rank late
+        assert s.cost_ms == pytest.approx(OWN_PIN_MS[case] - FASTEST_PIN_MS, rel=0.25), s.cost_ms
+
+
+def test_extra_gpu_work_is_not_the_host():
+    """30 extra matmuls in rank 1's forward: its GPU is busy, never idle at a step's start (data
+    +0.00): forward, without the host; 4.0 ms against 3.64 lost to the fastest symmetric run."""
+    s = replay("mm30", "gpt768pin").straggler_verdict.run_straggler()
+    assert s is not None and (s.rank, s.phase, s.host_late_ms) == (1, "forward", 0.0)
+    assert s.cost_ms == pytest.approx(OWN_PIN_MS["mm30"] - FASTEST_PIN_MS, rel=0.25)
+
+
+def test_a_loaders_delay_stays_between_forward_and_backward():
+    s = replay("load6", "gpt768pin").straggler_verdict.run_straggler()
+    assert s is not None and (s.rank, s.phase, s.host_late_ms) == (2, "host between forward and backward", 0.0)
+    assert s.cost_ms == pytest.approx(OWN_PIN_MS["load6"] - FASTEST_PIN_MS, rel=0.25)
+
+
+@pytest.mark.parametrize("case", ["sym2", "sym5"])
+def test_a_host_late_rank_under_the_rules_bar_is_not_named(case):
+    verdict = replay(case, "gpt768pin").straggler_verdict
+    assert verdict.run_straggler() is None, verdict.run_describe()
