@@ -450,6 +450,13 @@ strag44() {  # issue 44: its table's five cases (symmetric first and last; rank 
     --json-out "$OUT/straggler_cost.json" 2>&1 | tee -a "$OUT/straggler_cost.txt" | tail -${STRAG44_TAIL:-45}
 }
 
+hostlate() {  # issue 44: why one rank's host is late in symmetric runs: its threads' CPU, CPUs and clocks beside the
+  # run (bench/investigations/host_late.py); HOSTLATE_ARGS: the script's arguments (default: strag44's GPT shape)
+  timeout ${HOSTLATE_TIMEOUT:-400} $PY bench/investigations/host_late.py --nproc "$N" --runs ${HOSTLATE_RUNS:-4} \
+    --json-out "$OUT/host_late.json" -- bench/gpt_train.py ${HOSTLATE_ARGS:---n-layer 6 --n-head 12 --n-embd 768 --block 256 \
+    --batch-size 64 --vocab 65 --no-item-every-step --steps 150 --warmup 10} 2>&1 | tee "$OUT/host_late.txt" | tail -30
+}
+
 scaling() {  # issue 47: steps/s at N = 1, 2, 4 per preset, interleaved repeats, and the scaling efficiency
   # (bench/scaling.py); SCALING_P2P=1: the article's SHM box; SCALING_CMD: a script instead of the demo
   NCCL_P2P_DISABLE=${SCALING_P2P:-0} timeout ${SCALING_TIMEOUT:-560} $PY bench/scaling.py --nprocs ${SCALING_NPROCS:-1,2,$N} \
