@@ -436,7 +436,7 @@ for cap in d.get("captures") or []:
     print("capture", cap.get("id"), cap.get("steps"), cap.get("status"), "warmup", cap.get("warmup"),
           "| perturbation", json.dumps(s.get("perturbation")), "| who-waits", json.dumps(s.get("cross_rank"))[:900])
 PYEOF
-    cdir=$(ls -d "$RUNS"/cap45_$case/*/captures/1 2>/dev/null | head -1)
+    cdir=$(ls -d "$RUNS"/cap45_$case/*/captures/1 2>/dev/null | tail -1)  # the newest: a warm machine keeps earlier calls' runs
     [ -n "$cdir" ] && $PY -m ddptop trace "$cdir" 2>&1 | head -${CAP45_TRACE_LINES:-40}
   done
 }
