@@ -34,7 +34,9 @@ account for it:
 - which phase: the one of its own work with the largest median excess over the others'. The
   forward phase runs on to backward's start, so where the rank's host spent at least half of
   that excess between the forward's return and backward (host_gap_ms: nanoGPT fetches the next
-  batch there), the phase is straggler_work.AFTER_FORWARD, not the model's forward.
+  batch there), the phase is straggler_work.AFTER_FORWARD, not the model's forward. Where its
+  data phase is longer than the others' too, its host is late (`forward, its host late`:
+  straggler_work.host_late; on a GPU its GPU idled at each step's start, waiting for it).
 - sensitivity: the smallest cost the sign test would see at the noise of these steps (the
   spread of the per-step costs), or the floors: what "no straggler" says it could have seen.
 - a busy host is not a straggler: with ddptop.model.host_load's reading of the host over
