@@ -7,6 +7,7 @@ headless lines, the exit summary and summary.json."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -18,6 +19,19 @@ import pytest
 
 from ddptop.model import straggler
 from ddptop.model.straggler_work import AFTER_FORWARD
+
+
+@pytest.fixture(autouse=True)
+def alone_among_these(tmp_path_factory: pytest.TempPathFactory):
+    """One of this file's tests at a time, whichever xdist worker runs it: the busy-host test's
+    busy loops land on the delayed-rank test's runs when the two overlap, and its loss is two
+    runs' difference (both tests reran in one CI run, 2026-11-27; the first tries' failures
+    were not printed). A lock in the session's shared temp dir."""
+    lock = tmp_path_factory.getbasetemp().parent / "straggler-e2e.lock"
+    with open(lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
