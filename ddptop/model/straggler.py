@@ -56,7 +56,7 @@ from __future__ import annotations
 import collections
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Protocol
 
 from ddptop.model.figures.stats import mean, median_nonempty
@@ -229,11 +229,16 @@ class Verdict:
         if finding is None:
             return self.describe()
         text = finding.describe() if key.startswith("rank ") else finding.calm()
+        if key not in self.held:  # only ranks found, each on fewer checks than name one
+            return f"{text}; {total} check{'s' if total > 1 else ''}, fewer than the {PERSIST} that name a rank"
         return f"{text}; {self.held[key]} of {total} checks"
 
     def _most_held(self) -> str:
-        """The verdict in force on most checks; on a tie, a rank's (it was named for as long)."""
-        return max(sorted(self.held), key=lambda k: (self.held[k], k.startswith("rank ")))
+        """The verdict in force on most checks; on a tie, a rank's (it was named for as long). A
+        rank found on fewer than PERSIST checks is not the run's straggler: the verdict in force
+        never named it either (a 30-step demo's one check named a rank its live view never did)."""
+        held = {k: n for k, n in self.held.items() if not k.startswith("rank ") or n >= PERSIST}
+        return max(sorted(held), key=lambda k: (held[k], k.startswith("rank "))) if held else NONE
 
     def run_straggler(self) -> Finding | None:
         """The straggler of the run's verdict (None: the run's verdict names no rank)."""
@@ -288,6 +293,14 @@ def _window(rs: RankRecords, end: int, warmup: int) -> dict[int, dict[str, float
     return out
 
 
+def as_stored(found: Finding) -> Finding:
+    """Its figures in ms as summary.json stores them (3 decimals), so that its words and every
+    reader of the file format one number: 80.4499 read `80.4` in the verdict and `80.5` from
+    the file's 80.45 (the advisor, a test; session 11)."""
+    return replace(found, **{f.name: round(getattr(found, f.name), 3) for f in fields(found)
+                             if f.name.endswith("_ms") and isinstance(getattr(found, f.name), float)})
+
+
 def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOver | None = None) -> Finding | None:
     """One check over the WINDOW steps up to `end`; None with fewer than MIN_STEPS paired.
     `host`: the host's CPU over the last so many seconds (these steps'), where it is read."""
@@ -335,6 +348,7 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOve
         exposed_ms=median_nonempty(sorted(exposed[s] for s in steps if s in exposed)) if exposed else 0.0,
         sees_ms=sees if math.isfinite(sees) else 0.0,
     )
+    found = as_stored(found)
     contention = host(found.n * step_ms / 1000.0) if host is not None else None
     if contention is not None:
         found = replace(found, contended=contention.explains(worst, found.cost_ms, step_ms) if found.slow else "",

@@ -398,6 +398,21 @@ def test_a_short_run_names_its_delayed_rank_from_its_first_checks() -> None:
     assert state.summary()["straggler"]["rank"] == 1
 
 
+def test_a_rank_found_on_fewer_checks_than_name_one_is_not_the_runs_straggler() -> None:
+    """A 30-step demo on the 2-core VM: its one check found rank 0 +2.2 ms; the live view said
+    `no straggler yet: ... 3 in a row name one`, and the exit summary named it (session 11). A
+    run too short for PERSIST checks names no rank, and says why, as its live view did."""
+    state, _ = feed(2, WARMUP + straggler.MIN_STEPS + 1, noise={0: 0.05, 1: 0.05}, step_ms={0: 20.0, 1: 20.0},
+                    extra_data={1: 15.0})
+    verdict = state.straggler_verdict
+    assert verdict.held == {"rank 1": 1} and verdict.rank is None, verdict.held
+    assert verdict.describe().startswith("no straggler yet: rank 1 data costs ")
+    assert verdict.run_straggler() is None and state.summary()["straggler"] is None
+    text = verdict.run_describe()
+    assert text.startswith("no straggler (largest: rank 1 +") and text.endswith(
+        f"; 1 check, fewer than the {straggler.PERSIST} that name a rank"), text
+
+
 def test_a_longer_data_phase_says_the_host_is_late_only_beside_another_phase():
     from ddptop.model.straggler_work import AFTER_FORWARD, host_late
 
@@ -405,3 +420,17 @@ def test_a_longer_data_phase_says_the_host_is_late_only_beside_another_phase():
     assert host_late("forward", 0.05, 0.01) == 0.0  # under HOST_LATE_MS
     assert host_late("optimizer", 0.3, 0.5) == 0.0  # a data phase with real work: not even doubled
     assert host_late("data", 5.0, 0.01) == 0.0 and host_late(AFTER_FORWARD, 0.6, 0.01) == 0.0  # the host's already
+
+
+def test_the_verdicts_words_and_summary_json_format_one_number() -> None:
+    """The delayed-rank e2e test read `costs the job 80.4 ms/step` in the verdict beside a
+    summary.json cost of 80.45 (`80.5` as the advisor formats it): a finding holds its figures
+    as the file stores them."""
+    from ddptop.model.run_summary import straggler_dict
+
+    raw = straggler.Finding(rank=1, step=89, n=50, ranks=2, own_ms=95.0, others_ms=15.0, step_ms=96.0,
+                            excess_ms=80.4499, ci_low_ms=80.2, ci_high_ms=80.8, p=1e-9, phase="data",
+                            cost_ms=80.4499, phase_ms=80.4499)
+    stored = straggler_dict(straggler.as_stored(raw))
+    assert stored is not None and stored["cost_ms"] == 80.45
+    assert stored["text"].startswith(f"rank 1 straggler: data, costs the job {stored['cost_ms']:.1f} ms/step ("), stored
