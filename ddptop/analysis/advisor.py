@@ -33,7 +33,7 @@ from ddptop.analysis.advice_rules import (
 from ddptop.analysis.nccl import transport_class
 from ddptop.analysis.sweep_advice import explain, recommend_from_sweep
 from ddptop.hw.topology import link_class
-from ddptop.model.figures import summary_comm_shares, summary_mean_ms
+from ddptop.model.figures import summary_comm_shares, summary_mean_ms, timing_switch
 from ddptop.model.status import RUN_LIVE
 from ddptop.model.straggler_work import AFTER_FORWARD, phase_words
 
@@ -237,8 +237,8 @@ def _evidence(
         evidence.append(f"exposed (not overlapped) all-reduce {exposed:.0%} of the step")
         if share is None:  # without nccl_timing (gloo_timing): what backward could not hide is a lower bound
             share = exposed
-            off = "gloo_timing" if summary.get("backend") == "gloo" else "nccl_timing"
-            evidence.append(f"all-reduce total not timed ({off} off): its exposed part stands in, a lower bound")
+            evidence.append(f"all-reduce total not timed ({timing_switch(summary)} off): its exposed part stands in, "
+                            "a lower bound")
     if transports:
         evidence.append("NCCL transports: " + ", ".join(ordered(transports)))
     if hw:

@@ -351,9 +351,9 @@ def comm_lines(summary: dict[str, Any]) -> list[str]:
                 for r in hooked))
         lines += ddp_cross_check(summary)
     elif summary.get("exposed_comm_share") is not None:
-        how = ("gloo_timing is off by default: --set gloo_timing=true times each bucket, at ~60 us a bucket"
-               if summary.get("backend") == "gloo" else
-               "nccl_timing is off by default: --set nccl_timing=true times it, at ~1.4% of a ViT-L step")
+        switch = figures.timing_switch(summary)
+        how = (f"{switch} is off by default: --set {switch}=true times "
+               + ("each bucket, at ~60 us a bucket" if switch == "gloo_timing" else "it, at ~1.4% of a ViT-L step"))
         lines.append(f"gradient communication: {100 * summary['exposed_comm_share']:.1f}% of the step exposed "
                      f"(not hidden by backward); the all-reduce total is not timed here ({how})")
     return lines

@@ -48,6 +48,7 @@ from ddptop.model.figures.run_window import (
     step_ms_pcts_run,
     summary_comm_shares,
     summary_mean_ms,
+    timing_switch,
 )
 from ddptop.model.figures.stats import (
     Histogram,
@@ -90,5 +91,5 @@ __all__ = [
     "merged_percentiles", "node_own_ms_last50", "node_step_ms_p50_last50", "pct", "percent", "percentile", "phase_shares_last50", "rank_figures",
     "rank_phases_mean_run", "rank_samples_per_s_last50", "rank_samples_per_s_run", "rank_share_run",
     "rank_steps_per_s_run", "rank_tokens_per_s_run", "ranks_connected", "slowest", "span_length", "speedup", "stall_bound_s",
-    "step_ms_pcts_run", "summary_comm_shares", "summary_mean_ms", "union_length", "warming_up",
+    "step_ms_pcts_run", "summary_comm_shares", "summary_mean_ms", "timing_switch", "union_length", "warming_up",
 ]

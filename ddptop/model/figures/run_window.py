@@ -170,6 +170,12 @@ def summary_comm_shares(summary: Mapping[str, Any]) -> tuple[float | None, float
     return out[0], out[1]
 
 
+def timing_switch(summary: Mapping[str, Any]) -> str:
+    """The setting that times a run's all-reduce total, off by default: gloo_timing on gloo (a
+    CPU), nccl_timing otherwise. The report and the advisor name it where the total is missing."""
+    return "gloo_timing" if summary.get("backend") == "gloo" else "nccl_timing"
+
+
 def summary_mean_ms(summary: Mapping[str, Any], key: str) -> float | None:
     """Mean over a summary's ranks of a per-rank `<key>_mean` field (comm_ms, exposed_comm_ms)."""
     return mean(r.get(key + "_mean") for r in summary.get("ranks") or [])
