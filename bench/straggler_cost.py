@@ -168,8 +168,7 @@ def verdict_row(case: dict, base: float | None, near: list[float] | None = None,
                       and spread > (0.25 * abs(lost) if abs(lost) >= floor else floor))
     # a loss under the rule's floors is no straggler, whatever was injected (unless unresolved)
     small = lost is not None and lost < floor and not unresolved
-    injected = case.get("expected_rank")
-    expected = None if small else injected
+    expected = None if small else case.get("expected_rank")
     # where the delay is: a loader's sleep lies between the forward's return and backward
     # (nanoGPT's prefetch), extra matmuls in the model's forward
     phase = (None if expected is None or "--slow-rank" not in case["args"] else

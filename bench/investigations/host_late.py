@@ -32,6 +32,7 @@ from pathlib import Path
 
 import psutil
 
+from ddptop.model.paired import Paired
 from ddptop.model.straggler_work import HOST_LATE_MS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,22 +133,18 @@ def summarize(readings: list[tuple[float, dict, dict[int, float]]], pids: dict[i
 
 
 def data_excess(run_dir: Path, warmup: int) -> dict[int, float]:
-    """rank -> its data phase's median excess over the others' median, per step (steps.jsonl)."""
-    by_step: dict[int, dict[int, float]] = {}
+    """rank -> its data phase's median excess over the others' median, per step (steps.jsonl),
+    paired as the straggler rule pairs them (ddptop.model.paired.Paired)."""
+    windows: dict[int, dict[int, dict]] = {}
     for line in (run_dir / "steps.jsonl").read_text().splitlines():
         try:
             rec = json.loads(line)
         except ValueError:
             continue
         if "step_ms" in rec and rec.get("step", -1) >= warmup:
-            by_step.setdefault(rec["step"], {})[rec["rank"]] = rec.get("data_ms", 0.0)
-    out: dict[int, list[float]] = {}
-    for ranks in by_step.values():
-        for r, v in ranks.items():
-            others = [w for q, w in ranks.items() if q != r]
-            if others:
-                out.setdefault(r, []).append(v - statistics.median(others))
-    return {r: round(statistics.median(v), 3) for r, v in sorted(out.items())}
+            windows.setdefault(rec["rank"], {})[rec["step"]] = rec
+    diffs = Paired(windows, lambda rec: rec.get("data_ms", 0.0)).diffs
+    return {r: round(statistics.median(d.values()), 3) for r, d in sorted(diffs.items()) if d}
 
 
 def one_run(args: argparse.Namespace, i: int, sib: dict[int, set[int]]) -> dict:

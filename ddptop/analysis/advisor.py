@@ -201,11 +201,12 @@ def straggler_first(straggler: Any, evidence: list[str], mismatch: str = "",
     wait = (f"~{excess:.1f} ms/step" if isinstance(excess, (int, float)) else "much")
     if isinstance(excess, (int, float)) and step_ms:
         wait += f" ({excess / step_ms:.0%} of the step)"
-    said = f"rank {rank} straggler: {phase_words(phase, straggler.get('host_late_ms'))}{more}"
+    host_late = straggler.get("host_late_ms")
+    said = f"rank {rank} straggler: {phase_words(phase, host_late)}{more}"
+    look = HOST_LATE_LOOK if host_late else STRAGGLER_LOOK.get(phase, "that rank")
     return Advice(
         None,
-        reason=(f"{said}: look at {HOST_LATE_LOOK if straggler.get('host_late_ms') else STRAGGLER_LOOK.get(phase, 'that rank')}"
-                f". The other ranks wait for it in "
+        reason=(f"{said}: look at {look}. The other ranks wait for it in "
                 f"the all-reduce, so that wait is rank {rank}'s {phase}, not communication: no DDP "
                 "communication setting shortens it." + (f" Also: {mismatch}" if mismatch else "")),
         severity="warn",
