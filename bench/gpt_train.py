@@ -185,6 +185,10 @@ def parse_args():
     p.add_argument("--slow-matmuls", type=int, default=0,
                    help="this many extra square matmuls in --slow-rank's forward (its device is slower)")
     p.add_argument("--slow-matmul-size", type=int, default=4096, help="their side")
+    p.add_argument("--slow-pause", default=None, metavar="A:B",
+                   help="the slowness is off for timed steps A..B-1 (0: the first after --warmup): the "
+                        "same run's steps with and without it give the job's loss to it (printed as "
+                        "`slow steps median X ms, paused Y ms`, with each block's median)")
     p.add_argument("--log-interval", type=int, default=0,
                    help="print the loss every N steps (syncs the device; 0: never)")
     p.add_argument("--out", default=None, help="write the timing as JSON here (rank 0)")
@@ -198,6 +202,11 @@ def parse_args():
     args = p.parse_args()
     if args.steps <= args.warmup:
         p.error(f"--steps ({args.steps}) must be larger than --warmup ({args.warmup})")
+    if args.slow_pause is not None:
+        a, _, b = args.slow_pause.partition(":")
+        if not (a.isdigit() and b.isdigit() and int(a) < int(b) <= args.steps - args.warmup):
+            p.error(f"--slow-pause {args.slow_pause!r}: want A:B with A < B <= steps - warmup")
+        args.slow_pause = (int(a), int(b))
     if args.lr_warmup is None:
         args.lr_warmup = max(1, args.steps // 10)
     if args.vocab > 65536 and args.data == "memmap":
@@ -317,6 +326,16 @@ def pin(cpus_per_rank: int) -> None:
         os.sched_setaffinity(0, block)
 
 
+def paused_words(step_ms, start, stop):
+    """The same run's steps with the slowness on and paused (--slow-pause START:STOP), and each
+    block's median: blocks that disagree say the run drifted (its loss is then unresolved)."""
+    blocks = [b for b in (step_ms[:start], step_ms[start:stop], step_ms[stop:]) if b]
+    slow = step_ms[:start] + step_ms[stop:]
+    return (f"slow steps median {statistics.median(slow):.2f} ms, paused "
+            f"{statistics.median(step_ms[start:stop]):.2f} ms; blocks "
+            + ", ".join(f"{statistics.median(b):.2f}" for b in blocks))
+
+
 def main():
     args = parse_args()
     pin(args.cpus_per_rank)
@@ -342,11 +361,14 @@ def main():
     optimizer = model.configure_optimizer(args.lr, args.weight_decay, (0.9, 0.95), device_type)
     if args.compile:
         model = torch.compile(model)
+    slow_now = [True]  # the injected slowness is on (off inside --slow-pause)
     if args.slow_rank == rank and args.slow_matmuls > 0:  # a straggler on purpose: more work in its forward
         side = args.slow_matmul_size
         extra = torch.randn(side, side, device=device) / side ** 0.5
 
         def more_work(module, inputs):  # inside the loop's autocast: bf16 matmuls on a GPU
+            if not slow_now[0]:
+                return
             with torch.no_grad():
                 y = extra
                 for _ in range(args.slow_matmuls):
@@ -386,7 +408,8 @@ def main():
         fetch = get_batch
 
         def get_batch():
-            time.sleep(args.slow_data_ms / 1000.0)
+            if slow_now[0]:
+                time.sleep(args.slow_data_ms / 1000.0)
             return fetch()
 
     def sync():
@@ -418,6 +441,8 @@ def main():
             mark(step - args.warmup)
         if profile is not None:
             profile.at(step)
+        if args.slow_pause is not None:
+            slow_now[0] = not args.slow_pause[0] <= step - args.warmup < args.slow_pause[1]
 
         lr = get_lr(step, args)
         for group in optimizer.param_groups:
@@ -470,6 +495,8 @@ def main():
         "final_loss": loss.item() * args.accum,
     }
     samples_per_step = args.batch_size * args.accum * world_size
+    if master and args.slow_pause is not None:
+        print(f"gpt_train: {paused_words(step_ms, *args.slow_pause)}", flush=True)
     if master:
         print(f"gpt_train: final loss {result['final_loss']:.4f}, "
               f"step median {result['step_ms_median']:.2f} ms, "

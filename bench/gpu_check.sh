@@ -444,7 +444,10 @@ PYEOF
 strag44() {  # issue 44: its table's five cases (symmetric first and last; rank 2's loader +6 / +40 ms; 8 / 30 extra
   # matmuls in rank 3's / rank 1's forward) with bench/gpt_train.py on $N GPUs: the rank, phase and cost ddptop names
   # beside the step-time loss against the symmetric runs (the script's own timing). STRAG44_SET=comm_timing_every=1 ...
+  # STRAG44_PAUSE=120:240 (with STRAG44_STEPS=370): each case's loss read in its own run, slow steps against paused
+  # ones (straggler_cost.py --pause), the symmetric runs first and last only
   timeout ${STRAG44_TIMEOUT:-580} $PY bench/straggler_cost.py --nproc "$N" --steps ${STRAG44_STEPS:-150} --warmup 10 \
+    ${STRAG44_PAUSE:+--pause $STRAG44_PAUSE --no-interleave} \
     ${STRAG44_GPT_ARGS:+--gpt-args "$STRAG44_GPT_ARGS"} ${STRAG44_CASES:+--cases "$STRAG44_CASES"} \
     ${STRAG44_SET:+--set $STRAG44_SET} --timeout ${STRAG44_RUN_TIMEOUT:-150} --runs-dir "$RUNS/strag44" \
     --json-out "$OUT/straggler_cost.json" 2>&1 | tee -a "$OUT/straggler_cost.txt" | tail -${STRAG44_TAIL:-45}

@@ -5,7 +5,7 @@ verdict from its summary and the script's own median step (rank 0's `step median
 per case, the rank/phase/cost named beside the step-time loss against the symmetric runs.
 
   python bench/straggler_cost.py --nproc 4 [--steps 150] [--gpt-args "..."] [--cases "name=args;..."]
-      [--set comm_timing_every=1] [--runs-dir DIR] [--json-out FILE]
+      [--set comm_timing_every=1] [--runs-dir DIR] [--json-out FILE] [--pause A:B]
   python bench/straggler_cost.py --rescore FILE    (an earlier --json-out's cases, scored again)
 
 The default cases are the issue's, for 4 ranks: a loader sleeping 6 and 40 ms on rank 2, 8 and 30
@@ -14,6 +14,13 @@ step (nanoGPT's logging: a sync that makes rank 0 launch each step late; every o
 without it, so that the symmetric runs are symmetric: session 9 found rank 0 named in one). On CPU (2 ranks), for instance:
   python bench/straggler_cost.py --nproc 2 --steps 100 --cases "sym=;slow50=--slow-rank 1 --slow-data-ms 50;sym2="
       --gpt-args "--data random --n-layer 1 --n-embd 32 --block 32 --batch-size 4 --vocab 256"
+Symmetric runs of one call differ by 2-4 ms a step on 4x H200 (a rank's host late in most of
+them, which rank changing run to run; session 11), so a loss read against other runs is often
+unresolved. --pause A:B reads it in the same run instead: each injected case runs with its
+slowness paused for timed steps A..B-1 (gpt_train.py --slow-pause), and its loss is its slow
+steps' median less its paused steps' (rank 0's CUDA events), its two slow blocks' medians the
+check for drift. With 360 timed steps, --pause 120:240: ddptop's run verdict is held on the
+slow blocks' checks (two thirds), and its last finding comes from a window of slow steps.
 (docs/GPU.md, "The straggler's cost to the job on 4 GPUs (issue 44, must-show 1)", quotes its output.)
 """
 
@@ -30,6 +37,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from ddptop.model.paired import Paired  # noqa: E402  (the rule's own pairing and host-late test)
+from ddptop.model.straggler_work import host_late  # noqa: E402
+
 CASES = ("sym=;load6=--slow-rank 2 --slow-data-ms 6;load40=--slow-rank 2 --slow-data-ms 40;"
          "mm8=--slow-rank 3 --slow-matmuls 8;mm30=--slow-rank 1 --slow-matmuls 30;item0=--item-every-step;sym2=")
 # the issue's shape: a small transformer whose GPU work sets the step (its table: forward 9.6 ms of
@@ -47,6 +58,18 @@ def own_ms(run_dir: Path) -> float | None:
         found = re.search(r"step median ([0-9.]+) ms", path.read_text(errors="replace"))
         if found:
             return float(found.group(1))
+    return None
+
+
+def paused_ms(run_dir: Path) -> dict | None:
+    """The same run's truth (gpt_train.py --slow-pause): rank 0's median step with the slowness
+    on and paused, and each block's median (slow, paused, slow)."""
+    for path in run_dir.glob("logs/**/attempt_0/0/stdout.log"):
+        found = re.search(r"slow steps median ([0-9.]+) ms, paused ([0-9.]+) ms; blocks ([0-9., ]+)",
+                          path.read_text(errors="replace"))
+        if found:
+            return {"slow": float(found.group(1)), "paused": float(found.group(2)),
+                    "blocks": [float(b) for b in found.group(3).split(",") if b.strip()]}
     return None
 
 
@@ -87,6 +110,24 @@ def host_gaps(by_step: dict[int, list[dict]]) -> dict[int, float]:
     return {rank: round(statistics.median(v), 2) for rank, v in sorted(gaps.items())}
 
 
+def late_hosts(by_step: dict[int, list[dict]]) -> dict[int, float]:
+    """rank -> its data phase's median excess over the others', for the ranks whose host the
+    rule calls late (straggler_work.host_late, on the same per-step pairs): a symmetric run with
+    one is not symmetric (session 11: a late host cost its job 2-4 ms a step)."""
+    windows: dict[int, dict[int, dict]] = {}
+    for step, recs in by_step.items():
+        for r in recs:
+            windows.setdefault(r["rank"], {})[step] = r
+    data = Paired(windows, lambda rec: rec.get("data_ms"))
+    out = {}
+    for rank, diffs in sorted(data.diffs.items()):
+        if diffs:
+            excess = statistics.median(diffs.values())
+            if host_late("forward", excess, statistics.median(data.others[rank].values())):
+                out[rank] = round(excess, 3)
+    return out
+
+
 def this_run(runs: Path, before: set[Path]) -> Path:
     """The run directory this run made under `runs` (a runs dir kept from an earlier call of
     the same case names holds older ones: session 11 read their steps as this run's)."""
@@ -99,6 +140,8 @@ def this_run(runs: Path, before: set[Path]) -> Path:
 def run_case(args: argparse.Namespace, name: str, extra: str) -> dict:
     runs = Path(args.runs_dir) / name
     sets = [x for s in args.set for x in ("--set", s)]
+    if args.pause and "--slow-rank" in extra:
+        extra += f" --slow-pause {args.pause}"
     cmd = [sys.executable, "-m", "ddptop", "--headless", "--json", "--interval", "30", "--nproc", str(args.nproc),
            "--warmup", str(args.warmup), "--runs-dir", str(runs), *sets, "--", sys.executable,
            str(ROOT / "bench" / "gpt_train.py"), *shlex.split(args.gpt_args), "--steps", str(args.steps),
@@ -120,8 +163,9 @@ def run_case(args: argparse.Namespace, name: str, extra: str) -> dict:
     # the loss read on rank 0 every step (gpt_train.py's `master`): rank 0 made late by its sync
     expected = int(slow.group(1)) if slow else 0 if re.search(r"--item-every-step\b", extra) else None
     return {"case": name, "args": extra, "rc": res.returncode, "wall_s": round(time.monotonic() - t0, 1),
-            "own_ms": own_ms(run_dir), "step_ms_p50": summary.get("step_ms_p50"),
+            "own_ms": own_ms(run_dir), "paused": paused_ms(run_dir), "step_ms_p50": summary.get("step_ms_p50"),
             "fastest_share": fastest_share(by_step), "host_gap_ms": host_gaps(by_step),
+            "late_host": late_hosts(by_step),
             "expected_rank": expected, "straggler": summary.get("straggler"),
             "text": check.get("text"), "now": check.get("now"), "held": check.get("held"),
             "latest": check.get("latest"), "host_cpu": summary.get("host_cpu"), "lines": lines,
@@ -150,13 +194,16 @@ def neighbours(results: list[dict], i: int) -> list[float]:
     return [c["own_ms"] for c in near if c["case"].startswith("sym") and c.get("own_ms") is not None]
 
 
-def verdict_row(case: dict, base: float | None, near: list[float] | None = None, fastest: float | None = None) -> str:
+def verdict_row(case: dict, base: float | None, near: list[float] | None = None, fastest: float | None = None,
+                near_words: str = "symmetric runs beside it") -> str:
     """One case scored: the rank and phase named against the injection's, the cost against
     the step time lost (against `base`: the symmetric runs beside it, `near`, where
     interleaved). Where those two symmetric runs differ by more than a quarter of the loss
     (or by more than the rule's floor, for a loss under it) the truth is unresolved: the rank
     and phase are scored, the cost and "should anyone be named" are not. `fastest`: the
-    quickest symmetric run of the call, the job with no rank late (shown beside)."""
+    quickest symmetric run of the call, the job with no rank late (shown beside). With --pause,
+    `base` is the run's own paused steps and `near` its two slow blocks (`near_words`): blocks
+    that differ by more than a quarter of the loss say the run drifted."""
     s = case.get("straggler") or {}
     own = case.get("own_ms")
     lost = own - base if own is not None and base is not None else None
@@ -176,7 +223,7 @@ def verdict_row(case: dict, base: float | None, near: list[float] | None = None,
     right = (s.get("rank") if s else None) == expected and (phase is None or s.get("phase") == phase)
     within = abs(cost - lost) <= 0.25 * abs(lost) if cost is not None and lost and not small else None
     if unresolved and near:
-        score = f", truth unresolved (symmetric runs beside it: {near[0]:.2f} / {near[1]:.2f} ms)"
+        score = f", truth unresolved ({near_words}: {near[0]:.2f} / {near[1]:.2f} ms)"
         verdict = ("none named" if not s else "right rank and phase" if right
                    else "named, none injected" if expected is None else "WRONG rank or phase")
     else:
@@ -205,6 +252,9 @@ def main() -> int:
                    help="a symmetric run before each case and after the last; each case's loss is taken "
                         "against the two beside it (two symmetric runs of one call differed by 4 ms a step)")
     p.add_argument("--cpus-per-rank", type=int, default=0, help="pin each rank to its own CPUs (gpt_train.py)")
+    p.add_argument("--pause", metavar="A:B", default=None,
+                   help="each injected case pauses its slowness for timed steps A..B-1 (gpt_train.py "
+                        "--slow-pause): its loss is read in the same run, slow steps against paused ones")
     p.add_argument("--rescore", metavar="JSON", help="score the cases of an earlier --json-out again; run nothing")
     args = p.parse_args()
     if args.cpus_per_rank:
@@ -215,7 +265,8 @@ def main() -> int:
         case = run_case(args, name, extra)
         results.append(case)
         print(f"== {name} ({extra or 'symmetric'}): own {case.get('own_ms')} ms/step, verdict: {case.get('text')}; "
-              f"host gap after forward (ms, per rank): {case.get('host_gap_ms')}", flush=True)
+              f"host gap after forward (ms, per rank): {case.get('host_gap_ms')}; late host (rank: data excess ms): "
+              f"{case.get('late_host')}", flush=True)
         for line in case.get("lines", []):
             print("   " + line[-300:], flush=True)
     syms = [c["own_ms"] for c in results if c["case"].startswith("sym") and c.get("own_ms") is not None]
@@ -226,7 +277,12 @@ def main() -> int:
           "symmetric runs beside the case where they were interleaved)")
     for i, case in enumerate(results):
         near = neighbours(results, i)
-        print(verdict_row(case, statistics.mean(near) if near else base, near, min(syms) if syms else None))
+        paused = case.get("paused")
+        if paused:  # the truth in the same run: its slow steps against its paused ones
+            slow = [paused["blocks"][0], paused["blocks"][-1]]
+            print(verdict_row({**case, "own_ms": paused["slow"]}, paused["paused"], slow, None, "slow blocks of the run"))
+        else:
+            print(verdict_row(case, statistics.mean(near) if near else base, near, min(syms) if syms else None))
     if args.json_out and not args.rescore:
         Path(args.json_out).write_text(json.dumps({"baseline_ms": base, "cases": results}, indent=1))
     return 0

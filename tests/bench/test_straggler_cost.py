@@ -95,3 +95,30 @@ def test_a_small_loss_between_disagreeing_neighbours_is_unresolved_not_wrong() -
     assert "(vs the fastest symmetric run: +3.64)" in row
     row = sc.verdict_row({**case, "straggler": None}, sum(near) / 2, near)
     assert "expected: none named, truth unresolved" in row
+
+
+def test_a_paused_run_is_scored_against_its_own_paused_steps(tmp_path) -> None:
+    """--pause: the loss is the run's slow steps less its paused ones (gpt_train.py's line), and
+    two slow blocks that disagree by more than a quarter of it leave the truth unresolved."""
+    log = tmp_path / "logs" / "x" / "attempt_0" / "0"
+    log.mkdir(parents=True)
+    (log / "stdout.log").write_text("gpt_train: slow steps median 27.10 ms, paused 21.00 ms; blocks 27.00, 21.00, 27.30\n")
+    truth = sc.paused_ms(tmp_path)
+    assert truth == {"slow": 27.1, "paused": 21.0, "blocks": [27.0, 21.0, 27.3]}
+    case = {"case": "mm8", "args": "--slow-rank 3 --slow-matmuls 8", "own_ms": 30.0, "expected_rank": 3}
+    row = sc.verdict_row({**case, "own_ms": truth["slow"], "straggler": named(3, "forward", 6.5)},
+                         truth["paused"], [27.0, 27.3], None, "slow blocks of the run")
+    assert "+6.10" in row and "expected: right, cost within 25%" in row
+    row = sc.verdict_row({**case, "own_ms": 27.1, "straggler": named(3, "forward", 6.5)}, 21.0, [25.0, 29.3], None,
+                         "slow blocks of the run")
+    assert "truth unresolved (slow blocks of the run: 25.00 / 29.30 ms)" in row
+
+
+def test_a_late_host_is_found_by_the_rules_own_test_on_the_data_phase() -> None:
+    """Session 11's sym1: rank 2's data phase +0.54 ms against the others' 0.006 (its GPU idle at
+    each step's start, waiting for its host); a run whose data phases agree has none."""
+    by_step = {s: [{"rank": r, "step": s, "step_ms": 20.0, "data_ms": 0.006 + (0.54 if r == 2 else 0.0)}
+                   for r in range(4)] for s in range(30)}
+    assert sc.late_hosts(by_step) == {2: 0.54}
+    even = {s: [{"rank": r, "step": s, "step_ms": 20.0, "data_ms": 0.2} for r in range(4)] for s in range(30)}
+    assert sc.late_hosts(even) == {}
