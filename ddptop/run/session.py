@@ -40,7 +40,7 @@ from ddptop.run.stopping import Stopper
 from ddptop.run.watchdog import Watchdog
 from ddptop.wire import protocol
 
-DRAIN_S = 0.5  # after torchrun exits, let the last frames arrive
+DRAIN_S = 0.5  # after torchrun exits, at most this long for the ranks' last frames (Hub.drained)
 AGREED_SLACK_S = 0.5  # beyond the agreed step's expected time: its report, the ranks' exit
 
 __all__ = ["Session", "last_exception", "new_run_id"]
@@ -188,7 +188,7 @@ class Session:
                 task.cancel()
 
     async def _wind_down(self, rc: int) -> None:
-        await asyncio.sleep(DRAIN_S)
+        await self.hub.drained(DRAIN_S)
         await self.capture_pipeline.drain()
         await self.capture_pipeline.nsys_stats()
         self.watchdog.poll_logs()
