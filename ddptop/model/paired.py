@@ -20,12 +20,17 @@ MAX_N = 64  # the interval's ranks are cached up to this many values
 
 def median_without(ordered: list[float], i: int) -> float:
     """The median of a sorted list with its i-th element left out."""
-    m = len(ordered) - 1
+    a, b = _without(len(ordered), i)
+    return (ordered[a] + ordered[b]) / 2
 
-    def at(k: int) -> float:
-        return ordered[k] if k < i else ordered[k + 1]
 
-    return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) / 2
+@functools.lru_cache(maxsize=4 * (MAX_N + 1))
+def _without(n: int, i: int) -> tuple[int, int]:
+    """The positions in a sorted list of n whose mean is its median with the i-th left out."""
+    m = n - 1
+    middle = (m // 2, m // 2) if m % 2 else (m // 2 - 1, m // 2)
+    a, b = (k if k < i else k + 1 for k in middle)
+    return a, b
 
 
 class Paired:
@@ -38,16 +43,25 @@ class Paired:
         self.diffs: dict[int, dict[int, float]] = {r: {} for r in windows}
         self.others: dict[int, dict[int, float]] = {r: {} for r in windows}
         self.over_next: dict[int, dict[int, float]] = {r: {} for r in windows}
-        for step in sorted(set().union(*windows.values())):
-            vals = sorted((v, r) for r, w in windows.items() if step in w and (v := value(w[step])) is not None)
-            if len(vals) < 2:
+        items = list(windows.items())
+        for step in sorted(set().union(*windows.values())):  # a straggler check's hot loop (~50 steps x 5)
+            vals = []
+            for r, w in items:
+                rec = w.get(step)
+                if rec is not None and (v := value(rec)) is not None:
+                    vals.append((v, r))
+            n = len(vals)
+            if n < 2:
                 continue
+            vals.sort()
             ordered = [v for v, _ in vals]
+            top, second = ordered[-1], ordered[-2]
             for i, (v, r) in enumerate(vals):
-                theirs = median_without(ordered, i)
+                a, b = _without(n, i)
+                theirs = (ordered[a] + ordered[b]) / 2
                 self.diffs[r][step] = v - theirs
                 self.others[r][step] = theirs
-                self.over_next[r][step] = v - (ordered[-2] if i == len(vals) - 1 else ordered[-1])
+                self.over_next[r][step] = v - (second if i == n - 1 else top)
 
     def medians(self) -> dict[int, float]:
         """Each rank's median difference, for the ranks with MIN_STEPS paired steps."""
