@@ -86,6 +86,35 @@ def test_bad_frames_are_counted_and_the_connection_survives(tmp_path):
     asyncio.run(main())
 
 
+def test_drained_returns_once_every_connection_is_read_to_its_end_or_at_its_bound(tmp_path):
+    """A run's end waits for the ranks' last frames: until each connection's end is read (the
+    frames sent before it all applied), not a fixed pause; a connection still open holds it no
+    longer than the bound."""
+    async def main():
+        hub, sink, addr = await start(tmp_path)
+        _, writer = await connect(addr)
+        writer.write(protocol.encode(hello(0)))
+        writer.write(protocol.encode(protocol.Steps(0, [{"step": s, "step_ms": 1.0} for s in range(500)])))
+        await writer.drain()
+        _, other = await connect(addr)
+        other.write(protocol.encode(hello(1)))
+        await other.drain()
+        await until(lambda: hub.connected_ranks == [0, 1])
+        writer.close()
+        t0 = asyncio.get_running_loop().time()
+        await hub.drained(0.3)  # rank 1 still connected: the bound
+        assert asyncio.get_running_loop().time() - t0 >= 0.3
+        assert sum(len(m.records) for m in sink.messages if isinstance(m, protocol.Steps)) == 500
+        other.close()
+        t0 = asyncio.get_running_loop().time()
+        await hub.drained(30.0)  # both ends read: returns then, not at the bound
+        assert asyncio.get_running_loop().time() - t0 < 10.0
+        assert hub.connected_ranks == [] and sorted(sink.gone) == [0, 1]
+        await hub.close()
+
+    asyncio.run(main())
+
+
 def test_probe_streams_records_and_receives_stop(tmp_path, monkeypatch):
     async def main():
         hub, sink, addr = await start(tmp_path)
