@@ -201,7 +201,9 @@ def test_a_crash_at_exit_after_every_step_keeps_the_run_completed_and_says_so(tm
     assert [r["steps"] for r in summary["ranks"]] == [6, 6]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+# SIGTERM is -m slow: tests/e2e/test_cleanup.py's test_sigterm_leaves_nothing_of_the_run stops a
+# headless run so too (the agreed step, exit 130, nothing left)
+@pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow), signal.SIGHUP])
 def test_signal_stops_every_rank_cleanly(tmp_path, sig):
     cmd = [sys.executable, "-m", "ddptop", "--headless", "--runs-dir", str(tmp_path), "--nproc", "2",
            "--steps", "100000", "--set", "workers=0", "--interval", "0.5", "--json"]
