@@ -446,3 +446,7 @@ def test_a_rank_whose_cost_interval_reaches_under_the_floor_is_not_named() -> No
     assert not Finding(**base, ci_low_ms=-0.3, ci_high_ms=9.3).named
     assert not Finding(**base, ci_low_ms=0.6, ci_high_ms=4.4).named
     assert Finding(**base, ci_low_ms=2.1, ci_high_ms=3.5).named
+    # its words say why a cost above what the rule sees is not named: its interval
+    calm = Finding(**base, ci_low_ms=-0.3, ci_high_ms=9.3, sees_ms=2.0).calm()
+    assert calm == "no straggler (largest: rank 1 +2.8 ms, 14% (95% CI -0.3-9.3); the rule sees >= 2.0 ms here)", calm
+    assert "CI" not in Finding(**{**base, "p": 0.5}, ci_low_ms=-0.3, ci_high_ms=9.3).calm()  # not beyond noise: as before
