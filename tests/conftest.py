@@ -66,3 +66,23 @@ def pytest_collection_modifyitems(config, items):  # noqa: ARG001
     for item in items:
         if item.get_closest_marker("e2e") is not None:
             item.add_marker(pytest.mark.flaky(reruns=2, reruns_delay=1))
+
+
+_RERUN_SAID: list[tuple[str, list[str]]] = []  # (test, the `E` lines of its failed try)
+
+
+def pytest_runtest_logreport(report):
+    """A test that passed on a rerun still failed once: keep what its failed try said (the run's
+    summary names reruns only; CI showed `RERUN ...busy_host...` and no way to tell why)."""
+    if report.outcome == "rerun" and report.longrepr is not None:
+        lines = [ln for ln in str(report.longreprtext).splitlines() if ln.startswith("E ")]
+        _RERUN_SAID.append((report.nodeid, lines[:6] or str(report.longreprtext).splitlines()[-3:]))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _RERUN_SAID:
+        terminalreporter.section("what each rerun test's failed try said")
+        for nodeid, lines in _RERUN_SAID:
+            terminalreporter.write_line(nodeid)
+            for line in lines:
+                terminalreporter.write_line("    " + line[:400])
