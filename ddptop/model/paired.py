@@ -18,12 +18,6 @@ MIN_STEPS = 20  # fewer paired steps than this: a rank is not compared
 MAX_N = 64  # the interval's ranks are cached up to this many values
 
 
-def median_without(ordered: list[float], i: int) -> float:
-    """The median of a sorted list with its i-th element left out."""
-    a, b = _without(len(ordered), i)
-    return (ordered[a] + ordered[b]) / 2
-
-
 @functools.lru_cache(maxsize=4 * (MAX_N + 1))
 def _without(n: int, i: int) -> tuple[int, int]:
     """The positions in a sorted list of n whose mean is its median with the i-th left out."""

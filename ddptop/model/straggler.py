@@ -149,7 +149,7 @@ class Finding:
         """The largest cost found, and the smallest the rule could have seen here; its interval
         where that, not the cost, kept it unnamed (else `+2.8 ms ... sees >= 2.0` reads as a
         rank that should have been named)."""
-        short = (self.beyond_noise and self.large and not self.slow)
+        short = self.beyond_noise and self.large and not self.slow
         ci = f" (95% CI {self.ci_low_ms:.1f}-{self.ci_high_ms:.1f})" if short else ""
         return (f"largest: rank {self.rank} {self.cost_ms:+.1f} ms, {100 * self.share:.0f}%{ci}; "
                 f"the rule sees >= {self.sees_ms:.1f} ms here")
