@@ -31,7 +31,6 @@ MAX_WAITING_PER_PID = 4
 UNIX_BACKLOG = 4096
 READ_FIRST_S = 0.005  # over the bound: what has arrived is read before the idlest goes
 READ_CHUNK = 1 << 16
-DRAIN_POLL_S = 0.01  # Hub.drained looks this often
 ACCEPT_ERRORS_EVERY_S = 60.0  # out of file descriptors for long: the count, at most this often
 
 
@@ -119,12 +118,10 @@ class Hub:
 
     async def drained(self, timeout: float) -> None:
         """Until every connection has been read to its end (a rank's process gone, its last
-        frames in), at most `timeout` seconds (a rank's child holding its socket, another
-        node's ranks still running)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while (self._writers or self._waiting) and loop.time() < deadline:
-            await asyncio.sleep(DRAIN_POLL_S)
+        frames in: its task ends there), at most `timeout` seconds (a rank's child holding its
+        socket, another node's ranks still running)."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)
 
     async def broadcast(self, command: protocol.Command) -> int:
         """Send a command to every authenticated rank, and to any that connects
