@@ -460,6 +460,18 @@ hostlate() {  # issue 44: why one rank's host is late in symmetric runs: its thr
     --batch-size 64 --vocab 65 --no-item-every-step --steps 150 --warmup 10} 2>&1 | tee "$OUT/host_late.txt" | tail -30
 }
 
+hostpace() {  # issue 44: can a rank's host pace be read while its host runs ahead (bench/investigations/host_pace.py):
+  # one GPU's launch loop, then HOSTPACE_CASES' --slow-pause runs of strag44's GPT shape, each rank's launching threads' CPU
+  CUDA_VISIBLE_DEVICES=0 timeout 60 $PY bench/investigations/host_pace.py --launches 20000 2>&1 | tee "$OUT/host_pace.txt"
+  IFS=';' read -ra cases <<< "${HOSTPACE_CASES:-mm30=--slow-rank 1 --slow-matmuls 30;load6=--slow-rank 2 --slow-data-ms 6;sym=}"
+  for c in "${cases[@]}"; do
+    echo "== ${c%%=*}: ${c#*=}" | tee -a "$OUT/host_pace.txt"
+    timeout 150 $PY bench/investigations/host_pace.py --nproc "$N" --runs-dir "$RUNS/hostpace/${c%%=*}" -- bench/gpt_train.py \
+      --n-layer 6 --n-head 12 --n-embd 768 --block 256 --batch-size 64 --vocab 65 --no-item-every-step --cpus-per-rank 8 \
+      ${c#*=} 2>&1 | tee -a "$OUT/host_pace.txt"
+  done
+}
+
 scaling() {  # issue 47: steps/s at N = 1, 2, 4 per preset, interleaved repeats, and the scaling efficiency
   # (bench/scaling.py); SCALING_P2P=1: the article's SHM box; SCALING_CMD: a script instead of the demo
   NCCL_P2P_DISABLE=${SCALING_P2P:-0} timeout ${SCALING_TIMEOUT:-560} $PY bench/scaling.py --nprocs ${SCALING_NPROCS:-1,2,$N} \
