@@ -326,14 +326,19 @@ def pin(cpus_per_rank: int) -> None:
         os.sched_setaffinity(0, block)
 
 
+WINDOW = 50  # the straggler rule's window (ddptop.model.straggler.WINDOW): its last finding's steps
+
+
 def paused_words(step_ms, start, stop):
     """The same run's steps with the slowness on and paused (--slow-pause START:STOP), and each
-    block's median: blocks that disagree say the run drifted (its loss is then unresolved)."""
+    block's median: blocks that disagree say the run drifted (its loss is then unresolved); and
+    the median of the last WINDOW steps, those of the run verdict's last finding."""
     blocks = [b for b in (step_ms[:start], step_ms[start:stop], step_ms[stop:]) if b]
     slow = step_ms[:start] + step_ms[stop:]
     return (f"slow steps median {statistics.median(slow):.2f} ms, paused "
             f"{statistics.median(step_ms[start:stop]):.2f} ms; blocks "
-            + ", ".join(f"{statistics.median(b):.2f}" for b in blocks))
+            + ", ".join(f"{statistics.median(b):.2f}" for b in blocks)
+            + f"; last {WINDOW} steps median {statistics.median(step_ms[-WINDOW:]):.2f} ms")
 
 
 def main():

@@ -65,11 +65,13 @@ def paused_ms(run_dir: Path) -> dict | None:
     """The same run's truth (gpt_train.py --slow-pause): rank 0's median step with the slowness
     on and paused, and each block's median (slow, paused, slow)."""
     for path in run_dir.glob("logs/**/attempt_0/0/stdout.log"):
-        found = re.search(r"slow steps median ([0-9.]+) ms, paused ([0-9.]+) ms; blocks ([0-9., ]+)",
-                          path.read_text(errors="replace"))
+        text = path.read_text(errors="replace")
+        found = re.search(r"slow steps median ([0-9.]+) ms, paused ([0-9.]+) ms; blocks ([0-9., ]+)", text)
         if found:
+            last = re.search(r"last \d+ steps median ([0-9.]+) ms", text)
             return {"slow": float(found.group(1)), "paused": float(found.group(2)),
-                    "blocks": [float(b) for b in found.group(3).split(",") if b.strip()]}
+                    "blocks": [float(b) for b in found.group(3).split(",") if b.strip()],
+                    "last": float(last.group(1)) if last else None}
     return None
 
 
@@ -237,6 +239,16 @@ def verdict_row(case: dict, base: float | None, near: list[float] | None = None,
             f"{verdict}{score}{beside}")
 
 
+def window_row(case: dict, paused: dict) -> str:
+    """The named cost against the loss in its own window: the run verdict's finding is its
+    rank's last, over the run's last 50 steps, and a loss that grows through the run (a loader
+    whose sleep overshoots more) is larger there than over both slow blocks."""
+    lost, cost = paused["last"] - paused["paused"], case["straggler"]["cost_ms"]
+    within = abs(cost - lost) <= 0.25 * abs(lost) if lost else False
+    return (f"{'':<8} its window (the last 50 steps): {paused['last']:.2f} ms, lost {lost:+.2f}; "
+            f"cost {cost:.1f}: {'within 25%' if within else 'OFF by more than 25%'}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nproc", type=int, default=4)
@@ -281,6 +293,8 @@ def main() -> int:
         if paused:  # the truth in the same run: its slow steps against its paused ones
             slow = [paused["blocks"][0], paused["blocks"][-1]]
             print(verdict_row({**case, "own_ms": paused["slow"]}, paused["paused"], slow, None, "slow blocks of the run"))
+            if paused.get("last") is not None and case.get("straggler"):
+                print(window_row(case, paused))
         else:
             print(verdict_row(case, statistics.mean(near) if near else base, near, min(syms) if syms else None))
     if args.json_out and not args.rescore:

@@ -21,18 +21,20 @@ account for it:
   as fast as the others, the latest of them would set the step (measured against the others'
   median, a 4-GPU run with a second late rank read 23.0 ms for a 10.2 ms loss), at most its
   typical excess over the others' median (as fast as the others, it keeps its own noise; a
-  symmetric rank's excess is ~0), 0 on a step it was not the last; averaged over the steps.
-  Where the others waited for it inside their backward (their backward, less its exposed
-  wait, longer than its own: the all-reduce of a bucket cannot end before it hands the bucket
-  over, and a GPU's backward waits in it) so fully that its own work is not the latest beyond
-  chance (the sign test), the work outside backward (data, forward, optimizer) is compared
-  instead. Where its own work is the latest beyond chance, own work it is: on 4x H200 (a
-  GPU-bound GPT, session 9) the others' wait inside backward (~2 ms) did not lengthen the
-  job's step, and comparing the work outside backward read 8.5 ms for a 5.9 ms loss, 3.9 ms
-  for 0.6. The evidence: its
-  phase's excess, the others' wait for it at backward's end (exposed) and inside backward
-  (hidden). Cost at least MIN_MS and MIN_SHARE of the step (the others' median step, which
-  waits for it).
+  symmetric rank's excess is ~0), 0 on a step it was not the last; averaged over the steps;
+  plus the others' wait for it inside their backward (their backward, less its exposed wait,
+  longer than its own: the all-reduce of a bucket cannot end before it hands the bucket over),
+  which lengthens their own work too (a GPU-bound GPT on 4x H200, session 13: 6.7 ms for a
+  6.64 ms loss; the margin alone read 3.2). Not in a launch-bound job (some rank's GPU waits
+  for its host at its steps' start: straggler_work.launch_bound), whose backward is paced by
+  its hosts (session 9: counting the wait read 8.2 ms for a 5.9 ms loss, the margin 6.4).
+  Where the others' wait hides it so fully that its own work is not the latest beyond chance
+  (the sign test), the work outside backward (data, forward, optimizer) is compared instead.
+  A launch-bound job whose hosts all run ahead while they wait for it shows no late host: its
+  cost is then an upper bound (session 13: 6.3 ms for a 1.7 ms loss; straggler_work.Costs).
+  The evidence: its phase's excess, the others' wait for it at backward's end (exposed) and
+  inside backward (hidden). Cost at least MIN_MS and MIN_SHARE of the step (the others' median
+  step, which waits for it).
 - which phase: the one of its own work with the largest median excess over the others'. The
   forward phase runs on to backward's start, so where the rank's host spent at least half of
   that excess between the forward's return and backward (host_gap_ms: nanoGPT fetches the next
@@ -327,7 +329,7 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOve
         return None
     worst = max(sorted(medians), key=lambda r: medians[r])
     steps = sorted(who[worst])
-    cost, excess, hidden = costs.of(worst)
+    cost, excess, hidden, added = costs.of(worst)
     d = sorted(cost[s] for s in steps if s in cost)
     if not d:
         return None
@@ -335,11 +337,12 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOve
     step_ms = median_nonempty(sorted(
         median_nonempty(sorted(w[s]["step_ms"] for r, w in windows.items() if r != worst and s in w)) for s in steps))
     # the step it would save as fast as the others (its typical excess off, its noise kept):
-    # per step its margin over the next-latest rank, in [0, that excess]; averaged
+    # per step its margin over the next-latest rank, in [0, that excess]; averaged; plus the
+    # others' wait for it inside their backward, where their own work holds it (`added`)
     extra = sorted(excess[s] for s in steps if s in excess)
     typical = median_nonempty(extra)
     gains = [min(max(x, 0.0), max(typical, 0.0)) for x in d]
-    saved = mean(gains) or 0.0
+    saved = (mean(gains) or 0.0) + added
     low, high = (v + saved - typical for v in median_ci(extra))  # the typical excess's interval, moved
     phase, phase_ms, host_late_ms = phase_of(worst, windows, steps)
     sees = max(MIN_MS, MIN_SHARE * step_ms,

@@ -47,30 +47,53 @@ class Costs:
     its own work beyond the next-latest rank's (the largest of the others': with it as fast
     as they are, that rank would set the step; below 0 on a step it was not the last). Where
     the others waited for it inside their backward (their backward, less its exposed wait,
-    longer than its own: the median of that), their backward holds that wait, so the work
-    outside backward (data, forward, optimizer) is compared instead, but only where its own
-    work is not the latest beyond chance (the sign test at `alpha`): where it is, own work is
-    the cost (the others' wait inside backward did not lengthen the step on 4x H200)."""
+    longer than its own: the median of that), their own work holds that wait too, so it is
+    added (`of`'s `added`): the next-latest rank, rid of the wait, would finish that much
+    sooner (a GPU-bound job on 4x H200, session 13: 30 extra matmuls cost 6.64 ms, the margin
+    read 3.1 and the wait inside backward 3.5). Not where the job is launch-bound (`launch_bound`:
+    a rank's GPU waits for its host at its steps' start): there a GPU's backward is paced by its
+    host, and the others' longer backward is their hosts' pace, not a wait that lengthens the step
+    (4x H200, session 9: adding it read 8.2 ms for a 5.9 ms loss). Where its own work is not the
+    latest beyond chance (the sign test at `alpha`) but the others waited for it, the wait hides
+    it entirely: the work outside backward (data, forward, optimizer) is compared instead, and
+    nothing added. A launch-bound job whose hosts all keep ahead while they wait for the slow
+    rank shows no late host; there the cost is an upper bound: rid of the slow rank, the slowest
+    host sets the step, and a host's pace cannot be read while it waits (its blocked launches
+    spin: bench/investigations/host_pace.py; session 13 read 6.3 ms for a 1.7 ms loss)."""
 
     def __init__(self, windows: Mapping[int, Mapping[int, dict[str, float]]], alpha: float) -> None:
         self.alpha = alpha  # the sign test's level for "its own work is the latest beyond chance"
+        self.launch_bound = launch_bound(windows)
         self.own = Paired(windows, own_work)
         self.bwd = Paired(windows, _bwd_own)
         self.outside = Paired(windows, _outside)
         self.exposed = Paired(windows, _unhidden)  # the others' wait at backward's end beyond its own
 
-    def of(self, rank: int) -> tuple[dict[int, float], dict[int, float], float]:
+    def of(self, rank: int) -> tuple[dict[int, float], dict[int, float], float, float]:
         """step -> its margin over the next-latest rank; step -> its work beyond the others'
         median (whose median, its typical excess, is what "as fast as the others" takes off
-        it); the others' median wait for it inside backward (0: none)."""
+        it); the others' median wait for it inside backward (0: none); what of that wait the
+        cost adds to the margin (the wait where own work is compared, else 0)."""
         bwd = self.bwd.diffs[rank]
         paired = [s for s in self.own.diffs[rank] if s in bwd]
-        hidden = -median_nonempty(sorted(bwd[s] for s in paired)) if paired else 0.0
+        hidden = max(-median_nonempty(sorted(bwd[s] for s in paired)) if paired else 0.0, 0.0)
         last = sum(self.own.over_next[rank].get(s, 0.0) > 0 for s in paired)  # own work the latest
         work = self.outside if hidden > 0 and sign_p(last, len(paired)) > self.alpha else self.own
         margin, excess = work.over_next[rank], work.diffs[rank]
         return ({s: margin[s] for s in paired if s in margin}, {s: excess[s] for s in paired if s in excess},
-                max(hidden, 0.0))
+                hidden, hidden if work is self.own and not self.launch_bound else 0.0)
+
+
+def launch_bound(windows: Mapping[int, Mapping[int, dict[str, float]]]) -> bool:
+    """Some rank's GPU waits for its host at its steps' start: its data phase (a GPU span from
+    the step's start to the forward's first kernel) is longer than the others' by HOST_LATE_MS,
+    and at least as long again (`host_late`), on the median of the window's steps."""
+    data = {r: median_nonempty(sorted(rec.get("data_ms", 0.0) for rec in w.values())) for r, w in windows.items() if w}
+    for rank, mine in data.items():
+        theirs = median_nonempty(sorted(v for r, v in data.items() if r != rank))
+        if len(data) > 1 and host_late("forward", mine - theirs, theirs):
+            return True
+    return False
 
 
 def _phase_ms(rec: dict[str, float], phase: str) -> float:

@@ -102,9 +102,10 @@ def test_a_paused_run_is_scored_against_its_own_paused_steps(tmp_path) -> None:
     two slow blocks that disagree by more than a quarter of it leave the truth unresolved."""
     log = tmp_path / "logs" / "x" / "attempt_0" / "0"
     log.mkdir(parents=True)
-    (log / "stdout.log").write_text("gpt_train: slow steps median 27.10 ms, paused 21.00 ms; blocks 27.00, 21.00, 27.30\n")
+    (log / "stdout.log").write_text("gpt_train: slow steps median 27.10 ms, paused 21.00 ms; blocks 27.00, 21.00, 27.30"
+                                    "; last 50 steps median 29.00 ms\n")
     truth = sc.paused_ms(tmp_path)
-    assert truth == {"slow": 27.1, "paused": 21.0, "blocks": [27.0, 21.0, 27.3]}
+    assert truth == {"slow": 27.1, "paused": 21.0, "blocks": [27.0, 21.0, 27.3], "last": 29.0}
     case = {"case": "mm8", "args": "--slow-rank 3 --slow-matmuls 8", "own_ms": 30.0, "expected_rank": 3}
     row = sc.verdict_row({**case, "own_ms": truth["slow"], "straggler": named(3, "forward", 6.5)},
                          truth["paused"], [27.0, 27.3], None, "slow blocks of the run")
@@ -112,6 +113,10 @@ def test_a_paused_run_is_scored_against_its_own_paused_steps(tmp_path) -> None:
     row = sc.verdict_row({**case, "own_ms": 27.1, "straggler": named(3, "forward", 6.5)}, 21.0, [25.0, 29.3], None,
                          "slow blocks of the run")
     assert "truth unresolved (slow blocks of the run: 25.00 / 29.30 ms)" in row
+    # the run verdict's finding is over the last 50 steps: its cost against the loss there
+    row = sc.window_row({**case, "straggler": named(3, "forward", 6.5)}, truth)
+    assert "lost +8.00; cost 6.5: within 25%" in row
+    assert "OFF by more than 25%" in sc.window_row({**case, "straggler": named(3, "forward", 5.5)}, truth)
 
 
 def test_a_late_host_is_found_by_the_rules_own_test_on_the_data_phase() -> None:

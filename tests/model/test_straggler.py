@@ -170,7 +170,8 @@ def test_a_batch_crossing_many_checks_runs_the_last_few_only() -> None:
 
 
 def feed_lockstep(steps: int, late: dict[int, float], hidden: float = 0.0, seed: int = 0, noise: float = 4.0,
-                  where: str = "forward", timed_every: int = 1, host_gap: dict[int, float] | None = None) -> RunState:
+                  where: str = "forward", timed_every: int = 1, host_gap: dict[int, float] | None = None,
+                  data: dict[int, float] | None = None) -> RunState:
     """Two ranks as a GPU runs them: every step takes as long on both (they meet in the
     all-reduce), the rank `late[r]` ms late (more work in `where`) spends that much less in the
     all-reduce (comm_ms) and the other waits that long: `hidden` ms of it inside its backward
@@ -178,7 +179,8 @@ def feed_lockstep(steps: int, late: dict[int, float], hidden: float = 0.0, seed:
     (exposed). The phases add up to the step. Each rank's own phases are noisy (`noise` ms sd),
     so own work alone cannot tell them apart. comm_ms on one step in `timed_every` (a GPU's
     plugin times one in 10). `host_gap`: the rank's host time between its forward's return and
-    backward (host_gap_ms: 0.1 ms, plus this much of its lateness)."""
+    backward (host_gap_ms: 0.1 ms, plus this much of its lateness). `data`: a rank's data phase
+    (0.5 ms where not given; a longer one: its GPU waits for its host, a launch-bound job)."""
     rng = random.Random(seed)
     state = RunState(run_id="r", config=RunConfig(), world_size=2, warmup=WARMUP)
     for s in range(steps):
@@ -187,7 +189,7 @@ def feed_lockstep(steps: int, late: dict[int, float], hidden: float = 0.0, seed:
             wait = max(delay) - delay[r]  # it waits for the later one
             inside = min(wait, hidden)
             exposed = 1.0 + wait - inside + rng.gauss(0.0, 0.3)
-            rec_ = {"step": s, "t": float(s), "samples": 8.0, "data_ms": 0.5, "forward_ms": 15.0 + rng.gauss(0.0, noise),
+            rec_ = {"step": s, "t": float(s), "samples": 8.0, "data_ms": (data or {}).get(r, 0.5), "forward_ms": 15.0 + rng.gauss(0.0, noise),
                     "backward_ms": 35.0 + inside + exposed + rng.gauss(0.0, noise), "optimizer_ms": 3.0,
                     "comm_ms": 3.0 + wait + rng.gauss(0.0, 0.3), "exposed_comm_ms": exposed}
             rec_[where + "_ms"] += delay[r]
@@ -236,15 +238,24 @@ def test_a_wait_hidden_inside_the_others_backward_is_still_what_the_job_loses(la
 
 
 @pytest.mark.parametrize("timed_every", [1, 10])
-def test_a_rank_whose_own_work_is_the_latest_is_costed_by_its_own_work(timed_every: int) -> None:
+def test_a_rank_whose_own_work_is_the_latest_costs_its_margin_and_the_wait_inside_backward(timed_every: int) -> None:
     """The others wait 7 of its 10.1 ms inside their backward, and its own work is still the
-    latest on every step: the cost is its margin in own work (3.1 ms), not its work outside
-    backward (10.1). This model says the wait inside backward lengthens the step; on 4x H200
-    it did not (tests/model/test_straggler_replay.py, the GPU-bound GPT: comparing the work
-    outside backward read 8.5 ms for a 5.9 ms loss, 3.9 ms for 0.6)."""
+    latest on every step: the job loses all 10.1 ms (this model's step), its margin in own
+    work (3.1 ms) and the wait that lengthened the others' own work (7): a GPU-bound job on
+    4x H200 (session 13) lost 6.64 ms to 30 extra matmuls, margin 3.1 and wait 3.5."""
     state = feed_lockstep(100, {1: 10.1}, hidden=7.0, noise=0.5, timed_every=timed_every)
     s = state.straggler()
     assert s is not None and (s.rank, s.phase) == (1, "forward"), state.straggler_verdict.describe()
+    assert s.cost_ms == pytest.approx(10.1, rel=0.15) and s.hidden_ms == pytest.approx(7.0, abs=0.5)
+
+
+def test_in_a_launch_bound_job_the_wait_inside_backward_is_not_counted() -> None:
+    """The same, with rank 0's GPU waiting for its host at each step's start (its data phase
+    1.5 ms against 0.5): the job is launch-bound, a GPU's backward is paced by its host, and
+    the others' longer backward did not lengthen the step (4x H200, session 9: counting it
+    read 8.2 ms for a 5.9 ms loss). The cost is the margin in own work (3.1 ms)."""
+    s = feed_lockstep(100, {1: 10.1}, hidden=7.0, noise=0.5, data={0: 1.5}).straggler()
+    assert s is not None and s.rank == 1
     assert s.cost_ms == pytest.approx(10.1 - 7.0, rel=0.15) and s.hidden_ms == pytest.approx(7.0, abs=0.5)
 
 
