@@ -14,9 +14,12 @@ readings where another busy thread of the job ran on that CPU's SMT sibling.
 
 Question: is a late rank's host slower on its CPU (a lower clock, a busy SMT sibling such as its
 own NCCL proxy thread, moving between CPUs), or is its main thread off the CPU?
-Answer: not yet run on a GPU host (written in session 11, 2026-11-27; run on the 2-core VM only
-to check it reads the threads); `bash bench/gpu_check.sh hostlate` runs it.
-Quoted in: docs/GPU.md, "Open: the next GPU session's calls".
+Answer: nothing on the host tells the late rank apart (4x H200, session 13,
+docs/measurements/2026-11-28-s13-call2): in 4 symmetric runs the late host was rank 0, 1, 3 or
+none; every CPU read 2100 MHz, no CPU has an SMT sibling, and every main thread was on its CPU
+0.93-0.99 of the time. The job is launch-bound: its slowest host sets the step, and which host is
+slowest changes run to run and within a run (host_pace.py).
+Quoted in: docs/GPU.md, session 13.
 """
 
 from __future__ import annotations

@@ -21,9 +21,12 @@ ms a step beside the step and the rank's own work (step less exposed wait).
 Question: does a host blocked on a full launch queue use CPU (then CPU time cannot tell a rank's
 host pace) or sleep (then it can, and the straggler's cost can take the others' host pace as a
 floor)?
-Answer: not yet run on a GPU host (written in session 13, 2026-11-28); `bash bench/gpu_check.sh
-hostpace` runs both parts.
-Quoted in: docs/GPU.md, session 13.
+Answer: it spins (4x H200, session 13, docs/measurements/2026-11-28-s13-call2): 20,000 launches
+of a 0.2 ms kernel with the queue full used 3861 ms of CPU in 3861 ms (1.00), as tiny host-bound
+launches do; in the GPT runs every rank's launching threads read 0.98-1.00 of wall time in every
+block, whichever rank's host set the step. A host's pace is not in any record while it waits, so
+in a launch-bound job the straggler's cost is an upper bound (ddptop.model.straggler_work.Costs).
+Quoted in: docs/GPU.md, session 13; docs/USAGE.md (the straggler's words).
 """
 
 from __future__ import annotations
