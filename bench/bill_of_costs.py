@@ -130,7 +130,8 @@ def _agent_cpu() -> float | None:
 def variants(cuda: bool, nsys: str | None, plugin: str | None, run_dir: Path) -> dict[str, dict]:
     """name -> {"env": extra env, "torchrun": extra torchrun args, "wrap": rank prefix, "ddptop": bool}"""
     logs = ["--log-dir", str(run_dir / "logs"), "--redirects=3", "--monitor-interval=0.5"]
-    v: dict[str, dict] = {"plain": {}, "torchrun_logs": {"torchrun": logs}}
+    # plain_again: plain once more, the method's own A/A (ask for it: --variants plain,plain_again,...)
+    v: dict[str, dict] = {"plain": {}, "plain_again": {}, "torchrun_logs": {"torchrun": logs}}
     if cuda:
         v["nccl_timing"] = {"env": {"TORCH_NCCL_ENABLE_TIMING": "1"}}
         v["completion_hook"] = {"env": {"TORCH_NCCL_ENABLE_TIMING": "1", "BILL_HOOK": "1"}}
