@@ -19,7 +19,7 @@ docs/measurements/2026-11-28-s13-call2): in 4 symmetric runs the late host was r
 none; every CPU read 2100 MHz, no CPU has an SMT sibling, and every main thread was on its CPU
 0.93-0.99 of the time. The job is launch-bound: its slowest host sets the step, and which host is
 slowest changes run to run and within a run (host_pace.py).
-Quoted in: docs/GPU.md, session 13.
+Quoted in: docs/GPU.md, "2026-11-28 (session 13)".
 """
 
 from __future__ import annotations

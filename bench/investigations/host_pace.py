@@ -26,7 +26,7 @@ of a 0.2 ms kernel with the queue full used 3861 ms of CPU in 3861 ms (1.00), as
 launches do; in the GPT runs every rank's launching threads read 0.98-1.00 of wall time in every
 block, whichever rank's host set the step. A host's pace is not in any record while it waits, so
 in a launch-bound job the straggler's cost is an upper bound (ddptop.model.straggler_work.Costs).
-Quoted in: docs/GPU.md, session 13; docs/USAGE.md (the straggler's words).
+Quoted in: docs/GPU.md, "2026-11-28 (session 13)", "The straggler cases with the loss read in each run".
 """
 
 from __future__ import annotations

@@ -89,9 +89,11 @@ def launch_bound(windows: Mapping[int, Mapping[int, dict[str, float]]]) -> bool:
     the step's start to the forward's first kernel) is longer than the others' by HOST_LATE_MS,
     and at least as long again (`host_late`), on the median of the window's steps."""
     data = {r: median_nonempty(sorted(rec.get("data_ms", 0.0) for rec in w.values())) for r, w in windows.items() if w}
+    if len(data) < 2:
+        return False
     for rank, mine in data.items():
         theirs = median_nonempty(sorted(v for r, v in data.items() if r != rank))
-        if len(data) > 1 and host_late("forward", mine - theirs, theirs):
+        if host_late("forward", mine - theirs, theirs):
             return True
     return False
 

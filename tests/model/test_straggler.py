@@ -18,7 +18,7 @@ from ddptop.model.host_load import Contention
 from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState
 from ddptop.model.straggler import Finding, Verdict, check_steps
-from ddptop.model.straggler_work import AFTER_FORWARD
+from ddptop.model.straggler_work import AFTER_FORWARD, launch_bound
 from ddptop.viewer_wire.state_codec import state_from_dict, state_to_dict
 from ddptop.wire.protocol import Steps
 
@@ -461,3 +461,14 @@ def test_a_rank_whose_cost_interval_reaches_under_the_floor_is_not_named() -> No
     calm = Finding(**base, ci_low_ms=-0.3, ci_high_ms=9.3, sees_ms=2.0).calm()
     assert calm == "no straggler (largest: rank 1 +2.8 ms, 14% (95% CI -0.3-9.3); the rule sees >= 2.0 ms here)", calm
     assert "CI" not in Finding(**{**base, "p": 0.5}, ci_low_ms=-0.3, ci_high_ms=9.3).calm()  # not beyond noise: as before
+
+
+def test_launch_bound_reads_the_data_phases_of_two_ranks_or_more() -> None:
+    """A rank whose data phase is longer by 0.1 ms and doubled says the job is launch-bound; a
+    window where one rank alone has records (a 4-rank run's first check, a viewer's replay)
+    says nothing, and does not fail (it raised IndexError on an empty median)."""
+    rec = {"step_ms": 20.0}
+    assert launch_bound({0: {1: {**rec, "data_ms": 0.5}}, 1: {1: {**rec, "data_ms": 0.01}}})
+    assert not launch_bound({0: {1: {**rec, "data_ms": 0.05}}, 1: {1: {**rec, "data_ms": 0.01}}})
+    assert not launch_bound({0: {1: {**rec, "data_ms": 0.5}}, 1: {}})
+    assert not launch_bound({})
