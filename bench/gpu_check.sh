@@ -472,6 +472,11 @@ hostpace() {  # issue 44: can a rank's host pace be read while its host runs ahe
   done
 }
 
+spread() {  # issue 42: why a pinned launch loop's speed differs between fresh processes (bench/investigations/launch_spread.py)
+  CUDA_VISIBLE_DEVICES=0 timeout ${SPREAD_TIMEOUT:-400} $PY bench/investigations/launch_spread.py --rounds ${SPREAD_ROUNDS:-6} \
+    2>&1 | tee "$OUT/launch_spread.txt"
+}
+
 scaling() {  # issue 47: steps/s at N = 1, 2, 4 per preset, interleaved repeats, and the scaling efficiency
   # (bench/scaling.py); SCALING_P2P=1: the article's SHM box; SCALING_CMD: a script instead of the demo
   NCCL_P2P_DISABLE=${SCALING_P2P:-0} timeout ${SCALING_TIMEOUT:-560} $PY bench/scaling.py --nprocs ${SCALING_NPROCS:-1,2,$N} \
