@@ -12,8 +12,11 @@ bill comparison can fix it in both arms and resolve far less than 1.3 µs.
 
 Question: what makes a pinned launch loop's speed differ between fresh processes: the hash
 seed, address-space layout, or neither?
-Answer: not yet run on a GPU host (written in session 13, 2026-11-28); `bash
-bench/gpu_check.sh spread` runs it.
+Answer: not settled (1x H200, session 13, docs/measurements/2026-11-28-s13-call6; 5 processes a
+start): the spread is a few processes ~40% slower than the rest (9.7-10.0 µs against 6.4-7.3),
+one in five in each start but "both", whose five read 6.44-7.33 (sd 0.41 against 1.2-1.4). Five
+processes cannot tell a 1-in-5 event from none (a third of the time none would show), and the
+slow ones came in the last two rounds: run more rounds before fixing either in the bill.
 Quoted in: docs/BENCHMARKS.md, "2026-11-28 (session 13)".
 """
 
