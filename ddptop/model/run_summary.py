@@ -100,6 +100,7 @@ def _finding(s: Finding) -> dict[str, Any]:
             "p": float(f"{s.p:.3g}"), "n_steps": s.n, "ranks": s.ranks, "step": s.step,
             "cost_ms": round_or_none(s.cost_ms), "phase_excess_ms": round_or_none(s.phase_ms),
             "others_wait_ms": {"exposed": round_or_none(s.exposed_ms), "hidden": round_or_none(s.hidden_ms)},
+            "launch_bound": s.launch_bound,
             "sees_ms": round_or_none(s.sees_ms), "contended": s.contended or None, "host": s.host or None,
             "host_late_ms": round_or_none(s.host_late_ms) if s.host_late_ms else None}
 

@@ -107,6 +107,7 @@ class Finding:
     phase_ms: float = 0.0  # its median excess in `phase` over the others' median
     exposed_ms: float = 0.0  # the others' median wait for it at backward's end, beyond its own
     hidden_ms: float = 0.0  # the others' wait for it inside their backward (0: none seen)
+    launch_bound: bool = False  # a rank's GPU waited for its host: the hidden wait is not in the cost
     host_late_ms: float = 0.0  # its data phase beyond the others' where its host is late (straggler_work.host_late)
     sees_ms: float = 0.0  # the smallest cost this check could have named at this noise
     contended: str = ""  # the host's CPU accounts for the excess ("host CPU contended: ...")
@@ -145,7 +146,11 @@ class Finding:
         return (f"rank {self.rank} straggler: {phase_words(self.phase, self.host_late_ms)}, costs the job "
                 f"{self.cost_ms:.1f} ms/step ({100 * self.share:.0f}%, 95% CI {self.ci_low_ms:.1f}-{self.ci_high_ms:.1f}; "
                 f"its {self.phase} {self.phase_ms:+.1f} ms{late}, others wait {self.exposed_ms:.1f} ms "
-                f"+{self.hidden_ms:.1f} hidden; {last})")
+                f"+{self.hidden_ms:.1f} hidden{self._uncounted()}; {last})")
+
+    def _uncounted(self) -> str:
+        """Why the others' wait inside backward is not in the cost, where it is not."""
+        return " (not counted: launch-bound)" if self.launch_bound and self.hidden_ms > 0 else ""
 
     def largest(self) -> str:
         """The largest cost found, and the smallest the rule could have seen here; its interval
@@ -356,7 +361,7 @@ def check(ranks: Mapping[int, RankRecords], end: int, warmup: int, host: HostOve
         ci_low_ms=low, ci_high_ms=high,
         p=min(1.0, sign_p(sum(x > 0 for x in signs), sum(x != 0 for x in signs)) * len(medians)),
         phase=phase, basis="waits" if timed else "own work", last=sum(x > 0 for x in signs),
-        cost_ms=saved, phase_ms=phase_ms, hidden_ms=hidden, host_late_ms=host_late_ms,
+        cost_ms=saved, phase_ms=phase_ms, hidden_ms=hidden, launch_bound=costs.launch_bound, host_late_ms=host_late_ms,
         exposed_ms=median_nonempty(sorted(exposed[s] for s in steps if s in exposed)) if exposed else 0.0,
         sees_ms=sees if math.isfinite(sees) else 0.0,
     )

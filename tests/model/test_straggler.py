@@ -255,8 +255,12 @@ def test_in_a_launch_bound_job_the_wait_inside_backward_is_not_counted() -> None
     the others' longer backward did not lengthen the step (4x H200, session 9: counting it
     read 8.2 ms for a 5.9 ms loss). The cost is the margin in own work (3.1 ms)."""
     s = feed_lockstep(100, {1: 10.1}, hidden=7.0, noise=0.5, data={0: 1.5}).straggler()
-    assert s is not None and s.rank == 1
+    assert s is not None and s.rank == 1 and s.launch_bound
     assert s.cost_ms == pytest.approx(10.1 - 7.0, rel=0.15) and s.hidden_ms == pytest.approx(7.0, abs=0.5)
+    # the words say why the wait is not in the cost (else 3.1 beside "+7.0 hidden" reads wrong)
+    assert f"+{s.hidden_ms:.1f} hidden (not counted: launch-bound); last on " in s.describe()
+    counted = feed_lockstep(100, {1: 10.1}, hidden=7.0, noise=0.5).straggler()
+    assert counted is not None and not counted.launch_bound and "not counted" not in counted.describe()
 
 
 def test_a_late_rank_whose_host_spent_it_after_the_forward_is_named_there() -> None:
