@@ -3,7 +3,17 @@ import json
 import pytest
 
 from ddptop.wire import protocol
-from ddptop.wire.protocol import Bye, Command, Hello, ProtocolError, Steps, decode, encode
+from ddptop.wire.protocol import (
+    Bye,
+    CaptureReport,
+    Command,
+    Hello,
+    Info,
+    ProtocolError,
+    Steps,
+    decode,
+    encode,
+)
 
 
 def hello(**kw):
@@ -24,6 +34,21 @@ def test_round_trip_every_kind():
         line = encode(msg)
         assert line.endswith(b"\n") and line.count(b"\n") == 1
         assert decode(line) == msg
+
+
+def test_a_frame_is_the_bytes_dataclasses_asdict_made():
+    """encode takes the fields as they are (asdict's deep copy cost the sender thread ~28 µs a
+    step record): the same bytes for every kind of message, spans, facts and notes too."""
+    import dataclasses
+
+    msgs = [hello(backend="gloo"), Steps(rank=2, records=[{"step": 1, "step_ms": 3.5}], spans={4: ((0.5, 1.0),)}),
+            Bye(rank=0, ddp_timing={"iteration": 10}), Info(rank=1, facts={"ddp": True, "x": 1.5}, notes=["a"]),
+            Command("capture", at_step=10, args={"count": 3, "dir": "c"}),
+            CaptureReport(rank=0, capture_id=1, status="written", files=["a.json"], warmup=2)]
+    for msg in msgs:
+        data = dataclasses.asdict(msg)
+        data["v"] = protocol.VERSION
+        assert encode(msg) == (json.dumps(data, separators=(",", ":")) + "\n").encode()
 
 
 def test_frames_carry_the_version():
