@@ -5,6 +5,12 @@ grace torchrun gives them (30 s, `--stop-grace`) to run their handlers, shown wh
 those still running after it are SIGKILLed, and the run's notes say which, where they were and
 which files they had open for writing. A second Ctrl-C sends SIGTERM to the ranks, as
 torchrun's second one does; a third, SIGKILL. No UI, no torch.
+
+A stop that comes while torchrun is still starting (no rank spawned yet) ends torchrun with
+SIGTERM instead: torchrun swallows a SIGINT for its first ~1.5 s (imports; plain torchrun too,
+2026-11-28) and then runs the script as if nothing had been asked. And where torchrun is
+still running after the grace with no rank left that ddptop can name (a script that never
+imports torch never says hello), its whole tree is ended: a stop always ends the run.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from ddptop.run.stacks import collect_stacks
 from ddptop.run.untrusted import read_text
 
 AGREED_MAX_S = 2.0  # the agreed step's moment, at most: a Ctrl-C is the ranks' at once, as under torchrun
+STARTING_GRACE_S = 2.0  # torchrun's own ending, where it ends without its ranks' handlers
 OWN_STOP_MAX_S = 15.0  # the same for a stop ddptop makes itself (a full disk): no one waits on a key
 POLL_S = 0.2
 SHOW_EVERY_S = 5.0  # how often the log says who is still in their handlers
@@ -53,9 +60,22 @@ class Stopper:
                 await asyncio.wait_for(self._now.wait(), min(left, POLL_S))
         if not launcher.running:
             return  # the agreed stop came first: every rank has ended
+        if self.sent == 0 and len(launcher.tree()) <= 1:  # torchrun alone: no rank spawned yet
+            self.signalled_at, self.sent = time.monotonic(), 1
+            self._log("stop before any rank started: torchrun ended (SIGTERM); a SIGINT is lost while it starts")
+            await launcher.stop(grace_s=STARTING_GRACE_S)
+            return
         if self.sent == 0:
             self._send_first()
         await self._grace()
+        # torchrun sees its killed ranks within its monitor interval; one that missed the signal,
+        # running ranks that never said hello (nothing to kill by name), would run on
+        ends = time.monotonic() + STARTING_GRACE_S
+        while launcher.running and time.monotonic() < ends:
+            await asyncio.sleep(POLL_S)
+        if launcher.running:
+            self._log("torchrun still running after the grace: its processes ended (SIGTERM, then SIGKILL)")
+            await launcher.stop(grace_s=STARTING_GRACE_S)
 
     def _send_first(self) -> None:
         launcher = self.procs.launcher

@@ -203,10 +203,8 @@ COMMANDS = ("stop", "capture")
 
 
 def encode(msg: Message) -> bytes:
-    """One frame: the message's fields as JSON, one line. Its fields hold only JSON's own
-    values (no dataclass below the top), so they go to json as they are: dataclasses.asdict's
-    deep copy took 1.0 ms to encode 36 step records, ~28 µs a step of the rank's sender thread,
-    on a core the training loop may share (2026-11-28)."""
+    """One frame, one JSON line of the fields as they are (JSON's own values, no dataclass
+    below): asdict's deep copy took 1.0 ms a frame of 36 step records (2026-11-28)."""
     data = {f.name: getattr(msg, f.name) for f in fields(msg)}
     data["v"] = VERSION
     return (json.dumps(data, separators=(",", ":")) + "\n").encode()

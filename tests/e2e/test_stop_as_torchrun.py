@@ -122,3 +122,36 @@ def test_a_bad_stop_grace_is_a_one_line_usage_error(tmp_path, value):
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "--stop-grace" in res.stderr and not (tmp_path / "runs").exists(), res.stderr
+
+
+SLEEPER = "import time\nwhile True:\n    time.sleep(0.1)\n"  # never imports torch: never says hello
+
+
+def test_a_ctrl_c_while_torchrun_starts_ends_the_run_at_once(tmp_path):
+    """Ctrl-C 0.2 s after torchrun started, its script one that never imports torch (so no
+    rank ever says hello): the run ends in seconds, with nothing left. torchrun swallows a
+    SIGINT while it imports; tests/run/test_stopping.py has that case itself (a detached run
+    stopped by a viewer at its start ran on for good: test_live_squat's CI reruns)."""
+    import time
+
+    import psutil
+
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    proc = subprocess.Popen([sys.executable, "-m", "ddptop", "--headless", "--json", "--nproc", "1",
+                             "--runs-dir", str(tmp_path / "runs"), "--", sys.executable, str(script)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs = tmp_path / "runs"
+    poll(lambda: any(p.name == "torchrun.log" for p in runs.glob("*/torchrun.log")), 20, every=0.02)
+    time.sleep(0.2)  # torchrun started, still importing
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=25)
+    finally:
+        proc.kill()
+    assert time.monotonic() - t0 < 20, "the stop waited for the grace"
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert summary_of(out)["status"] == "stopped"
+    left = [p for p in psutil.process_iter(["cmdline"]) if str(script) in " ".join(p.info["cmdline"] or [])]
+    assert not left, [p.info["cmdline"] for p in left]
