@@ -135,18 +135,23 @@ def summarize(readings: list[tuple[float, dict, dict[int, float]]], pids: dict[i
     return out
 
 
-def data_excess(run_dir: Path, warmup: int) -> dict[int, float]:
-    """rank -> its data phase's median excess over the others' median, per step (steps.jsonl),
-    paired as the straggler rule pairs them (ddptop.model.paired.Paired)."""
-    windows: dict[int, dict[int, dict]] = {}
+def step_records(run_dir: Path, warmup: int = 0) -> dict[int, dict[int, dict]]:
+    """rank -> step -> its step record (steps.jsonl), from step `warmup` on."""
+    recs: dict[int, dict[int, dict]] = {}
     for line in (run_dir / "steps.jsonl").read_text().splitlines():
         try:
             rec = json.loads(line)
         except ValueError:
             continue
         if "step_ms" in rec and rec.get("step", -1) >= warmup:
-            windows.setdefault(rec["rank"], {})[rec["step"]] = rec
-    diffs = Paired(windows, lambda rec: rec.get("data_ms", 0.0)).diffs
+            recs.setdefault(rec["rank"], {})[rec["step"]] = rec
+    return recs
+
+
+def data_excess(run_dir: Path, warmup: int) -> dict[int, float]:
+    """rank -> its data phase's median excess over the others' median, per step (steps.jsonl),
+    paired as the straggler rule pairs them (ddptop.model.paired.Paired)."""
+    diffs = Paired(step_records(run_dir, warmup), lambda rec: rec.get("data_ms", 0.0)).diffs
     return {r: round(statistics.median(d.values()), 3) for r, d in sorted(diffs.items()) if d}
 
 

@@ -32,7 +32,6 @@ Quoted in: docs/GPU.md, "2026-11-28 (session 13)", "The straggler cases with the
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -41,7 +40,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from host_late import rank_pids  # noqa: E402
+from host_late import rank_pids, step_records  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHERS = ("pt_autograd",)  # thread names (besides the main thread) that launch a step's kernels
@@ -97,14 +96,7 @@ def blocks(pause: tuple[int, int], steps: int, warmup: int) -> list[tuple[str, i
 
 
 def per_block(run_dir: Path, readings: dict[int, list], pause: tuple[int, int], steps: int, warmup: int) -> None:
-    recs: dict[int, dict[int, dict]] = {}
-    for line in (run_dir / "steps.jsonl").read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if "step_ms" in rec:
-            recs.setdefault(rec["rank"], {})[rec["step"]] = rec
+    recs = step_records(run_dir)
     for name, a, b in blocks(pause, steps, warmup):
         print(f"{name} (steps {a}-{b - 1}):")
         for rank in sorted(recs):

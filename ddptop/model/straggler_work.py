@@ -87,13 +87,13 @@ class Costs:
 def launch_bound(windows: Mapping[int, Mapping[int, dict[str, float]]]) -> bool:
     """Some rank's GPU waits for its host at its steps' start: its data phase (a GPU span from
     the step's start to the forward's first kernel) is longer than the others' by HOST_LATE_MS,
-    and at least as long again (`host_late`), on the median of the window's steps."""
+    and at least as long again (`data_late`), on the median of the window's steps."""
     data = {r: median_nonempty(sorted(rec.get("data_ms", 0.0) for rec in w.values())) for r, w in windows.items() if w}
     if len(data) < 2:
         return False
     for rank, mine in data.items():
         theirs = median_nonempty(sorted(v for r, v in data.items() if r != rank))
-        if host_late("forward", mine - theirs, theirs):
+        if data_late(mine - theirs, theirs):
             return True
     return False
 
@@ -141,7 +141,13 @@ def host_late(phase: str, data_excess: float, their_data: float) -> float:
     a rank made slow by 30 extra matmuls in its forward +0.00. Its data excess, else 0."""
     if phase in ("data", AFTER_FORWARD):
         return 0.0  # already the host's
-    return data_excess if data_excess >= max(HOST_LATE_MS, their_data) else 0.0
+    return data_excess if data_late(data_excess, their_data) else 0.0
+
+
+def data_late(data_excess: float, their_data: float) -> bool:
+    """A data phase longer than the others' by HOST_LATE_MS, and at least as long again: the
+    GPU idle at the step's start, waiting for its host to launch."""
+    return data_excess >= max(HOST_LATE_MS, their_data)
 
 
 def phase_words(phase: str, host_late_ms: float | None = None) -> str:
