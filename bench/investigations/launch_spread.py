@@ -45,7 +45,7 @@ for _ in range(5):
         x.add_(1)
     torch.cuda.synchronize()
     reps.append((time.perf_counter() - t) / int(sys.argv[1]) * 1e6)
-print(json.dumps({"launch_us": statistics.median(reps)}))
+print(json.dumps({"launch_us": statistics.median(reps), "reps": [round(r, 3) for r in reps]}))
 """
 
 
@@ -59,13 +59,14 @@ def starts() -> dict[str, tuple[list[str], dict[str, str]]]:
     return out
 
 
-def one(prefix: list[str], env: dict[str, str], launches: int, cpu: int) -> float | None:
+def one(prefix: list[str], env: dict[str, str], launches: int, cpu: int) -> tuple[float | None, list[float]]:
     proc = subprocess.run([*prefix, sys.executable, "-c", LOOP, str(launches), str(cpu)], capture_output=True,
                           text=True, env={**os.environ, **env}, timeout=120)
     if proc.returncode != 0:
         print(proc.stderr[-600:], flush=True)
-        return None
-    return json.loads(proc.stdout.strip().splitlines()[-1])["launch_us"]
+        return None, []
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    return got["launch_us"], got["reps"]
 
 
 def main() -> int:
@@ -79,10 +80,10 @@ def main() -> int:
     for r in range(args.rounds):
         order = list(modes) if r % 2 == 0 else list(reversed(modes))
         for mode in order:
-            us = one(*modes[mode], args.launches, args.cpu)
+            us, reps = one(*modes[mode], args.launches, args.cpu)
             if us is not None:
                 got[mode].append(us)
-            print(f"round {r} {mode:<18} {us} us a launch", flush=True)
+            print(f"round {r} {mode:<18} {us} us a launch (reps {reps})", flush=True)
     for mode, vals in got.items():
         if len(vals) >= 2:
             print(f"{mode:<18} median {statistics.median(vals):.3f} us, range {min(vals):.3f}-{max(vals):.3f}, "
