@@ -68,6 +68,10 @@ def worker(args: argparse.Namespace) -> None:
         dist.all_reduce(buf)
         x.add_(1)
     sync()
+    if os.environ.get("BILL_TURN_DIR"):
+        _lockstep(args, Path(os.environ["BILL_TURN_DIR"]), lambda: x.add_(1), lambda: dist.all_reduce(buf), sync)
+        dist.destroy_process_group()
+        return
     out: dict[str, list[float]] = {"launch_us": [], "allreduce_us": [], "allreduce_mask_on_us": []}
     agent = _agent_cpu()
     wall = time.perf_counter()
@@ -87,6 +91,27 @@ def worker(args: argparse.Namespace) -> None:
         result["agent_cpu_per_s"] = (after - agent) / (time.perf_counter() - wall)
     Path(args.out, f"rank{result['rank']}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
+
+
+def _lockstep(args: argparse.Namespace, turns: Path, launch, allreduce, sync) -> None:
+    """Take turns with the same rank of the other job (on the same core and GPU): wait for the
+    turn, time one burst, hand the turn over. Job a's ranks go first once every rank of both
+    jobs is warm."""
+    import torch.distributed as dist
+
+    job, rank, world = os.environ["BILL_JOB"], dist.get_rank(), dist.get_world_size()
+    mine = os.open(turns / f"turn_{job}_{rank}", os.O_RDWR)
+    theirs = os.open(turns / f"turn_{'b' if job == 'a' else 'a'}_{rank}", os.O_RDWR)
+    (turns / f"ready_{job}_{rank}").touch()
+    while len(list(turns.glob("ready_*"))) < 2 * world:
+        time.sleep(0.01)
+    out: dict[str, list[float]] = {"launch_us": [], "allreduce_us": []}
+    for _ in range(args.turns):
+        for key, fn, n in (("launch_us", launch, args.launches), ("allreduce_us", allreduce, args.collectives)):
+            os.read(mine, 1)
+            out[key].append(_time(fn, n, sync))
+            os.write(theirs, b"t")
+    Path(args.out, f"rank{rank}.json").write_text(json.dumps({"rank": rank, **out}))
 
 
 def _time(fn, n: int, sync) -> float:
@@ -151,18 +176,26 @@ def variants(cuda: bool, nsys: str | None, plugin: str | None, run_dir: Path) ->
     return v
 
 
-def run_variant(name: str, spec: dict, args: argparse.Namespace, out: Path) -> dict | None:
-    out.mkdir(parents=True)
-    env = {**os.environ, **spec.get("env", {}), "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+def _argv(spec: dict, args: argparse.Namespace, out: Path) -> list[str]:
     me = [*spec.get("wrap", []), sys.executable, str(Path(__file__).resolve()), "worker", "--out", str(out),
-          "--launches", str(args.launches), "--collectives", str(args.collectives)]
+          "--launches", str(args.launches), "--collectives", str(args.collectives), "--turns", str(args.turns)]
     if spec.get("ddptop"):
         argv = [sys.executable, "-m", "ddptop", "--nproc", str(args.nproc), "--headless", "--interval", "3600",
                 "--runs-dir", str(out / "runs"), "--", *me]
     else:
         argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
                 *spec.get("torchrun", []), "--no-python", *me]
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.timeout)
+    return argv
+
+
+def _env(spec: dict, **more: str) -> dict[str, str]:
+    return {**os.environ, **spec.get("env", {}), **more,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+def run_variant(name: str, spec: dict, args: argparse.Namespace, out: Path) -> dict | None:
+    out.mkdir(parents=True)
+    proc = subprocess.run(_argv(spec, args, out), env=_env(spec), capture_output=True, text=True, timeout=args.timeout)
     ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
     if proc.returncode != 0 or len(ranks) != args.nproc:
         print(f"  {name}: rc={proc.returncode} ranks={len(ranks)}\n{proc.stderr[-1500:]}", flush=True)
@@ -212,6 +245,8 @@ def driver(args: argparse.Namespace) -> int:
     plugin = str(build(work)[0] or "") if cuda and shutil.which("cc") else ""
     nsys = find_nsys(None) if cuda else None
     specs = variants(cuda, nsys, plugin or None, work)
+    if args.lockstep:
+        return lockstep(args, specs, work)
     names = [n for n in specs if not args.variants or n in args.variants.split(",")]
     print(f"bill of costs: {len(names)} variants x {args.rounds} rounds, {args.nproc} ranks, cuda={cuda}, "
           f"nsys={nsys}, plugin={bool(plugin)}", flush=True)
@@ -232,6 +267,52 @@ def driver(args: argparse.Namespace) -> int:
     return 0
 
 
+def lockstep(args: argparse.Namespace, specs: dict[str, dict], work: Path) -> int:
+    """Two variants at once, rank r of each on the same core and GPU, taking turns burst by burst
+    (`_lockstep`): a slow spell of the machine hits both. Each of the second variant's bursts is
+    set against the mean of the first's bursts either side of it; the jobs swap who goes first
+    each round."""
+    base, other = args.lockstep.split(",")
+    per_round: dict[str, list[float]] = {"launch_us": [], "allreduce_us": []}
+    for r in range(args.rounds):
+        jobs = {"a": base, "b": other} if r % 2 == 0 else {"a": other, "b": base}
+        turns = work / f"lock{r}"
+        turns.mkdir(parents=True)
+        for job in "ab":
+            for rank in range(args.nproc):
+                os.mkfifo(turns / f"turn_{job}_{rank}", 0o600)
+            (turns / job).mkdir()
+        first = [os.open(turns / f"turn_a_{rank}", os.O_RDWR) for rank in range(args.nproc)]
+        for fd in first:  # job a's first turn; held open so the byte stays in the pipe
+            os.write(fd, b"t")
+        procs = {job: subprocess.Popen(_argv(specs[name], args, turns / job), env=_env(specs[name], BILL_TURN_DIR=str(turns),
+                                       BILL_JOB=job), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for job, name in jobs.items()}
+        errs = {job: p.communicate(timeout=args.timeout)[1] for job, p in procs.items()}
+        for fd in first:
+            os.close(fd)
+        got = {job: {int(f.stem[4:]): json.loads(f.read_text()) for f in (turns / job).glob("rank*.json")} for job in "ab"}
+        if any(len(got[j]) != args.nproc for j in "ab"):
+            print(f"  round {r}: ranks {[len(got[j]) for j in 'ab']}\n{errs['a'][:1500]}\n{errs['b'][:1500]}", flush=True)
+            continue
+        sign = 1.0 if jobs["b"] == other else -1.0
+        for key in per_round:
+            diffs = []
+            for rank in range(args.nproc):
+                a, b = got["a"][rank][key], got["b"][rank][key]
+                diffs += [sign * (b[i] - (a[i] + a[i + 1]) / 2) for i in range(len(a) - 1)]
+            iv = t_interval(diffs)
+            base_us = statistics.fmean(got["a" if jobs["a"] == base else "b"][0][key])
+            per_round[key].append(iv[0])
+            print(f"  round {r} ({jobs['a']} first) {key}: {base} {base_us:.3f}, {other} {iv[0]:+.4f} "
+                  f"[{iv[1]:+.4f}, {iv[2]:+.4f}] over {len(diffs)} turns", flush=True)
+    for key, vals in per_round.items():
+        if len(vals) >= 2:
+            m, lo, hi = t_interval(vals)
+            print(f"{other} - {base}, {key}: {m:+.4f} [{lo:+.4f}, {hi:+.4f}] over {len(vals)} rounds (t over round means)")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", nargs="?", default="driver", choices=("driver", "worker"))
@@ -241,6 +322,8 @@ def main() -> int:
     p.add_argument("--launches", type=int, default=20000)
     p.add_argument("--collectives", type=int, default=2000)
     p.add_argument("--timeout", type=float, default=180)
+    p.add_argument("--lockstep", metavar="BASE,OTHER", help="two variants at once, taking turns burst by burst")
+    p.add_argument("--turns", type=int, default=300, help="bursts per job with --lockstep")
     p.add_argument("--out")
     p.add_argument("--json-out")
     args = p.parse_args()

@@ -477,6 +477,18 @@ spread() {  # issue 42: why a pinned launch loop's speed differs between fresh p
     2>&1 | tee "$OUT/launch_spread.txt"
 }
 
+episodes() {  # issue 42: are a launch loop's slow spells machine-wide? a lock-step A/A's grain (bench/investigations/launch_episodes.py)
+  timeout ${EPISODES_TIMEOUT:-200} $PY bench/investigations/launch_episodes.py --seconds ${EPISODES_SECONDS:-90} 2>&1 | tee "$OUT/launch_episodes.txt" | head -40
+}
+
+lockstep() {  # issue 42: the bill with two jobs taking turns burst by burst on the same cores and GPUs (bill_of_costs.py --lockstep)
+  for pair in ${LOCKSTEP_PAIRS:-plain,plain_again plain,under_ddptop}; do
+    timeout ${LOCKSTEP_TIMEOUT:-200} $PY bench/bill_of_costs.py --nproc "$N" --lockstep "$pair" --rounds ${LOCKSTEP_ROUNDS:-4} \
+      --launches ${LOCKSTEP_LAUNCHES:-2000} --collectives ${LOCKSTEP_COLLECTIVES:-200} --turns ${LOCKSTEP_TURNS:-300} \
+      2>&1 | tee "$OUT/lockstep_${pair/,/_vs_}.txt" | tail -12
+  done
+}
+
 scaling() {  # issue 47: steps/s at N = 1, 2, 4 per preset, interleaved repeats, and the scaling efficiency
   # (bench/scaling.py); SCALING_P2P=1: the article's SHM box; SCALING_CMD: a script instead of the demo
   NCCL_P2P_DISABLE=${SCALING_P2P:-0} timeout ${SCALING_TIMEOUT:-560} $PY bench/scaling.py --nprocs ${SCALING_NPROCS:-1,2,$N} \
