@@ -403,20 +403,23 @@ nsysps() {  # issue 42: nsys on PATH, a default run: no rank under nsys (ps); th
 cost() {  # issue 42: `ddptop cost` (ABBA whole runs vs plain torchrun) on a workload: gpt, vit, hf
   # COST_DDPTOP_ARGS: options of the ddptop arm (e.g. '--set nccl_timing=false'), COST_TAG names the output;
   # DDPTOP_HARDWARE_S=0 in the environment switches NVML sampling off (the ViT +0.77 ms question)
+  # COST_LOCKSTEP=1: both arms at once, in turns (--lockstep); COST_CPUS: the ranks' CPU lists (--cpus)
   local extra=() tag=${COST_TAG:-${COST_WORKLOAD:-gpt}}
   [ -n "${COST_DDPTOP_ARGS:-}" ] && extra=(--ddptop-args "$COST_DDPTOP_ARGS")
+  [ -n "${COST_LOCKSTEP:-}" ] && extra+=(--lockstep)
+  [ -n "${COST_CPUS:-}" ] && extra+=(--cpus "$COST_CPUS")
   case ${COST_WORKLOAD:-gpt} in
     gpt) cmd="$PY bench/gpt_train.py --n-layer 6 --n-head 6 --n-embd 384 --block 256 --batch-size 64 --vocab 65 --accum 2 --steps ${COST_STEPS:-160} --warmup 10";;
     hf) cmd="$PY bench/hf_train.py --steps ${COST_STEPS:-60}";;
     vit) cmd="";;
   esac
   if [ -n "$cmd" ]; then
-    timeout ${COST_TIMEOUT:-560} $PY -m ddptop cost --nproc "$N" --pairs ${COST_PAIRS:-10} --runs-dir "$RUNS/cost" --json "${extra[@]}" -- $cmd > /tmp/cost.out 2>&1
+    timeout ${COST_TIMEOUT:-560} $PY -m ddptop cost --nproc "$N" --pairs ${COST_PAIRS:-10} --runs-dir "$RUNS/cost_$tag" --json "${extra[@]}" -- $cmd > /tmp/cost_$tag.out 2>&1
   else
-    timeout ${COST_TIMEOUT:-560} $PY -m ddptop cost --nproc "$N" --pairs ${COST_PAIRS:-10} --runs-dir "$RUNS/cost" --json "${extra[@]}" --preset baseline --steps ${COST_STEPS:-60} > /tmp/cost.out 2>&1
+    timeout ${COST_TIMEOUT:-560} $PY -m ddptop cost --nproc "$N" --pairs ${COST_PAIRS:-10} --runs-dir "$RUNS/cost_$tag" --json "${extra[@]}" --preset baseline --steps ${COST_STEPS:-60} > /tmp/cost_$tag.out 2>&1
   fi
-  echo "== cost $tag rc=$?"; grep -v '^{' /tmp/cost.out | tail -40
-  tail -1 /tmp/cost.out > "$OUT/cost_$tag.json"
+  echo "== cost $tag rc=$?"; grep -v '^{' /tmp/cost_$tag.out | tail -40 | tee "$OUT/cost_$tag.txt"
+  tail -1 /tmp/cost_$tag.out > "$OUT/cost_$tag.json"
 }
 
 cap45() {  # issue 45: captures measure the job: the demo's --capture 20:6 (no straggler), then the GPT script with one

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from ddptop.model.figures.stats import t975
 
 PLAIN, DDPTOP = "plain", "ddptop"
+AGAIN = "plain-again"  # the second plain job of a lock-step A/A round
 
 
 def schedule(pairs: int) -> list[tuple[int, str]]:
@@ -48,6 +49,42 @@ def step_ms(stamps: list[float], skip: int) -> float | None:
 def skip_for(n_steps: int, warmup: int | None) -> int:
     """Steps left out at the start: `warmup`, or a fifth of the run (at least 5)."""
     return warmup if warmup is not None else max(5, n_steps // 5)
+
+
+def turn_ms(stamps: list[float], starts: list[float]) -> list[float]:
+    """`ddptop cost --lockstep`: each step taken in turn, in ms, from the turn's return after step
+    k (starts[k]) to the end of step k+1 (stamps[k+1])."""
+    return [(stamps[k + 1] - starts[k]) * 1000.0 for k in range(min(len(starts), len(stamps) - 1))]
+
+
+def round_ms(first: dict[int, tuple[list[float], list[float]]], second: dict[int, tuple[list[float], list[float]]],
+             warmup: int | None) -> tuple[float, float] | None:
+    """Both jobs' ms a step in one lock-step round, each the mean over ranks of its steps taken in
+    turn, over the same step numbers in both (after the warm-up); None with fewer than 5 such
+    steps or a rank missing. `first`/`second`: rank -> (stamps, starts)."""
+    if not first or set(first) != set(second):
+        return None
+    means: tuple[list[float], list[float]] = ([], [])
+    for rank in first:
+        a, b = turn_ms(*first[rank]), turn_ms(*second[rank])
+        skip = skip_for(len(first[rank][0]), warmup)
+        n = min(len(a), len(b))
+        if n - skip < 5:
+            return None
+        means[0].append(statistics.fmean(a[skip:n]))
+        means[1].append(statistics.fmean(b[skip:n]))
+    return statistics.fmean(means[0]), statistics.fmean(means[1])
+
+
+def lockstep_schedule(pairs: int) -> list[tuple[int, str, str]]:
+    """(round, job a's arm, job b's arm): `pairs` rounds of plain beside ddptop, who goes first
+    alternating, and after every second one a round of plain beside plain (the A/A)."""
+    out: list[tuple[int, str, str]] = []
+    for i in range(pairs):
+        out.append((i, PLAIN, DDPTOP) if i % 2 == 0 else (i, DDPTOP, PLAIN))
+        if i % 2 == 1:
+            out.append((i, PLAIN, AGAIN) if i % 4 == 1 else (i, AGAIN, PLAIN))
+    return out
 
 
 def run_step_ms(ranks: dict[int, list[float]], warmup: int | None) -> float | None:
@@ -101,14 +138,16 @@ class CostResult:
                 "extra_ms": d(self.extra_ms), "aa": d(self.aa), "pairs_used": self.pairs_used}
 
 
-def analyse(ms: dict[tuple[int, str], float | None], pairs: int) -> CostResult | None:
+def analyse(ms: dict[tuple[int, str], float | None], pairs: int,
+            aa_ms: list[tuple[float, float]] | None = None) -> CostResult | None:
     """`ms`: (pair, arm) -> that run's ms per step (None: not measured). Pairs with an arm
-    missing are left out."""
+    missing are left out. `aa_ms`: plain beside plain (lock-step rounds), else the adjacent
+    plain runs of the ABBA schedule."""
     runs = [(ms.get((i, PLAIN)), ms.get((i, DDPTOP))) for i in range(pairs)]
     full = [(p, d) for p, d in runs if p is not None and d is not None]
     if not full:
         return None
-    aa = [(ms.get((a, PLAIN)), ms.get((b, PLAIN))) for a, b in aa_pairs(pairs)]
+    aa = aa_ms if aa_ms is not None else [(ms.get((a, PLAIN)), ms.get((b, PLAIN))) for a, b in aa_pairs(pairs)]
     return CostResult(
         plain_ms=statistics.fmean(p for p, _ in full), ddptop_ms=statistics.fmean(d for _, d in full),
         ratio=ratio_interval([p / d for p, d in full]), extra_ms=t_interval([d - p for p, d in full]),
@@ -131,7 +170,7 @@ def verdict(result: CostResult, bar: float = 0.99, floor: float = 0.98, aa_bar: 
         head = "not shown: the interval is too wide (more pairs narrow it)"
     a = result.aa
     if a is None:
-        return head + "; no A/A (it takes 5 pairs or more)"
+        return head + "; no A/A (it takes 5 pairs or more, 4 with --lockstep)"
     ok = abs(a.mean - 1) <= aa_bar
     return head + ("; the A/A holds" if ok else f"; A/A off by {abs(a.mean - 1) * 100:.1f}%: the machine's noise is above the bar")
 

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,9 @@ def cost_parser() -> OneLineParser:
     p.add_argument("--ddptop-args", default="", help="options for the ddptop arm, e.g. '--set comm_timing_every=1'")
     p.add_argument("--runs-dir", type=Path, default=Path("ddptop-runs"), help="records go in RUNS_DIR/cost-<time>/")
     p.add_argument("--json", action="store_true", help="also print cost.json as the last line")
+    p.add_argument("--lockstep", action="store_true", help="run both arms at once on the same GPUs and CPUs, "
+                   "taking turns at each optimizer step (for launch-bound scripts on noisy hosts; --pairs rounds, "
+                   "with a plain-beside-plain A/A round after every second one)")
     return p
 
 
@@ -81,12 +84,12 @@ def parse(argv: list[str]) -> tuple[Plan, argparse.Namespace]:
         cmd = [sys.executable, "-m", "trainer"]
     assert cmd is not None
     plan = Plan(cmd=cmd, nproc=nproc, pairs=args.pairs, warmup=args.warmup, cpus=cpu_lists(args.cpus, nproc),
-                timeout=args.timeout, ddptop_args=args.ddptop_args.split(), config=config)
+                timeout=args.timeout, ddptop_args=args.ddptop_args.split(), config=config, lockstep=args.lockstep)
     return plan, args
 
 
 def arm_argv(arm: str, plan: Plan, runs_dir: Path) -> list[str]:
-    if arm == PLAIN:
+    if arm != DDPTOP:  # plain, or the second plain job of a lock-step A/A
         return [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 f"--nproc-per-node={plan.nproc}", "--no-python", "--", *plan.cmd]
     return [sys.executable, "-m", "ddptop", "--nproc", str(plan.nproc), "--headless", "--json",
@@ -102,34 +105,58 @@ def arm_env(plan: Plan, stamp: Path, base: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def run_one(pair: int, arm: str, plan: Plan, where: Path, env: dict[str, str]) -> RunRecord:
-    tag = f"{pair:02d}-{arm}"
-    out_dir = where / tag
+@dataclass
+class Running:
+    """One run of an arm, started: its process and where its records go."""
+    pair: int
+    arm: str
+    proc: subprocess.Popen[bytes]
+    out_dir: Path
+    started: float
+    files: tuple[Any, Any]
+
+
+def launch(pair: int, arm: str, plan: Plan, where: Path, env: dict[str, str], tag: str | None = None,
+           more_env: dict[str, str] | None = None) -> Running:
+    out_dir = where / (tag or f"{pair:02d}-{arm}")
     out_dir.mkdir(mode=0o700)
-    stamp = out_dir / "stamp"
     argv = arm_argv(arm, plan, out_dir / "runs")
-    started = time.monotonic()
-    with open(out_dir / "stdout.log", "wb") as out, open(out_dir / "stderr.log", "wb") as err:
-        # its own session (a terminal's Ctrl-C reaches this process first, which stops the run
-        # as torchrun would); SIGTERM to it if this process dies, so no run outlives it
-        proc = subprocess.Popen(argv, env=arm_env(plan, stamp, env), stdout=out, stderr=err,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=die_with_parent if sys.platform == "linux" else None)
-        try:
-            rc = _wait(proc, plan.timeout)
-        finally:
-            reap(str(stamp))
-    wall = time.monotonic() - started
-    ranks = read_stamps(out_dir)
-    summary = _last_json(out_dir / "stdout.log") if arm == DDPTOP else None
-    stderr = (out_dir / "stderr.log").read_text(errors="replace").splitlines()
-    if arm == DDPTOP:
-        stderr = [line for f in sorted((out_dir / "runs").glob("*/logs/**/stderr.log"))
+    out, err = open(out_dir / "stdout.log", "wb"), open(out_dir / "stderr.log", "wb")
+    # its own session (a terminal's Ctrl-C reaches this process first, which stops the run
+    # as torchrun would); SIGTERM to it if this process dies, so no run outlives it
+    proc = subprocess.Popen(argv, env={**arm_env(plan, out_dir / "stamp", env), **(more_env or {})}, stdout=out,
+                            stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=die_with_parent if sys.platform == "linux" else None)
+    return Running(pair, arm, proc, out_dir, time.monotonic(), (out, err))
+
+
+def collect(run: Running, rc: int, plan: Plan) -> RunRecord:
+    """The run's record once it ended (rc): its stamps, the ranks' stderr, ddptop's own summary."""
+    for f in run.files:
+        f.close()
+    reap(str(run.out_dir / "stamp"))
+    wall = time.monotonic() - run.started
+    ranks, starts = read_stamps(run.out_dir)
+    ddptop_arm = run.arm == DDPTOP
+    summary = _last_json(run.out_dir / "stdout.log") if ddptop_arm else None
+    stderr = (run.out_dir / "stderr.log").read_text(errors="replace").splitlines()
+    if ddptop_arm:
+        stderr = [line for f in sorted((run.out_dir / "runs").glob("*/logs/**/stderr.log"))
                   for line in f.read_text(errors="replace").splitlines()]
-    record = RunRecord(pair, arm, rc, wall, ranks, stderr, summary)
+    record = RunRecord(run.pair, run.arm, rc, wall, ranks, stderr, summary, starts=starts)
     record.step_ms = cost_pairs.run_step_ms(ranks, plan.warmup) if rc == 0 and len(ranks) == plan.nproc else None
-    if arm == DDPTOP:
-        record.allreduces, record.every, record.nccl_timing = _ddptop_counts(out_dir / "runs")
+    if ddptop_arm:
+        record.allreduces, record.every, record.nccl_timing = _ddptop_counts(run.out_dir / "runs")
+    return record
+
+
+def run_one(pair: int, arm: str, plan: Plan, where: Path, env: dict[str, str]) -> RunRecord:
+    run = launch(pair, arm, plan, where, env)
+    rc = -1
+    try:
+        rc = _wait(run.proc, plan.timeout)
+    finally:
+        record = collect(run, rc, plan)
     return record
 
 
@@ -164,6 +191,11 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float) -> int:
     except KeyboardInterrupt:
         _end(proc)
         raise
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Ends a run's process group as a Ctrl-C would: SIGINT, SIGKILL after torchrun's own grace."""
+    _end(proc)
 
 
 def _end(proc: subprocess.Popen[bytes]) -> None:
@@ -204,15 +236,19 @@ def _interrupt(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def read_stamps(out_dir: Path) -> dict[int, list[float]]:
+def read_stamps(out_dir: Path) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
+    """Each rank's step ends and (`--lockstep`) the times its turns came back."""
     ranks: dict[int, list[float]] = {}
+    starts: dict[int, list[float]] = {}
     for f in out_dir.glob("stamp.rank*.json"):
         try:
             data = json.loads(f.read_text())
-            ranks[int(data["rank"])] = [float(x) for x in data["stamps"]]
-        except (OSError, ValueError, KeyError, TypeError):
+            rank = int(data["rank"])
+            ranks[rank] = [float(x) for x in data["stamps"]]
+            starts[rank] = [float(x) for x in data.get("starts", [])]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
-    return ranks
+    return ranks, starts
 
 
 def _last_json(path: Path) -> dict[str, Any] | None:
@@ -250,12 +286,18 @@ def _main_cost(argv: list[str]) -> int:
     if plan.config is not None:  # the demo reads its config from this file in both arms
         (where / "config.json").write_text(plan.config.to_json())
         plan = replace(plan, cmd=[*plan.cmd, "--config", str(where / "config.json")])
-    print(f"ddptop cost: {plan.pairs} ABBA pairs of whole runs, {plan.nproc} rank(s), `{' '.join(plan.cmd)}`; "
+    how = "lock-step rounds (both arms at once, in turns)" if plan.lockstep else "ABBA pairs of whole runs"
+    print(f"ddptop cost: {plan.pairs} {how}, {plan.nproc} rank(s), `{' '.join(plan.cmd)}`; "
           f"records in {where}", flush=True)
     records: list[RunRecord] = []
+    aa: list[tuple[float, float]] | None = None
     code = 0
     try:
-        for pair, arm in cost_pairs.schedule(plan.pairs):
+        if plan.lockstep:
+            from ddptop.commands.cost_lockstep import run_all
+
+            records, aa = run_all(plan, where, env, lambda line: print(line, flush=True))
+        for pair, arm in [] if plan.lockstep else cost_pairs.schedule(plan.pairs):
             record = run_one(pair, arm, plan, where, env)
             records.append(record)
             shown = "no steps stamped" if record.step_ms is None else f"{record.step_ms:.3f} ms/step"
@@ -263,7 +305,7 @@ def _main_cost(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("ddptop cost: interrupted; what was measured so far:", flush=True)
         code = 130
-    data = render(records, plan, where)
+    data = render(records, plan, where, aa)
     (where / "cost.json").write_text(json.dumps(data["json"], indent=1))
     print(data["text"], flush=True)
     if args.json:

@@ -5,7 +5,7 @@ and commands/cost_report (which reports them)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ddptop.model.config import RunConfig
@@ -22,6 +22,7 @@ class Plan:
     timeout: float
     ddptop_args: list[str]
     config: RunConfig | None  # --preset: the demo's config, written for both arms
+    lockstep: bool = False  # both arms at once, taking turns step by step
 
 
 @dataclass
@@ -37,6 +38,7 @@ class RunRecord:
     allreduces: float | None = None  # DDP's all-reduces a step, as ddptop's records count them (ddptop arm)
     every: int = 10  # the run's comm_timing_every (ddptop arm)
     nccl_timing: bool = False  # the run had NCCL time its collectives (ddptop arm)
+    starts: dict[int, list[float]] = field(default_factory=dict)  # --lockstep: when each rank's turns came back
 
 
 def cpu_lists(text: str, nproc: int, available: list[int] | None = None) -> list[list[int]]:

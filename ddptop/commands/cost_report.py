@@ -46,16 +46,17 @@ def _own_view(records: list[RunRecord]) -> str | None:
     return f"  ddptop's own view of its runs: step p50 {statistics.median(p50):.3f} ms (median over {len(p50)} runs)"
 
 
-def render(records: list[RunRecord], plan: Plan, where: Path) -> dict[str, Any]:
+def render(records: list[RunRecord], plan: Plan, where: Path,
+           aa_ms: list[tuple[float, float]] | None = None) -> dict[str, Any]:
     ms = {(r.pair, r.arm): r.step_ms for r in records}
-    result = cost_pairs.analyse(ms, plan.pairs)
+    result = cost_pairs.analyse(ms, plan.pairs, aa_ms if plan.lockstep else None)
     said = None if result is None else cost_pairs.verdict(result)
     plain_text, plain = _arm_lines(records, cost_pairs.PLAIN)
     ours_text, ours = _arm_lines(records, cost_pairs.DDPTOP)
     pins = " | ".join(_span(c) for c in plan.cpus) if plan.cpus else "not pinned"
     lines = [f"ddptop cost of `{' '.join(plan.cmd)}` on {plan.nproc} rank(s), ranks on CPUs {pins}:",
              plain_text, ours_text]
-    own = _own_view(records)
+    own = None if plan.lockstep else _own_view(records)  # in turns, its steps hold the other job's turn
     if own:
         lines.append(own)
     if result is None:
@@ -66,7 +67,8 @@ def render(records: list[RunRecord], plan: Plan, where: Path) -> dict[str, Any]:
             lines.append(f"  ddptop costs {extra.mean * 1000:+.0f} us a step per rank [{extra.lo * 1000:+.0f}, "
                          f"{extra.hi * 1000:+.0f}] (95%, t over {extra.n} pairs)")
         lines.append(f"  ratio plain / ddptop {_fmt(result.ratio)} (below 1: slower under ddptop)")
-        lines.append(f"  A/A, plain / plain of adjacent runs: {_fmt(result.aa)}")
+        lines.append(f"  A/A, plain / plain {'beside each other in turns' if plan.lockstep else 'of adjacent runs'}: "
+                     f"{_fmt(result.aa)}")
         lines.append(f"  verdict: {said}")
     predicted = _prediction(records)
     if predicted is not None:
@@ -82,7 +84,8 @@ def render(records: list[RunRecord], plan: Plan, where: Path) -> dict[str, Any]:
     else:
         lines.append("  stderr: the ranks' stderr under ddptop holds no line that the plain runs' lacks (numbers masked)")
     lines.append("  (the demo/script's own numbers; the in-run `--cost` measures only the rank-side hooks' share)")
-    data = {"cmd": plan.cmd, "nproc": plan.nproc, "pairs": plan.pairs, "cpus": plan.cpus, "dir": str(where),
+    data = {"cmd": plan.cmd, "nproc": plan.nproc, "pairs": plan.pairs, "lockstep": plan.lockstep,
+            "cpus": plan.cpus, "dir": str(where),
             "plain": plain, "ddptop": ours, "result": None if result is None else result.as_dict(),
             "verdict": said, "stderr_added": added,
             "bill": None if predicted is None else {"us": predicted.us, "lo": predicted.lo, "hi": predicted.hi,

@@ -46,9 +46,14 @@ def _stamp(prefix: str, rank: str) -> None:
 
     stamps: list = []
     pid = os.getpid()
+    turns = _Turns.open(rank)
 
     def on_step(*_args, **_kwargs) -> None:
+        if turns is not None and turns.on:
+            turns.sync()
         stamps.append(time.perf_counter())
+        if turns is not None and turns.on:
+            turns.hand_over_and_wait()
 
     def hook_in() -> None:
         try:
@@ -59,8 +64,11 @@ def _stamp(prefix: str, rank: str) -> None:
     def write() -> None:
         if os.getpid() != pid:
             return  # a forked child that exits through atexit: the rank writes its own
+        if turns is not None:
+            turns.leave()
         with open(f"{prefix}.rank{rank}.json", "w") as f:
-            json.dump({"rank": int(rank), "pid": os.getpid(), "stamps": stamps}, f)
+            json.dump({"rank": int(rank), "pid": os.getpid(), "stamps": stamps,
+                       **({"starts": turns.starts} if turns is not None else {})}, f)
 
     class Watcher(importlib.abc.MetaPathFinder):
         def find_spec(self, fullname, path, target=None):  # noqa: ARG002
@@ -86,6 +94,51 @@ def _stamp(prefix: str, rank: str) -> None:
         hook_in()
     else:
         sys.meta_path.insert(0, Watcher())
+
+
+class _Turns:
+    """This rank's turns with the same rank of the other job (`ddptop cost --lockstep`)."""
+
+    def __init__(self, mine: int, theirs: int, job: str, wait_s: float) -> None:
+        self.mine, self.theirs, self.wait_s = mine, theirs, wait_s
+        self.skip_next = job == "b"
+        self.on = True
+        self.starts: list = []
+
+    @classmethod
+    def open(cls, rank: str) -> "_Turns | None":
+        folder, job = os.environ.get("DDPTOP_STAMP_TURNS"), os.environ.get("DDPTOP_STAMP_JOB")
+        if not folder or job not in ("a", "b"):
+            return None
+        other = "b" if job == "a" else "a"
+        mine = os.open(os.path.join(folder, f"turn_{job}_{rank}"), os.O_RDWR)
+        theirs = os.open(os.path.join(folder, f"turn_{other}_{rank}"), os.O_RDWR)
+        return cls(mine, theirs, job, float(os.environ.get("DDPTOP_STAMP_TURN_S", "300")))
+
+    def sync(self) -> None:
+        cuda = getattr(sys.modules.get("torch"), "cuda", None)
+        if cuda is not None and cuda.is_available() and cuda.is_initialized():
+            cuda.synchronize()
+
+    def hand_over_and_wait(self) -> None:
+        import select
+        import time
+
+        if self.skip_next:
+            self.skip_next = False
+        else:
+            os.write(self.theirs, b"t")
+        ready, _, _ = select.select([self.mine], [], [], self.wait_s)
+        got = os.read(self.mine, 1) if ready else b""
+        if got != b"t":  # the other job left, or its turn never came back: run on alone
+            self.on = False
+            return
+        self.starts.append(time.perf_counter())
+
+    def leave(self) -> None:
+        """For good: the other job's rank, waiting or not yet, runs on alone."""
+        self.on = False
+        os.write(self.theirs, b"e")
 
 
 def _start() -> None:

@@ -1,0 +1,86 @@
+"""`ddptop cost --lockstep`: both arms at once, taking turns step by step.
+
+Whole runs one after the other cannot resolve 1% on a launch-bound script on the lent GPU hosts:
+a pinned launch loop there has slow spells of seconds, each on its own core and GPU (session 14:
+per-second medians of loops on four cores correlate -0.09 to +0.28, and two loops taking turns on
+one core +0.99), and a launch-bound step is as slow as its host. Here the plain job and the
+ddptop job run together, rank r of each on the same CPUs and GPU, and take turns at every
+optimizer step (ddptop/rank/stamp: the step's end waits for the device, hands the turn over,
+waits for it back), so a spell falls on both alike. Each round's figure is each job's mean step
+taken in turn, over the same step numbers; rounds alternate who goes first, and every second
+round is followed by one of plain beside plain (the A/A).
+
+What it leaves out, by design: the ranks share their GPU and CPUs with the other job's idle
+threads and memory, and every step ends with a device sync (in both jobs alike). It answers
+what ddptop adds to a step, not how the job runs alone on the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from ddptop.analysis import cost_pairs
+from ddptop.commands.cost_plan import Plan, RunRecord
+
+TURN_WAIT_S = 300.0  # a turn that does not come back within this ends the turns (the other job died)
+
+
+def make_turns(folder: Path, nproc: int) -> None:
+    """A private folder of FIFOs, one per job and rank: `turn_<job>_<rank>`."""
+    folder.mkdir(mode=0o700)
+    for job in "ab":
+        for rank in range(nproc):
+            os.mkfifo(folder / f"turn_{job}_{rank}", 0o600)
+
+
+def run_round(i: int, arms: tuple[str, str], plan: Plan, where: Path, env: dict[str, str]) -> tuple[RunRecord, RunRecord]:
+    """Both jobs of round i (arms: job a's, job b's), started together and waited for; each
+    record's step_ms is its steps taken in turn over the steps both took."""
+    from ddptop.commands.cost import collect, launch, stop
+
+    tag = f"{i:02d}-lock-{arms[0]}-{arms[1]}"
+    folder = where / f"{tag}-turns"
+    make_turns(folder, plan.nproc)
+    turn_env = {"DDPTOP_STAMP_TURNS": str(folder), "DDPTOP_STAMP_TURN_S": f"{min(TURN_WAIT_S, plan.timeout):g}"}
+    runs = [launch(i, arm, plan, where, env, tag=f"{tag}-{job}", more_env={**turn_env, "DDPTOP_STAMP_JOB": job})
+            for job, arm in zip("ab", arms)]
+    deadline = time.monotonic() + plan.timeout
+    rcs = [-1, -1]
+    try:
+        for k, run in enumerate(runs):
+            try:
+                rcs[k] = run.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                stop(run.proc)
+    except KeyboardInterrupt:
+        for run in runs:
+            stop(run.proc)
+        raise
+    finally:
+        records = [collect(run, rc, plan) for run, rc in zip(runs, rcs)]
+    turns = [{r: (rec.ranks[r], rec.starts.get(r, [])) for r in rec.ranks} for rec in records]
+    both = cost_pairs.round_ms(turns[0], turns[1], plan.warmup)
+    for rec, ms in zip(records, both or (None, None)):
+        rec.step_ms = ms if rec.rc == 0 and len(rec.ranks) == plan.nproc else None
+    return records[0], records[1]
+
+
+def run_all(plan: Plan, where: Path, env: dict[str, str], say) -> tuple[list[RunRecord], list[tuple[float, float]]]:
+    """Every round of the schedule: the plain-beside-ddptop records (as the ABBA runs' records)
+    and the A/A rounds' (plain ms, plain ms)."""
+    records: list[RunRecord] = []
+    aa: list[tuple[float, float]] = []
+    for i, first, second in cost_pairs.lockstep_schedule(plan.pairs):
+        a, b = run_round(i, (first, second), plan, where, env)
+        if cost_pairs.AGAIN in (first, second):
+            if a.step_ms is not None and b.step_ms is not None:
+                aa.append((a.step_ms, b.step_ms))
+        else:
+            records += [a, b]
+        for rec in (a, b):
+            shown = "no steps in turn" if rec.step_ms is None else f"{rec.step_ms:.3f} ms/step in turn"
+            say(f"  round {i + 1:>2} {rec.arm:<11} rc={rec.rc} {shown}  ({rec.wall_s:.1f} s)")
+    return records, aa
