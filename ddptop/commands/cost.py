@@ -290,13 +290,13 @@ def _main_cost(argv: list[str]) -> int:
     print(f"ddptop cost: {plan.pairs} {how}, {plan.nproc} rank(s), `{' '.join(plan.cmd)}`; "
           f"records in {where}", flush=True)
     records: list[RunRecord] = []
-    aa: list[tuple[float, float]] | None = None
+    aa: list[tuple[float, float]] = []
     code = 0
     try:
         if plan.lockstep:
             from ddptop.commands.cost_lockstep import run_all
 
-            records, aa = run_all(plan, where, env, lambda line: print(line, flush=True))
+            run_all(plan, where, env, lambda line: print(line, flush=True), records, aa)
         for pair, arm in [] if plan.lockstep else cost_pairs.schedule(plan.pairs):
             record = run_one(pair, arm, plan, where, env)
             records.append(record)

@@ -68,11 +68,11 @@ def run_round(i: int, arms: tuple[str, str], plan: Plan, where: Path, env: dict[
     return records[0], records[1]
 
 
-def run_all(plan: Plan, where: Path, env: dict[str, str], say) -> tuple[list[RunRecord], list[tuple[float, float]]]:
-    """Every round of the schedule: the plain-beside-ddptop records (as the ABBA runs' records)
-    and the A/A rounds' (plain ms, plain ms)."""
-    records: list[RunRecord] = []
-    aa: list[tuple[float, float]] = []
+def run_all(plan: Plan, where: Path, env: dict[str, str], say, records: list[RunRecord],
+            aa: list[tuple[float, float]]) -> None:
+    """Every round of the schedule, each added as it ends (an interrupt keeps what was measured):
+    the plain-beside-ddptop records to `records` (as the ABBA runs' records), the A/A rounds'
+    (plain ms, plain ms) to `aa`."""
     for i, first, second in cost_pairs.lockstep_schedule(plan.pairs):
         a, b = run_round(i, (first, second), plan, where, env)
         if cost_pairs.AGAIN in (first, second):
@@ -83,4 +83,3 @@ def run_all(plan: Plan, where: Path, env: dict[str, str], say) -> tuple[list[Run
         for rec in (a, b):
             shown = "no steps in turn" if rec.step_ms is None else f"{rec.step_ms:.3f} ms/step in turn"
             say(f"  round {i + 1:>2} {rec.arm:<11} rc={rec.rc} {shown}  ({rec.wall_s:.1f} s)")
-    return records, aa

@@ -32,6 +32,47 @@ def test_step_ms_skips_warmup_and_needs_steps() -> None:
     assert cp.run_step_ms({0: stamps, 1: stamps[:3]}, 2) is None  # a rank not measured: the run is not
 
 
+def _turns(step_s: float, wait_s: float, steps: int, t0: float) -> tuple[list[float], list[float]]:
+    """A rank that takes `steps` turns: each step ends step_s after its turn came back, and the
+    turn comes back wait_s after the step's end (the other job's step)."""
+    stamps, starts, t = [], [], t0
+    for _ in range(steps):
+        t += step_s
+        stamps.append(t)
+        t += wait_s
+        starts.append(t)
+    return stamps, starts
+
+
+def test_a_step_in_turn_runs_from_its_turn_to_its_end_not_over_the_other_jobs_turn() -> None:
+    stamps, starts = _turns(0.010, 0.030, 12, 0.0)
+    assert cp.turn_ms(stamps, starts) == pytest.approx([10.0] * 11)  # the 30 ms waits are not in it
+    assert cp.turn_ms(stamps, starts[:4]) == pytest.approx([10.0] * 4)  # turns ended: later steps are not in turn
+    plain = {0: _turns(0.010, 0.011, 40, 0.0), 1: _turns(0.010, 0.011, 40, 0.0)}
+    ours = {0: _turns(0.011, 0.010, 40, 0.005), 1: _turns(0.011, 0.010, 40, 0.005)}
+    assert cp.round_ms(plain, ours, None) == pytest.approx((10.0, 11.0))
+
+
+def test_a_round_compares_the_same_step_numbers_and_needs_every_rank() -> None:
+    slow_late = _turns(0.010, 0.0, 40, 0.0)
+    slow_late = (slow_late[0][:30] + [t + 0.5 * i for i, t in enumerate(slow_late[0][30:], 1)], slow_late[1])
+    short = _turns(0.010, 0.0, 30, 0.0)  # its turns ended at step 30 (the other job left)
+    # the first job's slow steps after 30 fall outside the steps both took in turn
+    assert cp.round_ms({0: slow_late}, {0: short}, 5) == pytest.approx((10.0, 10.0))
+    assert cp.round_ms({0: short}, {1: short}, 5) is None  # not the same ranks
+    assert cp.round_ms({}, {}, 5) is None
+    assert cp.round_ms({0: _turns(0.01, 0.0, 8, 0.0)}, {0: _turns(0.01, 0.0, 8, 0.0)}, 5) is None  # under 5 steps
+
+
+def test_lockstep_schedule_alternates_who_goes_first_with_an_aa_round_after_every_second() -> None:
+    order = cp.lockstep_schedule(4)
+    assert order == [(0, "plain", "ddptop"), (1, "ddptop", "plain"), (1, "plain", "plain-again"),
+                     (2, "plain", "ddptop"), (3, "ddptop", "plain"), (3, "plain-again", "plain")]
+    ab = [r for r in cp.lockstep_schedule(10) if cp.AGAIN not in r[1:]]
+    assert len(ab) == 10 and sum(r[1] == "plain" for r in ab) == 5  # each arm first in half the rounds
+    assert len(cp.lockstep_schedule(10)) - len(ab) == 5
+
+
 def test_interval_ratio_and_verdicts() -> None:
     ms = {}
     for i in range(10):  # ddptop 2% slower, with 0.2% noise

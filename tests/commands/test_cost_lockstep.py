@@ -1,0 +1,69 @@
+"""`ddptop cost --lockstep`: both arms at once, taking turns at every optimizer step. On gloo,
+end to end: the two jobs' steps of one rank alternate in time (the turns really hold), every
+round is measured, the A/A round runs plain beside plain, and an interrupt keeps the rounds
+that ended."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddptop.analysis import cost_pairs
+from ddptop.commands import cost_lockstep
+from ddptop.commands.cost_plan import Plan, RunRecord
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def _events(run_dir: Path, rank: int, job: str) -> list[tuple[float, str, str]]:
+    data = json.loads((run_dir / f"stamp.rank{rank}.json").read_text())
+    return [(t, job, "end") for t in data["stamps"]] + [(t, job, "turn") for t in data["starts"]]
+
+
+@pytest.mark.e2e
+def test_lockstep_rounds_take_turns_step_by_step_on_real_ranks(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "ddptop", "cost", "--lockstep", "--pairs", "2", "--nproc", "2", "--json",
+           "--runs-dir", str(tmp_path / "runs"), "--", sys.executable, str(SCRIPTS / "plain_ddp.py"), "--steps", "20"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    assert data["lockstep"] is True and data["result"]["pairs_used"] == 2
+    assert data["plain"]["measured"] == 2 and data["ddptop"]["measured"] == 2 and data["stderr_added"] == []
+    assert "A/A, plain / plain beside each other in turns" in out.stdout
+    where = Path(data["dir"])
+    assert sorted(p.name for p in where.glob("*-turns")) == [
+        "00-lock-plain-ddptop-turns", "01-lock-ddptop-plain-turns", "01-lock-plain-plain-again-turns"]
+    for rank in (0, 1):
+        events = sorted(_events(where / "00-lock-plain-ddptop-a", rank, "a")
+                        + _events(where / "00-lock-plain-ddptop-b", rank, "b"))
+        steps = [job for _, job, what in events if what == "end"][2:]  # after both jobs' first steps
+        assert len(steps) >= 30
+        assert all(x != y for x, y in zip(steps, steps[1:])), steps  # a, b, a, b: one step at a time
+        # each step's turn came back only after the other job's step ended
+        for (_, job, what), (_, nxt_job, nxt_what) in zip(events[4:], events[5:]):
+            if what == "end" and nxt_what == "turn":
+                assert nxt_job != job
+
+
+def test_an_interrupt_keeps_the_rounds_that_ended(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    done: list[int] = []
+
+    def run_round(i: int, arms: tuple[str, str], plan: Plan, where: Path, env: dict[str, str]):
+        if done:
+            raise KeyboardInterrupt
+        done.append(i)
+        return (RunRecord(i, arms[0], 0, 1.0, {}, [], None, step_ms=10.0),
+                RunRecord(i, arms[1], 0, 1.0, {}, [], None, step_ms=10.1))
+
+    monkeypatch.setattr(cost_lockstep, "run_round", run_round)
+    plan = Plan(cmd=["x"], nproc=1, pairs=4, warmup=None, cpus=[], timeout=10.0, ddptop_args=[], config=None,
+                lockstep=True)
+    records: list[RunRecord] = []
+    aa: list[tuple[float, float]] = []
+    with pytest.raises(KeyboardInterrupt):
+        cost_lockstep.run_all(plan, tmp_path, {}, lambda _line: None, records, aa)
+    assert [(r.pair, r.arm) for r in records] == [(0, cost_pairs.PLAIN), (0, cost_pairs.DDPTOP)]
