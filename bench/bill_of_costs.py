@@ -18,6 +18,11 @@ reports torchrun's agent CPU seconds per wall second.
 
     python bench/bill_of_costs.py [--nproc 2] [--rounds 3] [--variants a,b,...] [--json-out F]
 
+`--lockstep BASE,OTHER` runs the two variants at once instead, rank r of each pinned to the same
+core and GPU, taking turns burst by burst (`--turns` bursts a job, through FIFOs): a slow spell
+of a core (session 14: each core has its own) falls on both. Each of OTHER's bursts is set
+against the mean of BASE's bursts either side of it; rounds alternate who goes first.
+
 Prints one table: µs per launch and per all-reduce, each variant minus plain per round (mean and
 t 95% interval over rounds). On CPU the same runs on gloo (no nsys, plugin or NCCL variants).
 """

@@ -18,8 +18,12 @@ same time share them; near 0: per core or per GPU); the lock-step pair's paired 
 
 Question: are the slow spells of a pinned launch loop machine-wide or per core/GPU, and how
 finely does a lock-step pair on one core resolve a launch's cost?
-Answer: pending (the next GPU call).
-Quoted in: nothing yet.
+Answer: per core/GPU (session 14, 4x H200, docs/measurements/2026-11-28-s14-call2): loops on
+four cores and GPUs were 21-31% of their bursts 20% slow, their per-second medians correlated
+-0.09 to +0.28 with each other, the lock-step pair on one core +0.99; no steal, clocks steady. The
+pair's difference read -0.045 [-0.074, -0.015] µs a launch over 2,520 turns: arms that take
+turns on one core resolve a launch's cost; arms at once on other cores do not share a spell.
+Quoted in: docs/BENCHMARKS.md, "2026-11-28 (session 14)".
 """
 
 from __future__ import annotations

@@ -12,12 +12,12 @@ bill comparison can fix it in both arms and resolve far less than 1.3 µs.
 
 Question: what makes a pinned launch loop's speed differ between fresh processes: the hash
 seed, address-space layout, or neither?
-Answer: not settled (1x H200, session 13, docs/measurements/2026-11-28-s13-call6; 5 processes a
-start): the spread is a few processes ~40% slower than the rest (9.7-10.0 µs against 6.4-7.3),
-one in five in each start but "both", whose five read 6.44-7.33 (sd 0.41 against 1.2-1.4). Five
-processes cannot tell a 1-in-5 event from none (a third of the time none would show), and the
-slow ones came in the last two rounds: run more rounds before fixing either in the bill.
-Quoted in: docs/BENCHMARKS.md, "2026-11-28 (session 13)".
+Answer: neither (session 14, 20 rounds on 1x H200, docs/measurements/2026-11-28-s14-call1): sd
+1.21 as is, 1.41 with the hash seed fixed, 1.35 without ASLR, 1.23 with both. The slow processes
+come in runs of rounds (12 of the 16 processes of rounds 10-13 over 8 µs, whatever their start)
+and a process's own reps change mid-process: the machine has slow spells, a process does not
+(launch_episodes.py: each core has its own).
+Quoted in: docs/BENCHMARKS.md, "2026-11-28 (session 13)" and "2026-11-28 (session 14)".
 """
 
 from __future__ import annotations

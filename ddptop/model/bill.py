@@ -7,7 +7,9 @@ variant a fresh torchrun of bench/bill_of_costs.py, ranks pinned to one core eac
 interleaved: mean difference from plain torchrun with a t 95% interval over rounds
 (docs/measurements/2026-11-27-issue42/call3_bill.json). The per-step figure is the rank-side
 hooks' own, from the in-run A/B (`--cost`) of the fourth session (2x H100: +36 to +77 us a step
-over four workloads).
+over four workloads). The per-launch figure is the lock-step bill of 2026-11-28 (session 14):
+the plain job and the ddptop job at once, rank r of each on the same core and GPU, taking turns
+burst by burst, 4 rounds, A/A +0.005 [-0.33, +0.34] us (docs/measurements/2026-11-28-s14-call2).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ class Figure:
 
 
 # everything ddptop turns on at once, the worker run under `ddptop -- ...` against plain torchrun
-PER_LAUNCH = Figure(1.56, -0.43, 3.55)  # a tiny kernel's launch (not resolved: the interval holds 0)
+PER_LAUNCH = Figure(-0.01, -0.46, 0.45)  # a tiny kernel's launch, today's default (lock-step: nothing of ddptop runs in a launch)
+LAUNCH_MEASURED = "2026-11-28 in lock-step, 2 of a 4x H200 host"
 PER_ALLREDUCE = Figure(16.6, 7.6, 25.5)  # a 4 KiB all-reduce on a step the plugin does not stamp
 PER_ALLREDUCE_STAMPED = Figure(21.7, -9.3, 52.8)  # ...on a stamped step (one in comm_timing_every)
 PER_STEP_HOOKS = Figure(56.0, 36.0, 77.0)  # the rank-side hooks, per optimizer step
@@ -47,7 +50,9 @@ PARTS: tuple[tuple[str, Figure | None, Figure | None, str], ...] = (
      "timing, hook and plugin only with nccl_timing; the rest on"),
     ("the same, plugin mask on (a stamped step)", None, Figure(64.7, 42.5, 86.8),
      "with nccl_timing: one step in comm_timing_every"),
-    ("under ddptop (all of it, the rank-side layer and the monitor too)", PER_LAUNCH, PER_ALLREDUCE, "on"),
+    ("under ddptop (all of it, the rank-side layer and the monitor too; NCCL's timing on)", Figure(1.56, -0.43, 3.55),
+     PER_ALLREDUCE, "the fifth session's default"),
+    ("under ddptop, today's default, in lock-step (2026-11-28)", PER_LAUNCH, None, "on"),
 )
 
 
@@ -69,7 +74,7 @@ class Prediction:
                   if self.nccl_timing else "")
         return (f"the bill predicts {self.us:+.0f} us a step per rank [{self.lo:+.0f}, {self.hi:+.0f}] for "
                 f"{counted}, plus {PER_LAUNCH.us:+.1f} us [{PER_LAUNCH.lo:+.1f}, {PER_LAUNCH.hi:+.1f}] per kernel "
-                f"launch (launches are not counted; bill of {MEASURED}){timing}")
+                f"launch (launches are not counted; {LAUNCH_MEASURED}; the rest: {MEASURED}){timing}")
 
 
 def predict(allreduces_per_step: float | None, every: int = 10, nccl_timing: bool = False) -> Prediction:
