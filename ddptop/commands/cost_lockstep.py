@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ddptop.analysis import cost_pairs
 from ddptop.commands.cost_plan import Plan, RunRecord
+from ddptop.commands.cost_runs import collect, launch, stop
 
 TURN_WAIT_S = 300.0  # a turn that does not come back within this ends the turns (the other job died)
 
@@ -39,8 +40,6 @@ def make_turns(folder: Path, nproc: int) -> None:
 def run_round(i: int, arms: tuple[str, str], plan: Plan, where: Path, env: dict[str, str]) -> tuple[RunRecord, RunRecord]:
     """Both jobs of round i (arms: job a's, job b's), started together and waited for; each
     record's step_ms is its steps taken in turn over the steps both took."""
-    from ddptop.commands.cost import collect, launch, stop
-
     tag = f"{i:02d}-lock-{arms[0]}-{arms[1]}"
     folder = where / f"{tag}-turns"
     make_turns(folder, plan.nproc)

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from ddptop.commands.cost import reap
+from ddptop.commands.cost_runs import reap
 
 
 def _sleeper(stamp: str) -> subprocess.Popen:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.cells import cell_len
@@ -104,9 +105,20 @@ def chart_faults(app: DdpTopApp) -> list[str]:
     return faults
 
 
-@pytest.mark.parametrize("ranks", RANKS, ids=[f"{n}r" for n in RANKS])
-@pytest.mark.parametrize("size", SIZES, ids=list(SIZES))
-@pytest.mark.parametrize("tab", TABS)
+def _grid() -> list[Any]:
+    """Every tab x size x rank count; by default a Latin square of them (tab k at size j with the
+    rank count (j + k) mod 3): each tab at every size and every rank count, and every size with
+    every rank count on some tab. The rest are -m slow (the suite's 10 minutes on 2 cores)."""
+    out = []
+    for k, tab in enumerate(TABS):
+        for j, size in enumerate(SIZES):
+            for i, ranks in enumerate(RANKS):
+                marks = () if i == (j + k) % len(RANKS) else (pytest.mark.slow,)
+                out.append(pytest.param(tab, size, ranks, marks=marks, id=f"{tab}-{size}-{ranks}r"))
+    return out
+
+
+@pytest.mark.parametrize(("tab", "size", "ranks"), _grid())
 def test_every_tab_at_every_size_and_rank_count(snap_compare, tmp_path: Path, tab: str, size: str,
                                                 ranks: int) -> None:
     app = snapshot_app(ranks, tmp_path)
