@@ -18,9 +18,9 @@ what ddptop adds to a step, not how the job runs alone on the machine.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from ddptop.analysis import cost_pairs
 from ddptop.commands.cost_plan import Plan, RunRecord
@@ -46,14 +46,9 @@ def run_round(i: int, arms: tuple[str, str], plan: Plan, where: Path, env: dict[
     turn_env = {"DDPTOP_STAMP_TURNS": str(folder), "DDPTOP_STAMP_TURN_S": f"{min(TURN_WAIT_S, plan.timeout):g}"}
     runs = [launch(i, arm, plan, where, env, tag=f"{tag}-{job}", more_env={**turn_env, "DDPTOP_STAMP_JOB": job})
             for job, arm in zip("ab", arms)]
-    deadline = time.monotonic() + plan.timeout
     rcs = [-1, -1]
     try:
-        for k, run in enumerate(runs):
-            try:
-                rcs[k] = run.proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                stop(run.proc)
+        rcs = _wait_both(runs, folder, plan)
     except KeyboardInterrupt:
         for run in runs:
             stop(run.proc)
@@ -65,6 +60,42 @@ def run_round(i: int, arms: tuple[str, str], plan: Plan, where: Path, env: dict[
     for rec, ms in zip(records, both or (None, None)):
         rec.step_ms = ms if rec.rc == 0 and len(rec.ranks) == plan.nproc else None
     return records[0], records[1]
+
+
+def release(folder: Path, job: str, nproc: int) -> None:
+    """The other job ended: its partner's ranks run on alone ("e" in each of their FIFOs), at
+    once rather than after TURN_WAIT_S (a rank killed by a signal never says so itself)."""
+    for rank in range(nproc):
+        try:
+            fd = os.open(folder / f"turn_{job}_{rank}", os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # no rank of that job holds it open (not started, or gone)
+            continue
+        try:
+            os.write(fd, b"e")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def _wait_both(runs: list[Any], folder: Path, plan: Plan) -> list[int]:
+    """Both jobs' exit codes (-1: stopped at the timeout); once one ended, the other's ranks are
+    released (`release`) until it ends too."""
+    deadline = time.monotonic() + plan.timeout
+    rcs: list[int | None] = [None, None]
+    while None in rcs:
+        for k, run in enumerate(runs):
+            if rcs[k] is None:
+                rcs[k] = run.proc.poll()
+        if None in rcs and any(rc is not None for rc in rcs):  # again each time: a rank may open its FIFO later
+            release(folder, "ab"[rcs.index(None)], plan.nproc)
+        if time.monotonic() > deadline:
+            for k, run in enumerate(runs):
+                if rcs[k] is None:
+                    stop(run.proc)
+                    rcs[k] = -1
+        time.sleep(0.1)
+    return [rc if rc is not None else -1 for rc in rcs]
 
 
 def run_all(plan: Plan, where: Path, env: dict[str, str], say, records: list[RunRecord],

@@ -6,8 +6,10 @@ that ended."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -67,3 +69,33 @@ def test_an_interrupt_keeps_the_rounds_that_ended(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(KeyboardInterrupt):
         cost_lockstep.run_all(plan, tmp_path, {}, lambda _line: None, records, aa)
     assert [(r.pair, r.arm) for r in records] == [(0, cost_pairs.PLAIN), (0, cost_pairs.DDPTOP)]
+
+
+DIES = '''
+import os, signal, sys
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(40):
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    if step == 5 and os.environ.get("DDPTOP_STAMP_JOB") == sys.argv[1]:
+        os.kill(os.getpid(), signal.SIGKILL)  # no atexit: it never hands its turn over for good
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.e2e
+def test_a_job_killed_mid_round_releases_the_other_at_once(tmp_path: Path) -> None:
+    script = tmp_path / "dies.py"
+    script.write_text(DIES)
+    plan = Plan(cmd=[sys.executable, str(script), "a"], nproc=2, pairs=2, warmup=None, cpus=[], timeout=120.0,
+                ddptop_args=[], config=None, lockstep=True)
+    started = time.monotonic()
+    a, b = cost_lockstep.run_round(0, (cost_pairs.PLAIN, cost_pairs.AGAIN), plan, tmp_path, dict(os.environ))
+    assert time.monotonic() - started < 60  # not TURN_WAIT_S (300 s) of waiting for a dead job's turn
+    assert a.rc != 0 and b.rc == 0
+    assert all(len(s) == 40 for s in b.ranks.values()) and len(b.ranks) == 2  # b ran every step, alone after a died
+    assert a.step_ms is None and b.step_ms is None  # too few steps in turn to compare
