@@ -52,6 +52,8 @@ def cost_parser() -> OneLineParser:
     p.add_argument("--lockstep", action="store_true", help="run both arms at once on the same GPUs and CPUs, "
                    "taking turns at each optimizer step (for launch-bound scripts on noisy hosts; --pairs rounds, "
                    "with a plain-beside-plain A/A round after every second one)")
+    p.add_argument("--pin-main", action="store_true", help="with --lockstep: each rank's main thread on the first "
+                   "of its CPUs in both jobs from its first step (a core's slow spells then fall on both)")
     return p
 
 
@@ -64,6 +66,8 @@ def parse(argv: list[str]) -> tuple[Plan, argparse.Namespace]:
         raise UsageError(f"--pairs must be at least 2, got {args.pairs}")
     if not 1.0 <= args.timeout <= 86400:
         raise UsageError(f"--timeout must be 1-86400 seconds, got {args.timeout:g}")
+    if args.pin_main and not args.lockstep:
+        raise UsageError("--pin-main is for --lockstep (both jobs' main threads on one core)")
     if args.warmup is not None and args.warmup < 0:
         raise UsageError(f"--warmup must be 0 or more, got {args.warmup}")
     nproc = args.nproc if args.nproc is not None else (visible_gpus() or 2)
@@ -78,7 +82,8 @@ def parse(argv: list[str]) -> tuple[Plan, argparse.Namespace]:
         cmd = [sys.executable, "-m", "trainer"]
     assert cmd is not None
     plan = Plan(cmd=cmd, nproc=nproc, pairs=args.pairs, warmup=args.warmup, cpus=cpu_lists(args.cpus, nproc),
-                timeout=args.timeout, ddptop_args=args.ddptop_args.split(), config=config, lockstep=args.lockstep)
+                timeout=args.timeout, ddptop_args=args.ddptop_args.split(), config=config, lockstep=args.lockstep,
+                pin_main=args.pin_main)
     return plan, args
 
 

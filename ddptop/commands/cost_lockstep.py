@@ -43,7 +43,8 @@ def run_round(i: int, arms: tuple[str, str], plan: Plan, where: Path, env: dict[
     tag = f"{i:02d}-lock-{arms[0]}-{arms[1]}"
     folder = where / f"{tag}-turns"
     make_turns(folder, plan.nproc)
-    turn_env = {"DDPTOP_STAMP_TURNS": str(folder), "DDPTOP_STAMP_TURN_S": f"{min(TURN_WAIT_S, plan.timeout):g}"}
+    turn_env = {"DDPTOP_STAMP_TURNS": str(folder), "DDPTOP_STAMP_TURN_S": f"{min(TURN_WAIT_S, plan.timeout):g}",
+                **({"DDPTOP_STAMP_PIN_MAIN": "1"} if plan.pin_main else {})}
     runs = [launch(i, arm, plan, where, env, tag=f"{tag}-{job}", more_env={**turn_env, "DDPTOP_STAMP_JOB": job})
             for job, arm in zip("ab", arms)]
     rcs = [-1, -1]

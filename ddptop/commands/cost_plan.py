@@ -23,6 +23,7 @@ class Plan:
     ddptop_args: list[str]
     config: RunConfig | None  # --preset: the demo's config, written for both arms
     lockstep: bool = False  # both arms at once, taking turns step by step
+    pin_main: bool = False  # --lockstep: each rank's main thread on one core, the same in both jobs
 
 
 @dataclass

@@ -88,6 +88,7 @@ def render(records: list[RunRecord], plan: Plan, where: Path,
             "cpus": plan.cpus, "dir": str(where),
             "plain": plain, "ddptop": ours, "result": None if result is None else result.as_dict(),
             "verdict": said, "stderr_added": added,
+            "aa_rounds": [list(pair) for pair in aa_ms or []] if plan.lockstep else None,
             "bill": None if predicted is None else {"us": predicted.us, "lo": predicted.lo, "hi": predicted.hi,
                                                     "allreduces": predicted.allreduces,
                                                     "nccl_timing": predicted.nccl_timing}}

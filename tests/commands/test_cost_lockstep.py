@@ -34,6 +34,7 @@ def test_lockstep_rounds_take_turns_step_by_step_on_real_ranks(tmp_path: Path) -
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     data = json.loads(out.stdout.strip().splitlines()[-1])
     assert data["lockstep"] is True and data["result"]["pairs_used"] == 2
+    assert len(data["aa_rounds"]) == 1 and all(ms > 0 for ms in data["aa_rounds"][0])  # plain beside plain
     assert data["plain"]["measured"] == 2 and data["ddptop"]["measured"] == 2 and data["stderr_added"] == []
     assert "A/A, plain / plain beside each other in turns" in out.stdout
     where = Path(data["dir"])
@@ -99,3 +100,44 @@ def test_a_job_killed_mid_round_releases_the_other_at_once(tmp_path: Path) -> No
     assert a.rc != 0 and b.rc == 0
     assert all(len(s) == 40 for s in b.ranks.values()) and len(b.ranks) == 2  # b ran every step, alone after a died
     assert a.step_ms is None and b.step_ms is None  # too few steps in turn to compare
+
+
+PINNED = '''
+import json, os, sys, threading
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+other = threading.Thread(target=threading.Event().wait, args=(30,), daemon=True)
+other.start()  # a thread that runs before the first step
+for step in range(20):
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+seen = {"main": sorted(os.sched_getaffinity(0)), "thread": sorted(os.sched_getaffinity(other.native_id))}
+pid = os.fork()
+if pid == 0:
+    open(sys.argv[1] + f".child{os.environ['RANK']}{os.environ['DDPTOP_STAMP_JOB']}", "w").write(
+        json.dumps(sorted(os.sched_getaffinity(0))))
+    os._exit(0)
+os.waitpid(pid, 0)
+open(sys.argv[1] + f".{os.environ['RANK']}{os.environ['DDPTOP_STAMP_JOB']}", "w").write(json.dumps(seen))
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_pin_main_puts_only_the_main_thread_on_one_core_in_both_jobs(tmp_path: Path) -> None:
+    script, out = tmp_path / "pinned.py", tmp_path / "seen"
+    script.write_text(PINNED)
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    plan = Plan(cmd=[sys.executable, str(script), str(out)], nproc=2, pairs=2, warmup=None, cpus=[cpus, cpus],
+                timeout=120.0, ddptop_args=[], config=None, lockstep=True, pin_main=True)
+    a, b = cost_lockstep.run_round(0, (cost_pairs.PLAIN, cost_pairs.AGAIN), plan, tmp_path, dict(os.environ))
+    assert a.rc == 0 and b.rc == 0 and a.step_ms is not None and b.step_ms is not None
+    for rank in "01":
+        for job in "ab":
+            seen = json.loads(Path(f"{out}.{rank}{job}").read_text())
+            assert seen["main"] == [cpus[0]] and seen["thread"] == cpus, seen  # the main thread alone
+            assert json.loads(Path(f"{out}.child{rank}{job}").read_text()) == cpus  # a fork gets the rank's CPUs back

@@ -53,7 +53,7 @@ def test_cost_runs_both_arms_alike_and_compares_stderr(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args", [["--pairs", "1", "--", "x"], ["--cpus", "0-1", "--nproc", "2", "--", "x"], [],
-                                  ["--preset", "nope"], ["--timeout", "0", "--", "x"]])
+                                  ["--preset", "nope"], ["--timeout", "0", "--", "x"], ["--pin-main", "--", "x"]])
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str]) -> None:
     out = subprocess.run([sys.executable, "-m", "ddptop", "cost", "--runs-dir", str(tmp_path / "r"), *args],
                          capture_output=True, text=True, timeout=60)

@@ -99,11 +99,23 @@ def _stamp(prefix: str, rank: str) -> None:
 class _Turns:
     """This rank's turns with the same rank of the other job (`ddptop cost --lockstep`)."""
 
-    def __init__(self, mine: int, theirs: int, job: str, wait_s: float) -> None:
+    def __init__(self, mine: int, theirs: int, job: str, wait_s: float, pin_main: bool = False) -> None:
         self.mine, self.theirs, self.wait_s = mine, theirs, wait_s
         self.skip_next = job == "b"
         self.on = True
         self.starts: list = []
+        self.pin_main = pin_main
+
+    def _pin_main(self) -> None:
+        """DDPTOP_STAMP_PIN_MAIN: this (the main) thread alone on the first of the rank's CPUs,
+        as the same rank of the other job (a core's slow spells then fall on both); the threads
+        that already run keep their CPUs, and a process forked later gets them back."""
+        self.pin_main = False
+        if not hasattr(os, "sched_setaffinity"):
+            return
+        cpus = os.sched_getaffinity(0)
+        os.register_at_fork(after_in_child=lambda: os.sched_setaffinity(0, cpus))
+        os.sched_setaffinity(0, {min(cpus)})  # pid 0: the calling thread only
 
     @classmethod
     def open(cls, rank: str) -> "_Turns | None":
@@ -113,7 +125,8 @@ class _Turns:
         other = "b" if job == "a" else "a"
         mine = os.open(os.path.join(folder, f"turn_{job}_{rank}"), os.O_RDWR)
         theirs = os.open(os.path.join(folder, f"turn_{other}_{rank}"), os.O_RDWR)
-        return cls(mine, theirs, job, float(os.environ.get("DDPTOP_STAMP_TURN_S", "300")))
+        return cls(mine, theirs, job, float(os.environ.get("DDPTOP_STAMP_TURN_S", "300")),
+                   os.environ.get("DDPTOP_STAMP_PIN_MAIN") == "1")
 
     def sync(self) -> None:
         cuda = getattr(sys.modules.get("torch"), "cuda", None)
@@ -124,6 +137,8 @@ class _Turns:
         import select
         import time
 
+        if self.pin_main:
+            self._pin_main()
         if self.skip_next:
             self.skip_next = False
         else:
