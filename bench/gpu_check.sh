@@ -403,10 +403,11 @@ nsysps() {  # issue 42: nsys on PATH, a default run: no rank under nsys (ps); th
 cost() {  # issue 42: `ddptop cost` (ABBA whole runs vs plain torchrun) on a workload: gpt, vit, hf
   # COST_DDPTOP_ARGS: options of the ddptop arm (e.g. '--set nccl_timing=false'), COST_TAG names the output;
   # DDPTOP_HARDWARE_S=0 in the environment switches NVML sampling off (the ViT +0.77 ms question)
-  # COST_LOCKSTEP=1: both arms at once, in turns (--lockstep); COST_CPUS: the ranks' CPU lists (--cpus)
+  # COST_LOCKSTEP=1: both arms at once, in turns (--lockstep); COST_PIN_MAIN=1: --pin-main; COST_CPUS: --cpus
   local extra=() tag=${COST_TAG:-${COST_WORKLOAD:-gpt}}
   [ -n "${COST_DDPTOP_ARGS:-}" ] && extra=(--ddptop-args "$COST_DDPTOP_ARGS")
   [ -n "${COST_LOCKSTEP:-}" ] && extra+=(--lockstep)
+  [ -n "${COST_PIN_MAIN:-}" ] && extra+=(--pin-main)
   [ -n "${COST_CPUS:-}" ] && extra+=(--cpus "$COST_CPUS")
   case ${COST_WORKLOAD:-gpt} in
     gpt) cmd="$PY bench/gpt_train.py --n-layer 6 --n-head 6 --n-embd 384 --block 256 --batch-size 64 --vocab 65 --accum 2 --steps ${COST_STEPS:-160} --warmup 10";;
