@@ -8,7 +8,9 @@ ddptop job run together, rank r of each on the same CPUs and GPU, and take turns
 optimizer step (ddptop/rank/stamp: the step's end waits for the device, hands the turn over,
 waits for it back), so a spell falls on both alike. Each round's figure is each job's mean step
 taken in turn, over the same step numbers; rounds alternate who goes first, and every second
-round is followed by one of plain beside plain (the A/A).
+round is followed by one of plain beside plain (the A/A). `--pin-main` puts each rank's main
+thread on the first of its CPUs in both jobs (the stamp does it at the first step), so the two
+share a core's spells, not only a set of CPUs.
 
 What it leaves out, by design: the ranks share their GPU and CPUs with the other job's idle
 threads and memory, and every step ends with a device sync (in both jobs alike). It answers
