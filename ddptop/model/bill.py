@@ -73,7 +73,7 @@ class Prediction:
                   f"{NCCL_TIMING_VIT_STEP.us:+.0f} us [{NCCL_TIMING_VIT_STEP.lo:+.0f}, {NCCL_TIMING_VIT_STEP.hi:+.0f}])"
                   if self.nccl_timing else "")
         return (f"the bill predicts {self.us:+.0f} us a step per rank [{self.lo:+.0f}, {self.hi:+.0f}] for "
-                f"{counted}, plus {PER_LAUNCH.us:+.1f} us [{PER_LAUNCH.lo:+.1f}, {PER_LAUNCH.hi:+.1f}] per kernel "
+                f"{counted}, plus {PER_LAUNCH.us:+.2f} us [{PER_LAUNCH.lo:+.2f}, {PER_LAUNCH.hi:+.2f}] per kernel "
                 f"launch (launches are not counted; {LAUNCH_MEASURED}; the rest: {MEASURED}){timing}")
 
 
