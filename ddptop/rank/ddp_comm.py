@@ -27,6 +27,10 @@ HOLD_S = 0.5  # a closed step's record waits this long at most for NCCL to repor
 HOLD_MAX = 1000  # ...and never more records than this (a run of sub-ms steps)
 
 
+
+DDP_OWN_HOOK = "allreduce (DDP's own)"  # the comm hook in effect when none is registered
+
+
 class DdpComm:
     def __init__(self, torch: Any, tracker: StepTracker, enabled: bool, every: int, *,
                  cuda: Callable[[], bool], capturing: Callable[[], bool], guard: Guard,
@@ -155,6 +159,7 @@ class DdpComm:
             self._nccl_timed[id(ddp)] = 0
         else:
             self.note("DDP's built-in C++ comm hook is registered: per-bucket communication is not timed")
+        self.send_facts({"comm_hook": f"{getattr(comm_hook_type, 'name', comm_hook_type)} (DDP's built-in C++ hook)"})
         return builtin(ddp, comm_hook_type)
 
     # --- step boundaries -------------------------------------------------------------------

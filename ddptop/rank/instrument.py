@@ -27,7 +27,7 @@ from ddptop.rank.capture import CaptureRunner
 from ddptop.rank.client import Probe
 from ddptop.rank.clock import AtMostEvery, CudaClock, HostClock, LazyClock
 from ddptop.rank.cost_ab import CostAB
-from ddptop.rank.ddp_comm import DdpComm
+from ddptop.rank.ddp_comm import DDP_OWN_HOOK, DdpComm
 from ddptop.rank.ddp_settings import ScriptDdp, ScriptSettings, blame_settings
 from ddptop.rank.facts import ddp_facts, ddp_timing, facts_without_ddp, model_facts
 from ddptop.rank.forward_hooks import BackwardMarks, ModuleHooks, OutermostHooks, loss_like
@@ -184,6 +184,8 @@ class Instrument:
         timing = self.comm.choose(ddp, hook)
         if timing is not None:
             facts["comm_timing"] = timing
+        if hook is None and id(ddp) not in self.comm.timers:  # a hook the script registers later says so
+            facts["comm_hook"] = DDP_OWN_HOOK
         if not self.comm_timing:
             facts["comm_timing"] = "off"
         self.send_facts(facts)
