@@ -64,9 +64,10 @@ def live(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def ddptop(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def ddptop(*args: str, timeout: float = 60, columns: int | None = None) -> subprocess.CompletedProcess[str]:
+    env = None if columns is None else {**os.environ, "COLUMNS": str(columns)}
     return subprocess.run([sys.executable, "-m", "ddptop", *args], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
 
 
 def in_terminal(*args: str) -> subprocess.Popen[bytes]:
@@ -172,8 +173,9 @@ def test_detached_run_survives_viewers_and_stops_from_one(tmp_path: Path, live: 
             await wait_for(pilot, lambda: all(rs.last_step > first[r] + 5 for r, rs in state.ranks.items()),
                            20, "the step count to keep rising")
 
-            # `ddptop ls` lists it, with a step and its mode, and no token.
-            listed = ddptop("ls")
+            # `ddptop ls` lists it, with a step and its mode, and no token (wide enough to keep
+            # pid and mode: at 80 columns they are the first to go, issue 46)
+            listed = ddptop("ls", columns=300)
             assert listed.returncode == 0
             line = next(x for x in listed.stdout.splitlines() if x.startswith(run_id))
             assert "detached" in line and "running" in line and str(entry.pid) in line
