@@ -93,3 +93,18 @@ def test_a_200_mb_trace_is_summarised_in_at_most_400_mb(tmp_path):
     assert s["window_ms"] == expect["window_ms"] and s["comm_ms"] == expect["comm_ms"]
     print(f"200 MB trace: child peak RSS {peak_mb} MB")
     assert peak_mb is not None and peak_mb <= 400
+
+
+def test_the_jobs_peak_memory_is_its_own_not_its_parents() -> None:
+    """ru_maxrss keeps the parent's RSS at the fork across the exec: the slow 200 MB test read
+    572 MB beside a worker that had imported torch, 282 MB alone. The job reads its own VmHWM."""
+    import subprocess
+    import sys
+
+    held = bytearray(300 << 20)
+    held[::4096] = b"\x01" * len(held[::4096])  # touched: resident in this (the parent) process
+    code = "from ddptop.run.trace_job import _peak_mb; print(_peak_mb())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) < 250, out.stdout  # a Python that imported ddptop's trace job, not 300 MB more
+    del held
