@@ -117,6 +117,11 @@ class DdpComm:
             p.numel() * p.element_size() for p in ddp.module.parameters() if p.requires_grad)
         return True
 
+    def hook_in_effect(self, ddp: Any, hook: tuple[Any, Any] | None) -> dict[str, str]:
+        """The comm hook fact of a new DDP where nothing of ddptop's registers one: DDP's own
+        all-reduce (a hook the script registers later says so itself)."""
+        return {"comm_hook": DDP_OWN_HOOK} if hook is None and id(ddp) not in self.timers else {}
+
     def register_timer(self, ddp: Any) -> None:
         """At a forward of `ddp`: its timer's hook is registered, once."""
         timer = self.timers.get(id(ddp))

@@ -27,7 +27,7 @@ from ddptop.rank.capture import CaptureRunner
 from ddptop.rank.client import Probe
 from ddptop.rank.clock import AtMostEvery, CudaClock, HostClock, LazyClock
 from ddptop.rank.cost_ab import CostAB
-from ddptop.rank.ddp_comm import DDP_OWN_HOOK, DdpComm
+from ddptop.rank.ddp_comm import DdpComm
 from ddptop.rank.ddp_settings import ScriptDdp, ScriptSettings, blame_settings
 from ddptop.rank.facts import ddp_facts, ddp_timing, facts_without_ddp, model_facts
 from ddptop.rank.forward_hooks import BackwardMarks, ModuleHooks, OutermostHooks, loss_like
@@ -182,12 +182,9 @@ class Instrument:
         facts.update(ddp_facts(self.torch.distributed, ddp))
         hook = self.script_ddp.settle(ddp) if self.script_ddp is not None else None
         timing = self.comm.choose(ddp, hook)
-        if timing is not None:
-            facts["comm_timing"] = timing
-        if hook is None and id(ddp) not in self.comm.timers:  # a hook the script registers later says so
-            facts["comm_hook"] = DDP_OWN_HOOK
-        if not self.comm_timing:
-            facts["comm_timing"] = "off"
+        facts.update(self.comm.hook_in_effect(ddp, hook))
+        if timing is not None or not self.comm_timing:
+            facts["comm_timing"] = timing if self.comm_timing else "off"
         self.send_facts(facts)
         if self.script_ddp is not None:
             self.script_ddp.send_ddp_facts(ddp)
