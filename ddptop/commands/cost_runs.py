@@ -124,19 +124,15 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float) -> int:
     try:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        _end(proc)
+        stop(proc)
         return -1
     except KeyboardInterrupt:
-        _end(proc)
+        stop(proc)
         raise
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
     """Ends a run's process group as a Ctrl-C would: SIGINT, SIGKILL after torchrun's own grace."""
-    _end(proc)
-
-
-def _end(proc: subprocess.Popen[bytes]) -> None:
     for sig, wait in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)

@@ -25,9 +25,6 @@ Guard = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 HOLD_S = 0.5  # a closed step's record waits this long at most for NCCL to report its all-reduces
 HOLD_MAX = 1000  # ...and never more records than this (a run of sub-ms steps)
-
-
-
 DDP_OWN_HOOK = "allreduce (DDP's own)"  # the comm hook in effect when none is registered
 
 

@@ -50,7 +50,7 @@ def _stamp(prefix: str, rank: str) -> None:
 
     def on_step(*_args, **_kwargs) -> None:
         if turns is not None and turns.on:
-            turns.sync()
+            turns.sync()  # the step ends when its device work does: the other job's turn starts clean
         stamps.append(time.perf_counter())
         if turns is not None and turns.on:
             turns.hand_over_and_wait()
