@@ -386,3 +386,16 @@ def test_stats_keep_to_the_windows_own_steps_where_nsys_can(tools, tmp_path, mon
         assert len(runs) == 1 and "--filter-nvtx" not in runs[0]
         assert r0["window_filter"] == "the whole capture range"
     assert info["stats"]["nsys_rank0.nsys-rep"].endswith(f"figures over {r0['window_filter']}")
+
+
+@pytest.mark.parametrize(("nproc", "theirs", "expect"), [(1, None, None), (2, None, "1"), (2, "4", "4"), (1, "3", "3")])
+def test_omp_threads_are_set_only_where_plain_torchrun_sets_them(tmp_path, nproc, theirs, expect) -> None:
+    """torchrun sets OMP_NUM_THREADS=1 only with more than one process a node and none set:
+    with one, ddptop setting it anyway changed the job (a CPU rank ran on one thread; in
+    `ddptop cost --lockstep` the plain job's thread pool then slowed its partner's turns)."""
+    from ddptop.model.config import RunConfig
+    from ddptop.run.launcher import build_plan
+
+    base = {"PATH": "/bin", **({"OMP_NUM_THREADS": theirs} if theirs else {})}
+    plan = build_plan(RunConfig(nproc=nproc), tmp_path, "unix:/x", "t", "r", base_env=base)
+    assert plan.env.get("OMP_NUM_THREADS") == expect
