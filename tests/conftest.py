@@ -33,6 +33,20 @@ def private_live_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_cpu_thread_a_rank():
+    """Ranks the tests start run torch on one CPU thread, as torchrun sets it with two or more
+    ranks a node: with one rank neither torchrun nor ddptop sets it (torch's own count, two
+    threads on the 2-core CI VM), and two test workers' ranks then fight for the same cores."""
+    import os
+
+    before = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = before or "1"
+    yield
+    if before is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
+
+
 @pytest.fixture
 def ddptop_cmd() -> list[str]:
     """The CLI as a user runs it (a subprocess, so exit codes and stdout are real)."""

@@ -130,11 +130,9 @@ class Instrument:
             return None
 
     def _guard(self, fn: Any) -> Any:
-        """`fn` as a hook that never raises into the user's code (`_call`)."""
-        @functools.wraps(fn)
-        def guarded(*args: Any, **kwargs: Any) -> Any:
-            return self._call(fn, *args, **kwargs)
-
+        """`fn` as a hook that never raises into the user's code: `_call` bound to it (a partial:
+        no frame of its own on each of a step's hook calls)."""
+        guarded = functools.update_wrapper(functools.partial(self._call, fn), fn)
         return self.cost.timed(guarded) if self.cost.enabled else guarded
 
     # --- the clock ------------------------------------------------------------------------

@@ -76,6 +76,8 @@ class SampleCount:
         """The batch size of the DataLoader that yielded since the last look (its iterator's
         count of batches moved on); kept when none did; None when several did, batching
         differently, or one does not batch with a batch size."""
+        if not self._iters:  # no DataLoader iterator alive (a script that batches by hand): nothing moved
+            return self.loader_batch
         sizes = set()
         for it, seen in list(self._iters.items()):
             n = getattr(it, "_num_yielded", seen)
