@@ -10,6 +10,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from ddptop.analysis.capture import Capture
 from ddptop.commands.trace import main_trace
 from ddptop.run.capture_pipeline import CapturePipeline
@@ -25,6 +27,11 @@ TICK_S = 0.05
 MAX_LATE_S = 0.1
 
 
+
+# Two more tries: on a loaded 2-core VM one refresh read 102 ms blocked once in a full suite
+# (2026-11-28, the VM ~2.5x slower than the day before); a summary that truly runs on the
+# refresh's thread blocks every try (~3 s) and still fails.
+@pytest.mark.flaky(reruns=2, reruns_delay=1)
 def test_refresh_is_never_blocked_while_a_large_capture_is_summarised(tmp_path: Path) -> None:
     path = tmp_path / "rank0.trace.json"
     expect = write_big_trace(path, 25)  # both ranks' files: ~3 s of summarising
