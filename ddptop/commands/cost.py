@@ -52,6 +52,9 @@ def cost_parser() -> OneLineParser:
     p.add_argument("--lockstep", action="store_true", help="run both arms at once on the same GPUs and CPUs, "
                    "taking turns at each optimizer step (for launch-bound scripts on noisy hosts; --pairs rounds, "
                    "with a plain-beside-plain A/A round after every second one)")
+    p.add_argument("--hooks-run", action=argparse.BooleanOptionalAction, default=True,
+                   help="after the pairs, one more run under ddptop with --cost: the rank-side hooks' share on this "
+                   "script (engaged vs bypassed), which the bill's prediction then uses (default on)")
     p.add_argument("--pin-main", action="store_true", help="with --lockstep: each rank's main thread on the first "
                    "of its CPUs in both jobs from its first step (a core's slow spells then fall on both)")
     return p
@@ -121,6 +124,7 @@ def _main_cost(argv: list[str]) -> int:
           f"records in {where}", flush=True)
     records: list[RunRecord] = []
     aa: list[tuple[float, float]] = []
+    hooks = None
     code = 0
     try:
         if plan.lockstep:
@@ -132,10 +136,14 @@ def _main_cost(argv: list[str]) -> int:
             records.append(record)
             shown = "no steps stamped" if record.step_ms is None else f"{record.step_ms:.3f} ms/step"
             print(f"  pair {pair + 1:>2} {arm:<6} rc={record.rc} {shown}  ({record.wall_s:.1f} s)", flush=True)
+        if args.hooks_run:
+            from ddptop.commands.cost_hooks import measure
+
+            hooks = measure(records, plan, where, env, lambda line: print(line, flush=True))
     except KeyboardInterrupt:
         print("ddptop cost: interrupted; what was measured so far:", flush=True)
         code = 130
-    data = render(records, plan, where, aa)
+    data = render(records, plan, where, aa, hooks)
     (where / "cost.json").write_text(json.dumps(data["json"], indent=1))
     print(data["text"], flush=True)
     if args.json:

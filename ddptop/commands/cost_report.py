@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ddptop.analysis import cost_pairs
+from ddptop.commands.cost_hooks import HooksReading
 from ddptop.commands.cost_plan import Plan, RunRecord
 from ddptop.model import bill
 
@@ -47,7 +48,7 @@ def _own_view(records: list[RunRecord]) -> str | None:
 
 
 def render(records: list[RunRecord], plan: Plan, where: Path,
-           aa_ms: list[tuple[float, float]] | None = None) -> dict[str, Any]:
+           aa_ms: list[tuple[float, float]] | None = None, hooks: HooksReading | None = None) -> dict[str, Any]:
     ms = {(r.pair, r.arm): r.step_ms for r in records}
     result = cost_pairs.analyse(ms, plan.pairs, aa_ms if plan.lockstep else None)
     said = None if result is None else cost_pairs.verdict(result)
@@ -70,9 +71,14 @@ def render(records: list[RunRecord], plan: Plan, where: Path,
         lines.append(f"  A/A, plain / plain {'beside each other in turns' if plan.lockstep else 'of adjacent runs'}: "
                      f"{_fmt(result.aa)}")
         lines.append(f"  verdict: {said}")
-    predicted = _prediction(records)
+    if hooks is not None:
+        lines.append(_hooks_line(hooks))
+    predicted = _prediction(records, hooks.figure if hooks is not None else None)
     if predicted is not None:
         lines.append(f"  {predicted.text()}")
+        if result is not None and result.extra_ms is not None and predicted.hooks_measured:
+            inside = result.extra_ms.lo * 1000 <= predicted.us <= result.extra_ms.hi * 1000
+            lines.append(f"  the bill's prediction is {'inside' if inside else 'OUTSIDE'} the measured interval")
     plain_err = [line for r in records if r.arm == cost_pairs.PLAIN for line in r.stderr]
     our_err = [line for r in records if r.arm == cost_pairs.DDPTOP for line in r.stderr]
     added = cost_pairs.added_lines(plain_err, our_err)
@@ -91,16 +97,27 @@ def render(records: list[RunRecord], plan: Plan, where: Path,
             "aa_rounds": [list(pair) for pair in aa_ms or []] if plan.lockstep else None,
             "bill": None if predicted is None else {"us": predicted.us, "lo": predicted.lo, "hi": predicted.hi,
                                                     "allreduces": predicted.allreduces,
-                                                    "nccl_timing": predicted.nccl_timing}}
+                                                    "nccl_timing": predicted.nccl_timing,
+                                                    "hooks_measured": predicted.hooks_measured},
+            "hooks": None if hooks is None else hooks.as_dict()}
     return {"text": "\n".join(lines), "json": data}
 
 
-def _prediction(records: list[RunRecord]) -> bill.Prediction | None:
+def _prediction(records: list[RunRecord], hooks: bill.Figure | None) -> bill.Prediction | None:
     ours = [r for r in records if r.arm == cost_pairs.DDPTOP and r.rc == 0]
     if not ours:
         return None
     counts = [r.allreduces for r in ours if r.allreduces is not None]
-    return bill.predict(statistics.median(counts) if counts else None, ours[0].every, ours[0].nccl_timing)
+    return bill.predict(statistics.median(counts) if counts else None, ours[0].every, ours[0].nccl_timing, hooks)
+
+
+def _hooks_line(hooks: HooksReading) -> str:
+    if hooks.figure is None:
+        return f"  the rank-side hooks on this script: not measured ({hooks.why})"
+    fig = hooks.figure
+    return (f"  the rank-side hooks on this script (one more run, `--cost {hooks.steps}`: engaged vs bypassed step by "
+            f"step): {fig.us:+.0f} us a step per rank [{fig.lo:+.0f}, {fig.hi:+.0f}]; that run's own check: "
+            f"{hooks.verdict or 'n/a'}")
 
 
 def _span(cpus: list[int]) -> str:

@@ -64,6 +64,8 @@ class Prediction:
     allreduces: float | None  # None: not counted (nothing times them in the run)
     every: int  # the plugin stamps one step in this many
     nccl_timing: bool = False
+    hooks: Figure = PER_STEP_HOOKS  # the rank-side hooks' share a step: the bill's own, or measured on the script
+    hooks_measured: bool = False  # `hooks` is the script's own (ddptop cost's in-run A/B)
 
     def text(self) -> str:
         counted = ("all-reduces not counted (not timed in the run: nccl_timing / gloo_timing off; the bill puts each within "
@@ -72,22 +74,30 @@ class Prediction:
         timing = (f"; with nccl_timing on, more where comm overlaps compute (the ViT-L demo: "
                   f"{NCCL_TIMING_VIT_STEP.us:+.0f} us [{NCCL_TIMING_VIT_STEP.lo:+.0f}, {NCCL_TIMING_VIT_STEP.hi:+.0f}])"
                   if self.nccl_timing else "")
-        return (f"the bill predicts {self.us:+.0f} us a step per rank [{self.lo:+.0f}, {self.hi:+.0f}] for "
+        hooks = (f"the rank-side hooks {self.hooks.us:+.0f} us [{self.hooks.lo:+.0f}, {self.hooks.hi:+.0f}] as "
+                 "measured on this script in one more run (engaged vs bypassed)" if self.hooks_measured else
+                 f"the rank-side hooks {self.hooks.us:+.0f} us [{self.hooks.lo:+.0f}, {self.hooks.hi:+.0f}] from "
+                 "other scripts (2x H100, 2026-11-26; a launch-bound script's own can be ten times that)")
+        return (f"the bill predicts {self.us:+.0f} us a step per rank [{self.lo:+.0f}, {self.hi:+.0f}]: {hooks}, "
                 f"{counted}, plus {PER_LAUNCH.us:+.2f} us [{PER_LAUNCH.lo:+.2f}, {PER_LAUNCH.hi:+.2f}] per kernel "
                 f"launch (launches are not counted; {LAUNCH_MEASURED}; the rest: {MEASURED}){timing}")
 
 
-def predict(allreduces_per_step: float | None, every: int = 10, nccl_timing: bool = False) -> Prediction:
+def predict(allreduces_per_step: float | None, every: int = 10, nccl_timing: bool = False,
+            hooks: Figure | None = None) -> Prediction:
     """The bill's cost of one step with this many all-reduces (None: not counted), the plugin
-    stamping one step in `every` where NCCL's timing is on; kernel launches are left to the
-    reader (their figure is not resolved), and so is timing's effect on overlap (said)."""
+    stamping one step in `every` where NCCL's timing is on, and the rank-side hooks' share (`hooks`:
+    measured on the script itself; None: the bill's generic figure); kernel launches are left to
+    the reader (their figure is not resolved), and so is timing's effect on overlap (said)."""
     share = 1.0 / max(every, 1)
+    per_step = hooks if hooks is not None else PER_STEP_HOOKS
 
     def part(pick: str) -> float:
         if not nccl_timing:
             per = getattr(PER_ALLREDUCE_UNTIMED, pick)
         else:
             per = ((1 - share) * getattr(PER_ALLREDUCE, pick) + share * getattr(PER_ALLREDUCE_STAMPED, pick))
-        return getattr(PER_STEP_HOOKS, pick) + (allreduces_per_step or 0.0) * per
+        return getattr(per_step, pick) + (allreduces_per_step or 0.0) * per
 
-    return Prediction(part("us"), part("lo"), part("hi"), allreduces_per_step, every, nccl_timing)
+    return Prediction(part("us"), part("lo"), part("hi"), allreduces_per_step, every, nccl_timing, per_step,
+                      hooks is not None)

@@ -31,7 +31,7 @@ def test_cost_runs_both_arms_alike_and_compares_stderr(tmp_path: Path) -> None:
     marks.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site), "USER_SITE_MARKS": str(marks)}
     cmd = [sys.executable, "-m", "ddptop", "cost", "--pairs", "2", "--nproc", "2", "--runs-dir", str(tmp_path / "runs"),
-           "--json", "--", sys.executable, str(SCRIPTS / "plain_ddp.py"), "--steps", "25"]
+           "--json", "--", sys.executable, str(SCRIPTS / "plain_ddp.py"), "--steps", "70"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     data = json.loads(out.stdout.strip().splitlines()[-1])
@@ -41,12 +41,17 @@ def test_cost_runs_both_arms_alike_and_compares_stderr(tmp_path: Path) -> None:
     # gloo's default keeps DDP's C++ all-reduce (gloo_timing off): nothing counts the all-reduces,
     # and the bill says so rather than guess
     assert data["bill"] is not None and data["bill"]["allreduces"] is None
-    assert len(list(marks.iterdir())) == 8  # the user's own sitecustomize: once per rank, 2 ranks x 4 runs
+    # the hooks run: the ddptop arm once more with --cost, on the script's steps less 20; its figure
+    # is the bill's hooks part
+    assert data["hooks"]["steps"] == 50 and data["bill"]["hooks_measured"] is (data["hooks"]["us"] is not None)
+    assert data["hooks"]["us"] is not None or data["hooks"]["why"], data["hooks"]
+    assert "the rank-side hooks on this script" in out.stdout
+    assert len(list(marks.iterdir())) == 10  # the user's own sitecustomize: once per rank, 2 ranks x 5 runs
     where = Path(data["dir"])
     assert json.loads((where / "cost.json").read_text())["pairs"] == 2
     for run in ("00-plain", "00-ddptop", "01-ddptop", "01-plain"):
         stamps = [json.loads(p.read_text())["stamps"] for p in (where / run).glob("stamp.rank*.json")]
-        assert len(stamps) == 2 and all(len(s) == 25 for s in stamps), run  # every optimizer step, once
+        assert len(stamps) == 2 and all(len(s) == 70 for s in stamps), run  # every optimizer step, once
     summary = json.loads((next((where / "00-ddptop" / "runs").glob("*/summary.json"))).read_text())
     assert summary["ranks"] and all(r["steps"] > 0 for r in summary["ranks"])  # ddptop measured, chained
     assert "ddptop cost of" in out.stdout and "stderr: the ranks' stderr under ddptop holds no line" in out.stdout
