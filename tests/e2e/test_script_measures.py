@@ -81,8 +81,10 @@ def test_an_lbfgs_closure_counts_its_batch_once_a_step(tmp_path):
     assert [r["steps"] for r in s["ranks"]] == [15, 15]
     assert samples_per_step(s) == [24.0, 24.0], s["ranks"]
     for r in s["ranks"]:  # the time between closure calls is the optimizer's, not data (issue 43: 11-14 ms);
-        # 0.36-0.59 ms on the loaded 2-core VM (the bar of issue 43 is 0.5 ms), so 1 ms here
-        assert r["phases_ms"]["data"] <= 1.0 < r["phases_ms"]["optimizer"], r["phases_ms"]
+        # 0.36-0.59 ms on the loaded 2-core VM (the bar of issue 43 is 0.5 ms), 1.1-2.0 ms on a day it
+        # ran ~2.5x slower (2026-11-28): data stays a fraction of the optimizer's phase, whatever the speed
+        phases = r["phases_ms"]
+        assert 1.0 < phases["optimizer"] and phases["data"] <= max(1.0, phases["optimizer"] / 4), phases
 
 
 @pytest.mark.slow  # the canonical word LM below is time-major too ([bptt, B], no DataLoader)
