@@ -38,12 +38,11 @@ DDP_KNOBS = (
 SCRIPT_KNOBS = tuple(k for k in DDP_KNOBS if k != "ddp")
 
 
-# What applies to a user's own script: how many ranks, what is left out of throughput, how
-# communication is timed, the ranks' NCCL environment, when it is stopped, which DDP knobs are
-# applied to its DDP (their values are added by script_dict).
+# What applies to a user's own script: ranks, warmup, comm timing, the ranks' NCCL environment,
+# its stop, the DDP knobs applied to its DDP (their values are added by script_dict).
 SCRIPT_FIELDS = ("preset", "script", "nproc", "warmup", "script_steps", "backend", "comm_timing",
                  "comm_timing_every", "nccl_timing", "gloo_timing", "nccl_env", "ddp_apply", "cost_ab", "cost_ab_arms",
-                 "cost_ab_blocks", "cost_ab_busy_pct", "cost_ab_parts", "capture_memory")
+                 "cost_ab_blocks", "cost_ab_busy_pct", "cost_ab_parts", "capture_memory", "phase_every")
 
 
 # What `nccl_env` may set in the ranks' environment: communication and device settings, never
@@ -128,6 +127,7 @@ class RunConfig:
     cost_ab_blocks: int = 0  # the run stops after this many blocks (0: at the script's own end)
     cost_ab_busy_pct: float = 0.5
     cost_ab_parts: bool = False  # also time the hooks' parts (tracker, clock...): a diagnosis, it costs ~1.5 us a call
+    phase_every: int = 1  # the rank-side layer engaged one step in this many (ddptop.rank.phase_every): its cost / K
     # Fault injection for tests and demos: slow or crash one rank on purpose.
     delay_rank: int = -1
     delay_ms: float = 0.0
@@ -339,10 +339,8 @@ def apply_overrides(config: RunConfig, pairs: list[str]) -> RunConfig:
 
 
 def validate(config: RunConfig) -> RunConfig:
-    """Return `config` if it is consistent, else raise ConfigError naming the field.
-
-    `single` (ddp=False) forces one process: it is the per-GPU ceiling whatever
-    nproc the rest of a sweep uses."""
+    """Return `config` if it is consistent, else raise ConfigError naming the field. `single`
+    (ddp=False) forces one process: the per-GPU ceiling whatever nproc the rest of a sweep uses."""
     c = config
     if c.preset not in PRESETS and c.preset != "custom":
         raise ConfigError(f"unknown preset {c.preset!r} (valid: {', '.join(PRESETS)})")
@@ -370,6 +368,7 @@ def validate(config: RunConfig) -> RunConfig:
         (c.script_steps >= 0, f"script_steps must be 0 or more, got {c.script_steps}"),
         (c.cost_ab >= 0 and c.cost_ab_blocks >= 0 and c.cost_ab_busy_pct >= 0,
          "cost_ab, cost_ab_blocks and cost_ab_busy_pct must be 0 or more"),
+        (c.phase_every == 1 or c.phase_every > 1 and c.cost_ab == 0, "phase_every must be 1 or more, not with cost_ab"),
         (set(c.cost_ab_arms.split(",")) <= {"on", "off", "aa", "busy"} and "off" in c.cost_ab_arms.split(","),
          f"cost_ab_arms must name off and any of on, aa, busy, comma-separated, got {c.cost_ab_arms!r}"),
         (c.ddp or not c.script, "a script's own DDP cannot be taken away (ddp=false, preset 'single'); "

@@ -32,6 +32,7 @@ from ddptop.rank.ddp_settings import ScriptDdp, ScriptSettings, blame_settings
 from ddptop.rank.facts import ddp_facts, ddp_timing, facts_without_ddp, model_facts
 from ddptop.rank.forward_hooks import BackwardMarks, ModuleHooks, OutermostHooks, loss_like
 from ddptop.rank.memory import MemorySampler, memory_sample
+from ddptop.rank.phase_every import PhaseEvery
 from ddptop.rank.replicate import NOT_FOUND, model_name, replicated_module
 from ddptop.rank.said import RATES_DIFFER, Said
 from ddptop.rank.samples import SampleCount
@@ -70,6 +71,7 @@ class Instrument:
         self._left = False  # the instrument destroyed the process group at the step limit
         self._spans_due, self._read_due = AtMostEvery(SPANS_EVERY_S), AtMostEvery(READ_EVERY_S)
         self.cost = CostAB(torch, rank, settings, self._engage)  # --set cost_ab=S: engaged vs bypassed
+        self.phases = PhaseEvery(settings)  # --set phase_every=K: engaged one step in K
         self.memory = MemorySampler()
         self.comm = DdpComm(
             torch, self.tracker, self.comm_timing, max(1, int(settings.get("comm_timing_every", 10))),
@@ -255,6 +257,8 @@ class Instrument:
         """After every step, engaged or not: cost blocks, the agreed stop, the step limit."""
         if self.cost.enabled:
             self._call(self.cost.step_ended, step)
+        elif self.phases.on:
+            self._engage(self.phases.engaged_after(step, self.captures, self.probe.commands))
         limit = self.cost.last_step
         if limit is not None and (self.step_limit is None or limit < self.step_limit):
             self.step_limit = limit
@@ -305,8 +309,7 @@ class Instrument:
             self.tracker.extra["profiled"] = 1
 
     def _first_step_without_ddp(self) -> None:
-        """No DDP module: keep timing the outermost modules of the first step, drop the
-        global hooks (they would cost every submodule call)."""
+        """No DDP module: time the first step's outermost modules, drop the global hooks (costly)."""
         self.outermost.drop()
         tops = self.outermost.take_tops()
         for module in tops:
