@@ -47,3 +47,13 @@ def test_the_prediction_uses_the_scripts_own_hooks_figure() -> None:
     assert mine.hooks_measured and "measured on this script" in mine.text()
     generic = bill.predict(None)
     assert not generic.hooks_measured and generic.hooks == bill.PER_STEP_HOOKS and "from other scripts" in generic.text()
+
+
+def test_no_hooks_run_beside_phase_every(tmp_path) -> None:
+    from ddptop.commands.cost_hooks import measure
+    from ddptop.commands.cost_plan import Plan
+
+    plan = Plan(cmd=["x"], nproc=1, pairs=2, warmup=None, cpus=[], timeout=10.0,
+                ddptop_args=["--set", "phase_every=4"], config=None)
+    got = measure([_ours([300])], plan, tmp_path, {}, lambda _line: None)  # refused before any run starts
+    assert got.figure is None and "phase_every" in (got.why or "")
