@@ -258,7 +258,7 @@ class Instrument:
         if self.cost.enabled:
             self._call(self.cost.step_ended, step)
         elif self.phases.on:
-            self._engage(self.phases.engaged_after(step, self.captures, self.probe.commands))
+            self._call(self._engage, self.phases.engaged_after(step, self.captures, self.probe.commands))
         limit = self.cost.last_step
         if limit is not None and (self.step_limit is None or limit < self.step_limit):
             self.step_limit = limit

@@ -101,8 +101,8 @@ def build_plan(
     env.setdefault("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", str(run_dir / "stacks" / "nccl_pipe_rank_"))
     if config.comm_timing and config.nccl_timing:
         nccl_timing_env(env, *nccl_plugin)
-    if config.world_size > 1:  # torchrun's own default (minus its warning), only where torchrun sets it: with one
-        env.setdefault("OMP_NUM_THREADS", "1")  # process a node, plain torchrun leaves torch's own thread count
+    if config.world_size > 1:  # torchrun's default, only where it sets it (one process a node: torch's own)
+        env.setdefault("OMP_NUM_THREADS", "1")
     env.update(config.nccl_env)
     boot_path(env)
     return LaunchPlan(argv=argv, env=env, log_path=run_dir / "torchrun.log")
