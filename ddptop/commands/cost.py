@@ -84,10 +84,24 @@ def parse(argv: list[str]) -> tuple[Plan, argparse.Namespace]:
         config = apply_overrides(config, [])
         cmd = [sys.executable, "-m", "trainer"]
     assert cmd is not None
+    arm = arm_config(args.ddptop_args.split(), nproc, script=args.preset is None)
     plan = Plan(cmd=cmd, nproc=nproc, pairs=args.pairs, warmup=args.warmup, cpus=cpu_lists(args.cpus, nproc),
                 timeout=args.timeout, ddptop_args=args.ddptop_args.split(), config=config, lockstep=args.lockstep,
-                pin_main=args.pin_main)
+                pin_main=args.pin_main, phase_every=arm.phase_every)
     return plan, args
+
+
+def arm_config(ddptop_args: list[str], nproc: int, script: bool) -> RunConfig:
+    """The ddptop arm's config from its --ddptop-args, read by ddptop's own parser: a mistake in
+    them is a usage error now, not a failed run after the first plain one."""
+    from ddptop.cli import build_config, run_parser
+
+    if "--" in ddptop_args or any(a.split("=")[0] == "--nproc" for a in ddptop_args):
+        raise UsageError("--ddptop-args: the ranks and the job are cost's own (--nproc, -- CMD)")
+    try:
+        return build_config(run_parser().parse_args([*ddptop_args, "--nproc", str(nproc)]), script=script)
+    except (UsageError, ConfigError) as exc:
+        raise UsageError(f"--ddptop-args: {exc}") from None
 
 
 def _interrupt(signum: int, _frame: Any) -> None:

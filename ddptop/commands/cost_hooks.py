@@ -67,7 +67,7 @@ def reading(summary: dict[str, Any] | None, steps: int) -> HooksReading:
 def measure(records: list[RunRecord], plan: Plan, where: Path, env: dict[str, str], say: Any) -> HooksReading:
     """One more run of the ddptop arm with `--cost N`, alone (no turns), pinned as the others."""
     steps, why = steps_for(records)
-    if any("phase_every" in arg for arg in plan.ddptop_args):
+    if plan.phase_every > 1:
         why = "the ddptop arm sets phase_every, which the in-run A/B cannot run beside (both switch the layer)"
     if why is not None:
         return HooksReading(None, why=why)

@@ -24,6 +24,7 @@ class Plan:
     config: RunConfig | None  # --preset: the demo's config, written for both arms
     lockstep: bool = False  # both arms at once, taking turns step by step
     pin_main: bool = False  # --lockstep: each rank's main thread on one core, the same in both jobs
+    phase_every: int = 1  # the ddptop arm's --set phase_every (its layer engaged one step in this many)
 
 
 @dataclass

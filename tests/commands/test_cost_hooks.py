@@ -50,10 +50,30 @@ def test_the_prediction_uses_the_scripts_own_hooks_figure() -> None:
 
 
 def test_no_hooks_run_beside_phase_every(tmp_path) -> None:
+    """The arm's phase_every is read by ddptop's own parser: K > 1 refuses the hooks run (before any
+    run starts), `phase_every=1` (the default, said out loud) does not."""
+    from ddptop.commands.cost import parse
     from ddptop.commands.cost_hooks import measure
-    from ddptop.commands.cost_plan import Plan
 
-    plan = Plan(cmd=["x"], nproc=1, pairs=2, warmup=None, cpus=[], timeout=10.0,
-                ddptop_args=["--set", "phase_every=4"], config=None)
-    got = measure([_ours([300])], plan, tmp_path, {}, lambda _line: None)  # refused before any run starts
+    plan, _ = parse(["--nproc", "1", "--ddptop-args", "--set phase_every=4", "--", "python", "x.py"])
+    assert plan.phase_every == 4
+    got = measure([_ours([300])], plan, tmp_path, {}, lambda _line: None)
     assert got.figure is None and "phase_every" in (got.why or "")
+    default, _ = parse(["--nproc", "1", "--ddptop-args", "--set phase_every=1 --set comm_timing=false", "--", "x"])
+    assert default.phase_every == 1
+    assert measure([_ours([30])], default, tmp_path, {}, lambda _line: None).why == (
+        f"the script's 30 steps leave 10 to alternate (at least {MIN_BLOCKS}: give the script more steps)")
+
+
+@pytest.mark.parametrize(("ddptop_args", "said"), [
+    ("--set phase_evry=4", "--ddptop-args: unknown setting 'phase_evry'"),
+    ("--bogus", "--ddptop-args: unrecognized arguments: --bogus"),
+    ("--set phase_every=0", "--ddptop-args: phase_every must be 1 or more"),
+    ("--nproc 3", "--ddptop-args: the ranks and the job are cost's own"),
+])
+def test_a_mistake_in_the_ddptop_arms_args_is_a_usage_error_before_any_run(ddptop_args: str, said: str) -> None:
+    from ddptop.commands.cost import parse
+    from ddptop.model.usage import UsageError
+
+    with pytest.raises(UsageError, match="^" + said.replace("(", r"\(")):
+        parse(["--nproc", "1", f"--ddptop-args={ddptop_args}", "--", "python", "x.py"])
