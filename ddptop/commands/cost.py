@@ -94,7 +94,7 @@ def parse(argv: list[str]) -> tuple[Plan, argparse.Namespace]:
 def arm_config(ddptop_args: list[str], nproc: int, script: bool) -> RunConfig:
     """The ddptop arm's config from its --ddptop-args, read by ddptop's own parser: a mistake in
     them is a usage error now, not a failed run after the first plain one."""
-    from ddptop.cli import build_config, run_parser
+    from ddptop.commands.run_args import build_config, run_parser
 
     if "--" in ddptop_args or any(a.split("=")[0] == "--nproc" for a in ddptop_args):
         raise UsageError("--ddptop-args: the ranks and the job are cost's own (--nproc, -- CMD)")
