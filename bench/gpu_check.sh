@@ -493,6 +493,19 @@ lockstep() {  # issue 42: the bill with two jobs taking turns burst by burst on 
   done
 }
 
+spy() {  # issue 42: py-spy on rank 0 of the char GPT under ddptop (bench/investigations/rank_spy.py): the main thread's
+  # share in ddptop frames, by entry and leaf; SPY_CASES: tag=ddptop-args;... (default K = 1 and K = 4), SPY_NATIVE=1: --native
+  local spy=${SPY_BIN:-$(ls /tmp/site/bin/py-spy 2>/dev/null || command -v py-spy)}
+  IFS=';' read -ra cases <<< "${SPY_CASES:-pe1=;pe4=--set phase_every=4}"
+  for case in "${cases[@]}"; do
+    timeout ${SPY_TIMEOUT:-150} $PY bench/investigations/rank_spy.py --nproc "$N" --tag "${case%%=*}" --ddptop-args "${case#*=}" \
+      --wait ${SPY_WAIT:-30} --duration ${SPY_DURATION:-15} --py-spy "$spy" --out "$OUT/spy" ${SPY_NATIVE:+--native} -- \
+      $PY bench/gpt_train.py --n-layer 6 --n-head 6 --n-embd 384 --block 256 --batch-size 64 --vocab 65 --accum 2 \
+      --steps ${SPY_STEPS:-3000} --warmup 10 | tee -a "$OUT/spy.jsonl"
+  done
+  rm -rf "$OUT"/spy/runs_*
+}
+
 scaling() {  # issue 47: steps/s at N = 1, 2, 4 per preset, interleaved repeats, and the scaling efficiency
   # (bench/scaling.py); SCALING_P2P=1: the article's SHM box; SCALING_CMD: a script instead of the demo
   NCCL_P2P_DISABLE=${SCALING_P2P:-0} timeout ${SCALING_TIMEOUT:-560} $PY bench/scaling.py --nprocs ${SCALING_NPROCS:-1,2,$N} \
