@@ -16,7 +16,7 @@ it does `--set phase_every=K` take away (the in-run A/B put the char GPT's hooks
 one rank, a CUDA-event stamp at ~20 us of host time, against 2-3 us for the CUDA call alone)?
 Answer: not yet run on a GPU (session 16 planned it). On the 2-core CPU VM the tiny CPU GPT read
 2.11% of the main thread in ddptop frames at K = 1 and 0.79% at K = 4 (session 15, docs/BENCHMARKS.md).
-Quoted in: docs/BENCHMARKS.md, "The tiny CPU GPT's hooks".
+Quoted in: docs/BENCHMARKS.md, "2026-11-28 (session 15), 1x H200 (16 CPUs), torch 2.11.0+cu130, NCCL 2.28.9, and the 2-core CPU VM".
 """
 
 from __future__ import annotations
