@@ -5,7 +5,8 @@
 
 Starts `ddptop --headless` on the script, waits `--wait` seconds (start-up, warmup), records rank 0's
 threads with py-spy (`record --format raw --threads`, non-blocking: the rank is never paused) for
-`--duration` seconds, then stops the run (SIGINT, as Ctrl-C). From the raw stacks: the main thread's
+`--duration` seconds (with `--native`, blocking: py-spy reads native stacks only from a paused
+process, so the rank runs slower while it is read), then stops the run (SIGINT, as Ctrl-C). From the raw stacks: the main thread's
 samples, the share with a ddptop frame in them, the ddptop entry points (the outermost ddptop frame of
 each sample) and the leaf frames inside them (with `--native`, a CUDA driver call shows there). A
 share times the step time is the host time ddptop's hooks hold a step, the in-run A/B's figure
@@ -108,7 +109,7 @@ def main() -> int:
         else:
             raw = args.out / f"spy_{args.tag}.txt"
             spy = [args.py_spy, "record", "-p", str(pid), "-r", str(args.rate), "-d", str(round(args.duration)), "-f", "raw",
-                   "-o", str(raw), "--threads", "--nonblocking", *(["--native"] if args.native else [])]
+                   "-o", str(raw), "--threads", *(["--native"] if args.native else ["--nonblocking"])]  # py-spy: native stacks pause the rank
             done = subprocess.run(spy, capture_output=True, text=True, timeout=args.duration + 60)
             result["py_spy_rc"] = done.returncode
             if done.returncode != 0 or not raw.exists():
