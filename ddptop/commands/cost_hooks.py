@@ -28,15 +28,23 @@ MIN_BLOCKS = 40  # fewer engaged/bypassed steps than this resolve nothing
 class HooksReading:
     """The in-run A/B's `on` arm: ms a step per rank, engaged minus bypassed (None: why not)."""
 
-    figure: Figure | None  # us a step per rank, 95% interval
+    figure: Figure | None  # us a step per rank, 95% interval: the hooks on every step
     steps: int = 0  # the steps it alternated
     verdict: str | None = None  # the run's own verdict (its A/A and spin checks)
     why: str | None = None
+    timed: float = 1.0  # the share of its steps the measured arm timed (phase_every)
+
+    @property
+    def arm_figure(self) -> Figure | None:
+        """What the hooks cost the measured arm a step: engaged on `timed` of its steps, bypassed
+        (the in-run A/B's baseline) on the others."""
+        fig, share = self.figure, self.timed
+        return None if fig is None else Figure(fig.us * share, fig.lo * share, fig.hi * share)
 
     def as_dict(self) -> dict[str, Any]:
         fig = self.figure
         return {"us": fig.us if fig else None, "lo": fig.lo if fig else None, "hi": fig.hi if fig else None,
-                "steps": self.steps, "verdict": self.verdict, "why": self.why}
+                "steps": self.steps, "verdict": self.verdict, "why": self.why, "timed": self.timed}
 
 
 def steps_for(records: list[RunRecord]) -> tuple[int, str | None]:
@@ -77,4 +85,5 @@ def measure(records: list[RunRecord], plan: Plan, where: Path, env: dict[str, st
     got = reading(record.summary, steps)
     if got.figure is None and record.rc != 0:
         return replace(got, why=f"the run ended with rc={record.rc} (its records: {where})")
-    return got
+    shares = [r.timed for r in records if r.arm == cost_pairs.DDPTOP and r.rc == 0 and r.timed is not None]
+    return replace(got, timed=statistics.median(shares)) if shares else got

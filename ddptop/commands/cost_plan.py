@@ -40,6 +40,7 @@ class RunRecord:
     allreduces: float | None = None  # DDP's all-reduces a step, as ddptop's records count them (ddptop arm)
     every: int = 10  # the run's comm_timing_every (ddptop arm)
     nccl_timing: bool = False  # the run had NCCL time its collectives (ddptop arm)
+    timed: float | None = None  # the share of its steps the ddptop arm timed (phase_every: one in K after the first)
     starts: dict[int, list[float]] = field(default_factory=dict)  # --lockstep: when each rank's turns came back
 
 

@@ -73,7 +73,7 @@ def render(records: list[RunRecord], plan: Plan, where: Path,
         lines.append(f"  verdict: {said}")
     if hooks is not None:
         lines.append(_hooks_line(hooks))
-    predicted = _prediction(records, hooks.figure if hooks is not None else None)
+    predicted = _prediction(records, hooks.arm_figure if hooks is not None else None)
     if predicted is not None:
         lines.append(f"  {predicted.text()}")
         if result is not None and result.extra_ms is not None and predicted.hooks_measured:
@@ -115,9 +115,13 @@ def _hooks_line(hooks: HooksReading) -> str:
     if hooks.figure is None:
         return f"  the rank-side hooks on this script: not measured ({hooks.why})"
     fig = hooks.figure
+    arm = hooks.arm_figure
+    timed = "" if arm is None or hooks.timed >= 1.0 else (
+        f"; the ddptop arm timed {100 * hooks.timed:.0f}% of its steps (phase_every), so {arm.us:+.0f} us "
+        f"[{arm.lo:+.0f}, {arm.hi:+.0f}] there")
     return (f"  the rank-side hooks on this script (one more run, `--cost {hooks.steps}`: engaged vs bypassed step by "
-            f"step): {fig.us:+.0f} us a step per rank [{fig.lo:+.0f}, {fig.hi:+.0f}]; that run's own check: "
-            f"{hooks.verdict or 'n/a'}")
+            f"step): {fig.us:+.0f} us a timed step per rank [{fig.lo:+.0f}, {fig.hi:+.0f}]{timed}; that run's own "
+            f"check: {hooks.verdict or 'n/a'}")
 
 
 def _span(cpus: list[int]) -> str:

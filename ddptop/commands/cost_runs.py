@@ -84,7 +84,9 @@ def collect(run: Running, rc: int, plan: Plan) -> RunRecord:
     record = RunRecord(run.pair, run.arm, rc, wall, ranks, stderr, summary, starts=starts)
     record.step_ms = cost_pairs.run_step_ms(ranks, plan.warmup) if rc == 0 and len(ranks) == plan.nproc else None
     if ddptop_arm:
-        record.allreduces, record.every, record.nccl_timing = _ddptop_counts(run.out_dir / "runs")
+        record.allreduces, record.every, record.nccl_timing, sent = _ddptop_counts(run.out_dir / "runs")
+        stamped = len(ranks.get(0, []))
+        record.timed = min(1.0, sent / stamped) if stamped and sent else None
     return record
 
 
@@ -98,11 +100,11 @@ def run_one(pair: int, arm: str, plan: Plan, where: Path, env: dict[str, str]) -
     return record
 
 
-def _ddptop_counts(runs: Path) -> tuple[float | None, int, bool]:
+def _ddptop_counts(runs: Path) -> tuple[float | None, int, bool, int]:
     """All-reduces a step (the mean of rank 0's `buckets`: none where nothing timed them),
-    comm_timing_every and nccl_timing, from the ddptop arm's own records."""
+    comm_timing_every, nccl_timing and rank 0's records (its timed steps), from the ddptop arm's own records."""
     counts: list[float] = []
-    every, nccl_timing = 10, False
+    every, nccl_timing, sent = 10, False, 0
     for run in runs.glob("*/"):
         try:
             config = json.loads((run / "config.json").read_text())
@@ -111,11 +113,12 @@ def _ddptop_counts(runs: Path) -> tuple[float | None, int, bool]:
             with open(run / "steps.jsonl") as f:
                 for line in f:
                     rec = json.loads(line)
+                    sent += rec.get("rank") == 0
                     if rec.get("rank") == 0 and isinstance(rec.get("buckets"), (int, float)):
                         counts.append(float(rec["buckets"]))
         except (OSError, ValueError, TypeError, AttributeError):
             continue
-    return (sum(counts) / len(counts) if counts else None), every, nccl_timing
+    return (sum(counts) / len(counts) if counts else None), every, nccl_timing, sent
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float) -> int:

@@ -127,7 +127,7 @@ class RunConfig:
     cost_ab_blocks: int = 0  # the run stops after this many blocks (0: at the script's own end)
     cost_ab_busy_pct: float = 0.5
     cost_ab_parts: bool = False  # also time the hooks' parts (tracker, clock...): a diagnosis, it costs ~1.5 us a call
-    phase_every: int = 1  # the rank-side layer engaged one step in this many (ddptop.rank.phase_every): its cost / K
+    phase_every: int = 0  # the rank-side layer times one step in this many (0: auto, ddptop.rank.phase_every): its cost / K
     # Fault injection for tests and demos: slow or crash one rank on purpose.
     delay_rank: int = -1
     delay_ms: float = 0.0
@@ -368,7 +368,7 @@ def validate(config: RunConfig) -> RunConfig:
         (c.script_steps >= 0, f"script_steps must be 0 or more, got {c.script_steps}"),
         (c.cost_ab >= 0 and c.cost_ab_blocks >= 0 and c.cost_ab_busy_pct >= 0,
          "cost_ab, cost_ab_blocks and cost_ab_busy_pct must be 0 or more"),
-        (c.phase_every == 1 or c.phase_every > 1 and c.cost_ab == 0, "phase_every must be 1 or more, not with cost_ab"),
+        (c.phase_every >= 0 and (c.phase_every <= 1 or c.cost_ab == 0), "phase_every must be 0 (auto) or more, above 1 not with cost_ab"),
         (set(c.cost_ab_arms.split(",")) <= {"on", "off", "aa", "busy"} and "off" in c.cost_ab_arms.split(","),
          f"cost_ab_arms must name off and any of on, aa, busy, comma-separated, got {c.cost_ab_arms!r}"),
         (c.ddp or not c.script, "a script's own DDP cannot be taken away (ddp=false, preset 'single'); "

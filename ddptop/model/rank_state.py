@@ -8,6 +8,7 @@ Pure: no I/O, no asyncio, no UI. Bounded memory whatever the run length.
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ddptop.model import figures
@@ -15,7 +16,7 @@ from ddptop.model.figures import Histogram
 from ddptop.model.status import RankStatus, StatusField, rank_status
 from ddptop.wire.protocol import PHASES, Fact, Hello
 
-__all__ = ["RECENT", "Histogram", "RankState"]
+__all__ = ["RECENT", "Histogram", "RankState", "timed_every"]
 
 RECENT = 256  # records kept per rank for live views
 _PHASE_KEYS = tuple((p, p + "_ms") for p in PHASES)
@@ -121,3 +122,10 @@ class RankState:
     def recent_pct(self, q: float, key: str = "step_ms") -> float | None:
         """A percentile over the recent ring (all RECENT records, not the last-50 window)."""
         return figures.percentile(self.recent_values(key), q)
+
+
+def timed_every(infos: Iterable[dict[str, Fact]]) -> int:
+    """One step in how many the ranks time (their `phase_every` fact: ddptop.rank.phase_every), the
+    largest any said; 1: every step. A value that is no whole number from 2 to 1024 is not believed."""
+    said = [info.get("phase_every") for info in infos]
+    return max([k for k in said if type(k) is int and 2 <= k <= 1024], default=1)

@@ -10,6 +10,7 @@ from typing import Any
 from ddptop.model import figures
 from ddptop.model.capture import perturbation_line
 from ddptop.model.config import PRESETS, RunConfig, preset_config
+from ddptop.model.rank_state import timed_every
 from ddptop.model.run_summary import STEPS_PER_S_DIGITS
 from ddptop.model.snapshot import snapshot
 from ddptop.model.state import RunState
@@ -160,8 +161,9 @@ def ranks_table(summary: dict[str, Any], width: int | None = None) -> str:
             fmt(ph.get("exposed")), fmt(ph["optimizer"]),
             fmt(recent.get("samples_per_s", r["samples_per_s"])), status,
         ])
-    window = "last 50 steps each, as the live view shows them" if any(
-        r.get("last50") for r in summary["ranks"]) else "each rank's run"
+    timed = "" if (every := timed_every(r.get("info") or {} for r in summary["ranks"])) == 1 else f" timed (one step in {every}: phase_every)"
+    window = f"last 50 steps{timed} each, as the live view shows them" if any(
+        r.get("last50") for r in summary["ranks"]) else f"each rank's run{timed}"
     head = ["rank", *(["node"] if multi else []), "host", "device", "steps", "p50 ms", "p95 ms", "own ms",
             "data", "fwd", "bwd", "exposed", "opt", "samples/s", "status"]
     title = f"ranks, {window} (ms a step):"

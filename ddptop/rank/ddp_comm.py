@@ -37,7 +37,7 @@ class DdpComm:
         self.gloo_timing = gloo_timing  # off the GPU: a Python hook times each bucket (~60 us a bucket)
         self.tracker = tracker
         self.enabled = enabled  # the run's comm_timing
-        self.every = every  # a GPU times one step in `every` (and every step of a capture window)
+        self.every = self._every = every  # a GPU times one step in `every` (and every step of a capture window)
         self._cuda, self._capturing, self._guard = cuda, capturing, guard
         self.send_facts, self.note, self.script = send_facts, note, script
         self.register: Any = None  # DDP's own register_comm_hook
@@ -167,6 +167,11 @@ class DdpComm:
     # --- step boundaries -------------------------------------------------------------------
     def timed(self, step: int) -> bool:
         return not self._cuda() or step % self.every == 0 or self._capturing()
+
+    def sampled(self, k: int) -> None:
+        """The layer is engaged one step in `k` (ddptop.rank.phase_every): the timed steps are among
+        those, about as often as asked (every `k` steps at least)."""
+        self.every = k * max(1, round(self._every / k))
 
     def set_timed(self, step: int) -> None:
         """Whether the timers stamp step `step`'s buckets, and NCCL its kernels (the plugin's

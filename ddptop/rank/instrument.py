@@ -2,18 +2,16 @@
 
 Attached once torch is imported (ddptop.rank.attach); from then on:
 - optimizer steps (torch.optim's global step hooks, GradScaler.step) end steps;
-- forwards are timed by hooks on every DistributedDataParallel module (its __init__ is
-  wrapped, ddptop.rank.patches), or, without DDP, on the top modules seen in the first step
-  (global module hooks for that step only, ddptop.rank.forward_hooks);
+- forwards: hooks on every DistributedDataParallel module (its __init__ wrapped, ddptop.rank.patches),
+  or, without DDP, on the first step's top modules (ddptop.rank.forward_hooks);
 - backward: a hook on the forward's output marks its start; autograd callbacks mark the
   end of its compute and, chained after DDP's own, its return (all-reduces done);
 - communication: a CommTimer or NCCL's own timing on each DDP module (ddptop.rank.ddp_comm);
-- the run's DDP knobs (ddp_apply) go into the script's own DDP() call and comm hook
-  registration (ddptop.rank.ddp_settings), conflicts are notes;
-- the run's stop and capture commands act at step boundaries, inside the optimizer hook (and
-  a user script's step limit, warmup + script_steps); cost_ab bypasses the rest in blocks.
-This module wires those together. Nothing here may raise into the user's code except the
-agreed stop (what Ctrl-C would raise, ddptop.rank.stop)."""
+- the run's DDP knobs go into the script's DDP() and comm hook (ddptop.rank.ddp_settings);
+- stop and capture commands act at step boundaries, in the optimizer hook (and a script's step
+  limit); cost_ab, and phase_every (one step in K), bypass the rest.
+This module wires those together. Nothing here may raise into the user's code except the agreed
+stop (what Ctrl-C would raise, ddptop.rank.stop)."""
 
 from __future__ import annotations
 
@@ -71,12 +69,12 @@ class Instrument:
         self._left = False  # the instrument destroyed the process group at the step limit
         self._spans_due, self._read_due = AtMostEvery(SPANS_EVERY_S), AtMostEvery(READ_EVERY_S)
         self.cost = CostAB(torch, rank, settings, self._engage)  # --set cost_ab=S: engaged vs bypassed
-        self.phases = PhaseEvery(settings)  # --set phase_every=K: engaged one step in K
         self.memory = MemorySampler()
         self.comm = DdpComm(
             torch, self.tracker, self.comm_timing, max(1, int(settings.get("comm_timing_every", 10))),
             cuda=self._cuda, capturing=self._capturing, guard=self._guard, send_facts=self.send_facts,
             note=self.note, script=self.script_ddp, gloo_timing=bool(settings.get("gloo_timing", False)))
+        self.phases = PhaseEvery(settings, self._sampled)  # engaged one step in K (after the first 50: auto)
         self.outermost = OutermostHooks(torch, self._guard, self._fwd_pre, self._fwd_post)
         self.backward = BackwardMarks(torch, self.tracker, self._guard, self.samples.backward)
         self.hooked = ModuleHooks(self._guard(self._fwd_pre), self._guard(self._fwd_post))
@@ -88,8 +86,7 @@ class Instrument:
                                  "_captures_after": self, "_report": self, "_after_close": self})
 
     def forked(self) -> None:
-        """In a child forked from this rank: the hooks stay installed (they are torch's) but
-        do nothing; the parent's socket and steps are forgotten."""
+        """In a forked child: torch's hooks stay but do nothing; the parent's socket and steps are forgotten."""
         self.off = self.samples.off = True
         self.engaged = False
         self.probe.forget()
@@ -240,8 +237,7 @@ class Instrument:
         self._boundary(step)
 
     def _engage(self, on: bool) -> None:
-        """cost_ab switches the layer at a step boundary: bypassed, every forward hook is
-        removed and no bucket is stamped; engaged again, the next step starts afresh."""
+        """At a step boundary (cost_ab, phase_every): bypassed, no forward hook, no stamp; engaged, afresh."""
         if on == self.engaged:
             return
         self.engaged = on
@@ -252,6 +248,10 @@ class Instrument:
         else:
             self.hooked.detach()
             self.comm.pause()
+
+    def _sampled(self, k: int) -> None:  # phase_every's K, new
+        self.comm.sampled(k)
+        self.send_facts({"phase_every": k})
 
     def _boundary(self, step: int) -> None:
         """After every step, engaged or not: cost blocks, the agreed stop, the step limit."""

@@ -1,33 +1,73 @@
-"""`--set phase_every=K`: the rank-side layer engaged on one step in K, bypassed on the others.
+"""Which steps the rank-side layer times: every step at first, then one step in K.
 
 What the layer costs a step is its hooks' (docs/BENCHMARKS.md, session 15: +0.7 ms a step of a
 launch-bound GPT at one rank, nine CUDA-event stamps and the forward and backward hooks of its
-micro-batches). Engaged one step in K, it costs about 1/K of that: the other steps run with its
-forward hooks removed and no stamp, as cost_ab's bypassed arm does (the instrument's `_engage`),
-and send no record; the optimizer hooks still count every step, so the agreed stop and the step
-limit stay exact. The figures are then the engaged steps' (a sample of the run's steps, the same
-step numbers on every rank). While a capture is asked for or runs, every step is engaged. Off (K = 1)
-by default; not with cost_ab, which switches the layer itself. Pure: no torch, no I/O.
+micro-batches: 2-3% of its 35 ms step). Engaged one step in K, it costs about 1/K of that: the other
+steps run with its forward hooks removed and no stamp, as cost_ab's bypassed arm does (the
+instrument's `_engage`), and send no record; the optimizer hooks still count every step, so the
+agreed stop and the step limit stay exact. The figures are then the engaged steps' (a sample of the
+run's steps; every rank the same ones).
+
+`phase_every=0` (auto, the default): every step for the first FULL_STEPS, then K the smallest power
+of two with K steps at least SPACING_S apart (the median of the last steps' host time, boundary to
+boundary), at most MAX_K, chosen again every FULL_STEPS steps: a 35 ms step is timed one in 8 (its hooks' ~0.7 ms then ~0.3% of the run),
+a 1 s step every step. A step is engaged when its index is a multiple of K: ranks whose K differ (a
+power of two each) still share the multiples of the larger one. `phase_every=K` fixes K (1: every
+step). While a capture is asked for or runs, every step is engaged. Not with cost_ab, which switches
+the layer itself. Pure: no torch, no I/O.
 """
 
 from __future__ import annotations
 
+import collections
+import time
+from collections.abc import Callable
 from typing import Any
+
+FULL_STEPS = 50  # every step timed at first (start-up, compilation, the first live view)
+SPACING_S = 0.25  # auto: timed steps at least this far apart, a few records a second for the live view
+MAX_K = 64
+PERIODS = 15  # the steps whose median host time decides K
 
 
 class PhaseEvery:
-    def __init__(self, settings: dict[str, Any]) -> None:
-        self.k = max(1, int(settings.get("phase_every") or 1))
+    def __init__(self, settings: dict[str, Any], sampled: Callable[[int], None] = lambda _k: None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        every = int(settings.get("phase_every", 0) or 0)
+        self.auto = every == 0
+        self.k = 1 if self.auto else max(1, every)
+        self._sampled, self._clock = sampled, clock  # sampled(K): K has changed (the first time too, K > 1)
+        if self.k > 1:
+            sampled(self.k)
+        self._at: float | None = None  # the last boundary's host time
+        self._periods: collections.deque[float] = collections.deque(maxlen=PERIODS)
 
     @property
     def on(self) -> bool:
-        return self.k > 1
+        return self.auto or self.k > 1
 
     def engaged_after(self, step: int, captures: Any, commands: Any) -> bool:
-        """Whether the layer is engaged from the boundary after step `step` (0-based): every Kth
-        step, and while a command waits to be read (a capture's request) or a window is due or
-        running."""
+        """Whether the layer is engaged from the boundary after step `step` (0-based): steps whose
+        index is a multiple of K, and every step while a command waits to be read (a capture's
+        request) or a window is due or running."""
+        if self.auto:
+            self._learn(step)
         if (step + 1) % self.k == 0 or commands:
             return True
         return captures is not None and bool(captures.scheduled or captures.active is not None
                                              or captures.warming is not None)
+
+    def _learn(self, step: int) -> None:
+        now = self._clock()
+        if self._at is not None:
+            self._periods.append(now - self._at)
+        self._at = now
+        if (step + 1) % FULL_STEPS or not self._periods:
+            return  # K is chosen every FULL_STEPS steps: it does not flap with each step's time
+        period = sorted(self._periods)[len(self._periods) // 2]
+        k = 1
+        while k < MAX_K and k * period < SPACING_S:
+            k *= 2
+        if k != self.k:
+            self.k = k
+            self._sampled(k)

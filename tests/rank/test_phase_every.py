@@ -12,14 +12,14 @@ from types import SimpleNamespace
 import pytest
 
 from ddptop.model.config import ConfigError, RunConfig, validate
-from ddptop.rank.phase_every import PhaseEvery
+from ddptop.rank.phase_every import FULL_STEPS, MAX_K, SPACING_S, PhaseEvery
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 def test_every_kth_step_is_engaged_and_every_step_while_a_capture_is_asked_for_or_runs() -> None:
     four = PhaseEvery({"phase_every": 4})
-    assert four.on and not PhaseEvery({}).on and not PhaseEvery({"phase_every": 1}).on
+    assert four.on and not PhaseEvery({"phase_every": 1}).on
     assert [s for s in range(12) if four.engaged_after(s, None, [])] == [3, 7, 11]
     idle = SimpleNamespace(scheduled=[], active=None, warming=None)
     assert not four.engaged_after(0, idle, [])
@@ -30,11 +30,58 @@ def test_every_kth_step_is_engaged_and_every_step_while_a_capture_is_asked_for_o
         assert four.engaged_after(0, busy, [])
 
 
-@pytest.mark.parametrize(("changes", "said"), [({"phase_every": 0}, "phase_every must be 1 or more"),
-                                               ({"phase_every": 4, "cost_ab": 0.001}, "not with cost_ab")])
+def _auto(step_s: float, steps: int) -> tuple[list[int], list[int]]:
+    """The steps auto engages over `steps` steps of `step_s` seconds each, and the K it said."""
+    now = [0.0]
+    said: list[int] = []
+    auto = PhaseEvery({}, said.append, clock=lambda: now[0])
+    engaged = [0]
+    for step in range(steps - 1):
+        now[0] += step_s
+        if auto.engaged_after(step, None, []):
+            engaged.append(step + 1)
+    return engaged, said
+
+
+@pytest.mark.parametrize(("step_s", "k"), [(0.035, 8), (0.09, 4), (0.01, 32), (0.3, 1), (0.001, MAX_K)])
+def test_auto_times_every_step_at_first_then_steps_a_quarter_second_apart_by_a_power_of_two(step_s: float,
+                                                                                          k: int) -> None:
+    """The default (phase_every=0): every step for the first FULL_STEPS, then one in K, K the
+    smallest power of two putting timed steps SPACING_S apart: the char GPT's 35 ms step one in 8."""
+    assert PhaseEvery({}).on and PhaseEvery({"phase_every": 0}).auto
+    engaged, said = _auto(step_s, FULL_STEPS + 8 * MAX_K)
+    assert engaged[:FULL_STEPS] == list(range(FULL_STEPS))
+    later = [s for s in engaged if s >= FULL_STEPS]
+    assert later and all(s % k == 0 for s in later) and len(later) == len(range(FULL_STEPS, FULL_STEPS + 8 * MAX_K, k))
+    assert said == ([] if k == 1 else [k])  # said once, when it changes
+    assert k * step_s >= SPACING_S or k == MAX_K
+
+
+def test_ranks_with_different_k_still_share_timed_steps() -> None:
+    """Each rank picks its own K from its own host time; powers of two keep the larger K's steps common."""
+    fast, said_fast = _auto(0.030, 400)  # K = 16
+    slow, said_slow = _auto(0.070, 400)  # K = 4
+    assert (said_fast, said_slow) == ([16], [4])
+    later = {s for s in fast if s >= FULL_STEPS}
+    assert later and later <= set(slow)  # every step the larger K times, the smaller times too
+
+
+def test_the_timed_step_of_comm_falls_on_a_timed_step() -> None:
+    from ddptop.rank.ddp_comm import DdpComm
+
+    comm = DdpComm.__new__(DdpComm)
+    comm.every = comm._every = 10
+    for k, every in ((8, 8), (4, 8), (2, 10), (32, 32), (1, 10)):
+        comm.sampled(k)
+        assert comm.every == every and comm.every % k == 0
+
+
+@pytest.mark.parametrize(("changes", "said"), [({"phase_every": -1}, "phase_every must be 0"),
+                                               ({"phase_every": 4, "cost_ab": 0.001}, "above 1 not with cost_ab")])
 def test_settings_that_cannot_work_are_refused(changes: dict, said: str) -> None:
     with pytest.raises(ConfigError, match=said):
         validate(RunConfig(**changes))
+    validate(RunConfig(phase_every=0, cost_ab=0.001))  # auto beside the in-run A/B: cost_ab switches the layer
 
 
 @pytest.mark.e2e
@@ -51,3 +98,26 @@ def test_a_real_run_sends_every_kth_step_with_its_phases(tmp_path: Path) -> None
         assert steps == list(range(0, 40, 4)), steps  # the same steps on every rank
         assert all(r["forward_ms"] > 0 and r["step_ms"] > 0 for r in records if r["rank"] == rank)
     assert [r["last_step"] for r in summary["ranks"]] == [36, 36] and summary["steps_per_s"] > 0
+
+
+@pytest.mark.e2e
+def test_by_default_a_real_run_times_every_step_at_first_then_one_in_k(tmp_path: Path) -> None:
+    """The default on gloo: steps 0-49 each sent, then the multiples of K, the same on both ranks;
+    each rank says its K (a fact), and the final table says the steps were sampled."""
+    cmd = [sys.executable, "-m", "ddptop", "--headless", "--json", "--nproc", "2", "--runs-dir", str(tmp_path),
+           "--", sys.executable, str(SCRIPTS / "plain_ddp.py"), "--steps", "150"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    ks = [r["info"].get("phase_every") for r in summary["ranks"]]
+    assert all(isinstance(k, int) and k > 1 and k & (k - 1) == 0 for k in ks), ks
+    records = [json.loads(line) for line in next(tmp_path.glob("*/steps.jsonl")).read_text().splitlines()]
+    sent = {rank: [r["step"] for r in records if r["rank"] == rank] for rank in (0, 1)}
+    later = {}
+    for rank in (0, 1):  # K is chosen every 50 steps from the rank's own pace: it may differ by rank and window
+        assert sent[rank][:FULL_STEPS] == list(range(FULL_STEPS))
+        later[rank] = sent[rank][FULL_STEPS:]
+        assert later[rank] and all(s % 2 == 0 for s in later[rank]) and len(later[rank]) <= 50, later[rank]
+    assert set(later[0]) & set(later[1])  # powers of two: the larger K's steps are timed on both
+    assert f"timed (one step in {max(ks)}: phase_every)" in res.stdout
+    assert summary["steps_per_s"] > 0 and all(r["last_step"] >= 128 for r in summary["ranks"])

@@ -23,6 +23,7 @@ from textual.widgets import Static
 
 from ddptop.model.figures import RECENT_LABEL, phase_shares_last50
 from ddptop.model.nodes import NodeFigures
+from ddptop.model.rank_state import timed_every
 from ddptop.tui.live import Snapshot
 from ddptop.tui.render import SLOW_STYLE, fit_columns, legend
 from ddptop.tui.widgets.lines_view import LinesView
@@ -304,7 +305,10 @@ class RankTable(Vertical):
             self.query_one("#rank-header", Static).update(
                 node_header(node_cols, self.sort_key, arrow) if nodes else self._header(cols, bar_w))
             self.border_title = NODE_TITLE if nodes else TITLE
-        subtitle = legend(snap.phase_names, phase_shares_last50(snap.ranks, snap.phase_names)) + eval_key(snap) + Text("▲ straggler", style=SLOW_STYLE)
+        every = timed_every(rs.info for rs in snap.state.ranks.values())
+        timed = Text(f"1 step in {every} timed  " if every > 1 else "", style="dim")
+        subtitle = (legend(snap.phase_names, phase_shares_last50(snap.ranks, snap.phase_names)) + eval_key(snap)
+                    + timed + Text("▲ straggler", style=SLOW_STYLE))
         if subtitle != self._subtitle:  # the shares move by a percent now and then
             self.border_subtitle = self._subtitle = subtitle
         slow = snap.slowest if snap.state.world_size > 1 else None
