@@ -506,6 +506,15 @@ spy() {  # issue 42: py-spy on rank 0 of the char GPT under ddptop (bench/invest
   rm -rf "$OUT"/spy/runs_*
 }
 
+inrun() {  # issue 42: the in-run A/B (`ddptop --cost N`: engaged vs bypassed step by step) on the char GPT: the
+  # rank-side hooks' cost a timed step, the bill's hooks figure for this script (INRUN_STEPS steps)
+  local n=${INRUN_STEPS:-2500}
+  timeout ${INRUN_TIMEOUT:-240} $PY -m ddptop --headless --interval 3600 --nproc "$N" --cost "$n" --runs-dir "$RUNS/inrun" -- \
+    $PY bench/gpt_train.py --n-layer 6 --n-head 6 --n-embd 384 --block 256 --batch-size 64 --vocab 65 --accum 2 \
+    --steps $((n + 100)) --warmup 10 > "$OUT/inrun.txt" 2>&1
+  echo "== inrun rc=$?"; grep -A4 "own cost" "$OUT/inrun.txt"; cp "$RUNS"/inrun/*/cost_ab_rank0.json "$OUT/" 2>/dev/null
+}
+
 scaling() {  # issue 47: steps/s at N = 1, 2, 4 per preset, interleaved repeats, and the scaling efficiency
   # (bench/scaling.py); SCALING_P2P=1: the article's SHM box; SCALING_CMD: a script instead of the demo
   NCCL_P2P_DISABLE=${SCALING_P2P:-0} timeout ${SCALING_TIMEOUT:-560} $PY bench/scaling.py --nprocs ${SCALING_NPROCS:-1,2,$N} \
