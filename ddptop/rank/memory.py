@@ -20,9 +20,15 @@ class MemorySampler:
 
     def __init__(self) -> None:
         self._often = AtMostEvery(MEMORY_MIN_S)
+        self._last: int | None = None
 
     def due(self, step: int) -> bool:
-        return step % MEMORY_EVERY == 0 and self._often.ready()
+        """At least MEMORY_EVERY steps since the last sample (counted, not a multiple of it: with one
+        step in K timed, ddptop.rank.phase_every, the timed steps need not fall on multiples)."""
+        if self._last is not None and step - self._last < MEMORY_EVERY or not self._often.ready():
+            return False
+        self._last = step
+        return True
 
 
 def rss_mb() -> float | None:

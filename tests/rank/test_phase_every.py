@@ -121,3 +121,16 @@ def test_by_default_a_real_run_times_every_step_at_first_then_one_in_k(tmp_path:
     assert set(later[0]) & set(later[1])  # powers of two: the larger K's steps are timed on both
     assert f"timed (one step in {max(ks)}: phase_every)" in res.stdout
     assert summary["steps_per_s"] > 0 and all(r["last_step"] >= 128 for r in summary["ranks"])
+
+
+def test_memory_is_sampled_on_timed_steps_whatever_k() -> None:
+    """Memory was sampled on multiples of 10 only: with one step in 64 timed that was one in 320."""
+    from ddptop.rank.memory import MEMORY_EVERY, MemorySampler
+
+    sampler = MemorySampler()
+    sampler._often.seconds = 0.0
+    taken = [s for s in range(0, 640, 64) if sampler.due(s)]
+    assert taken == list(range(0, 640, 64))
+    sampler = MemorySampler()
+    sampler._often.seconds = 0.0
+    assert [s for s in range(40) if sampler.due(s)] == list(range(0, 40, MEMORY_EVERY))

@@ -83,7 +83,7 @@ HELP = {
     "cost_ab_blocks": "stop the run after this many blocks (0: at its own end)",
     "cost_ab_busy_pct": "the busy arm's extra wait, % of the step: the calibration the verdict is held to",
     "cost_ab_parts": "also time the hooks' parts (tracker, clock): a diagnosis, ~1.5 us a call",
-    "phase_every": "the rank-side hooks on one step in this many: their cost / K; figures from those steps",
+    "phase_every": "time one step in this many (0: auto, every step for 50 then steps ~0.25 s apart): hooks' cost / K",
 }
 _DEFAULTS = RunConfig()
 
