@@ -10,7 +10,8 @@ run's steps; every rank the same ones).
 
 `phase_every=0` (auto, the default): every step for the first FULL_STEPS, then K the smallest power
 of two with K steps at least SPACING_S apart (the median of the last steps' host time, boundary to
-boundary), at most MAX_K, chosen again every FULL_STEPS steps: a 35 ms step is timed one in 8 (its hooks' ~0.7 ms then ~0.3% of the run),
+boundary), at most MAX_K, chosen again every FULL_STEPS steps, and a step timed at least every
+MAX_GAP_S whatever K (steps that slow down): a 35 ms step is timed one in 8 (its hooks' ~0.7 ms then ~0.3% of the run),
 a 1 s step every step. A step is engaged when its index is a multiple of K: ranks whose K differ (a
 power of two each) still share the multiples of the larger one. `phase_every=K` fixes K (1: every
 step). While a capture is asked for or runs, every step is engaged. Not with cost_ab, which switches
@@ -28,6 +29,7 @@ FULL_STEPS = 50  # every step timed at first (start-up, compilation, the first l
 SPACING_S = 0.25  # auto: timed steps at least this far apart, a few records a second for the live view
 MAX_K = 64
 PERIODS = 15  # the steps whose median host time decides K
+MAX_GAP_S = 1.0  # auto: a step is timed at least this often (the stall rule waits 10 s or more)
 
 
 class PhaseEvery:
@@ -40,6 +42,7 @@ class PhaseEvery:
         if self.k > 1:
             sampled(self.k)
         self._at: float | None = None  # the last boundary's host time
+        self._timed_at: float | None = None  # the boundary that began the last timed step
         self._periods: collections.deque[float] = collections.deque(maxlen=PERIODS)
 
     @property
@@ -49,21 +52,26 @@ class PhaseEvery:
     def engaged_after(self, step: int, captures: Any, commands: Any) -> bool:
         """Whether the layer is engaged from the boundary after step `step` (0-based): steps whose
         index is a multiple of K, and every step while a command waits to be read (a capture's
-        request) or a window is due or running."""
-        if self.auto:
-            self._learn(step)
-        if (step + 1) % self.k == 0 or commands:
-            return True
-        return captures is not None and bool(captures.scheduled or captures.active is not None
-                                             or captures.warming is not None)
+        request) or a window is due or running. Auto: also the next step once MAX_GAP_S have passed
+        since the last timed one (the steps slowed down: K is chosen again then), so records keep
+        coming at least that often and a slow spell never reads as a stall."""
+        late = self.auto and self._learn(step)
+        engaged = late or (step + 1) % self.k == 0 or bool(commands) or captures is not None and bool(
+            captures.scheduled or captures.active is not None or captures.warming is not None)
+        if engaged:
+            self._timed_at = self._at
+        return engaged
 
-    def _learn(self, step: int) -> None:
+    def _learn(self, step: int) -> bool:
+        """Take this boundary's host time; choose K every FULL_STEPS steps (or when late). Late: the
+        last timed step is MAX_GAP_S ago."""
         now = self._clock()
         if self._at is not None:
             self._periods.append(now - self._at)
         self._at = now
-        if (step + 1) % FULL_STEPS or not self._periods:
-            return  # K is chosen every FULL_STEPS steps: it does not flap with each step's time
+        late = self._timed_at is not None and now - self._timed_at >= MAX_GAP_S
+        if (step + 1) % FULL_STEPS and not late or not self._periods or step + 1 < FULL_STEPS:
+            return False  # K is chosen every FULL_STEPS steps: it does not flap with each step's time
         period = sorted(self._periods)[len(self._periods) // 2]
         k = 1
         while k < MAX_K and k * period < SPACING_S:
@@ -71,3 +79,4 @@ class PhaseEvery:
         if k != self.k:
             self.k = k
             self._sampled(k)
+        return late

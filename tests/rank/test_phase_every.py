@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from ddptop.model.config import ConfigError, RunConfig, validate
-from ddptop.rank.phase_every import FULL_STEPS, MAX_K, SPACING_S, PhaseEvery
+from ddptop.rank.phase_every import FULL_STEPS, MAX_GAP_S, MAX_K, SPACING_S, PhaseEvery
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -55,6 +55,23 @@ def test_auto_times_every_step_at_first_then_steps_a_quarter_second_apart_by_a_p
     assert later and all(s % k == 0 for s in later) and len(later) == len(range(FULL_STEPS, FULL_STEPS + 8 * MAX_K, k))
     assert said == ([] if k == 1 else [k])  # said once, when it changes
     assert k * step_s >= SPACING_S or k == MAX_K
+
+
+def test_when_steps_slow_down_a_step_is_still_timed_every_second_and_k_is_chosen_again() -> None:
+    """A 35 ms step timed one in 8; then each step takes 0.6 s: without the gap rule one step in 8
+    would be 4.8 s apart (one in 64, 38 s: longer than the stall rule's 10 s)."""
+    now = [0.0]
+    said: list[int] = []
+    auto = PhaseEvery({}, said.append, clock=lambda: now[0])
+    engaged = []
+    for step in range(130):
+        now[0] += 0.035 if step < 100 else 0.6
+        if auto.engaged_after(step, None, []):
+            engaged.append((step + 1, now[0]))
+    assert said[0] == 8
+    slow = [at for s, at in engaged if s > 101]
+    assert slow and all(b - a <= MAX_GAP_S + 0.6 for a, b in zip(slow, slow[1:]))
+    assert said[-1] == 1  # the median has moved: every step timed again
 
 
 def test_ranks_with_different_k_still_share_timed_steps() -> None:
