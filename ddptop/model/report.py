@@ -146,22 +146,21 @@ def ranks_table(summary: dict[str, Any], width: int | None = None) -> str:
     (p50, p95, own ms, the phases with the exposed wait apart from backward, samples/s) and the
     straggler flagged in its status; a summary without those (an older ddptop's) gives its
     whole-run figures."""
-    multi = (summary.get("nnodes") or 1) > 1  # which ddptop node: hostnames may repeat
-    named = (summary.get("straggler") or {}).get("rank")
-    rows = []
+    multi, named, rows = (summary.get("nnodes") or 1) > 1, (summary.get("straggler") or {}).get("rank"), []  # multi: hostnames may repeat
+    timed = "" if (every := timed_every(r.get("info") or {} for r in summary["ranks"])) == 1 else f" timed (one step in {every}: phase_every)"
     for r in summary["ranks"]:
         recent = r.get("last50") or {}
         ph = recent.get("phases_ms") or r["phases_ms"]
         node = ["-" if r.get("node") is None else r["node"]] if multi else []
         status = "straggler" if named == r["rank"] and r["status"] in ("running", "done") else r["status"]
         rows.append([
-            r["rank"], *node, r["host"] or "-", r["device"] or "-", r["steps"],
+            r["rank"], *node, r["host"] or "-", r["device"] or "-",
+            r["steps"] if every == 1 else f"{r['steps']} of {r['last_step'] + 1}",  # timed of those run
             fmt(recent.get("p50_ms", r["step_ms_p50"])), fmt(recent.get("p95_ms", r["step_ms_p95"])),
             fmt(recent.get("own_ms")), fmt(ph["data"]), fmt(ph["forward"]), fmt(ph["backward"]),
             fmt(ph.get("exposed")), fmt(ph["optimizer"]),
             fmt(recent.get("samples_per_s", r["samples_per_s"])), status,
         ])
-    timed = "" if (every := timed_every(r.get("info") or {} for r in summary["ranks"])) == 1 else f" timed (one step in {every}: phase_every)"
     window = f"last 50 steps{timed} each, as the live view shows them" if any(
         r.get("last50") for r in summary["ranks"]) else f"each rank's run{timed}"
     head = ["rank", *(["node"] if multi else []), "host", "device", "steps", "p50 ms", "p95 ms", "own ms",

@@ -151,3 +151,21 @@ def test_memory_is_sampled_on_timed_steps_whatever_k() -> None:
     sampler = MemorySampler()
     sampler._often.seconds = 0.0
     assert [s for s in range(40) if sampler.due(s)] == list(range(0, 40, MEMORY_EVERY))
+
+
+@pytest.mark.e2e
+def test_a_capture_after_the_first_50_steps_times_each_of_its_steps(tmp_path: Path) -> None:
+    """Sampling must not thin a capture: the window's steps are timed on every rank, and the trace
+    is written, though the steps around it are one in K."""
+    cmd = [sys.executable, "-m", "ddptop", "--headless", "--json", "--nproc", "2", "--runs-dir", str(tmp_path),
+           "--capture", "90:3", "--", sys.executable, str(SCRIPTS / "plain_ddp.py"), "--steps", "130"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    cap = summary["captures"][0]
+    assert cap["status"] == "done" and sorted(int(r) for r in cap["files"]) == [0, 1], cap
+    records = [json.loads(line) for line in next(tmp_path.glob("*/steps.jsonl")).read_text().splitlines()]
+    for rank in (0, 1):
+        sent = {r["step"] for r in records if r["rank"] == rank}
+        assert {90, 91, 92} <= sent, sorted(sent)
+        assert len([s for s in sent if s >= FULL_STEPS]) < 130 - FULL_STEPS  # sampled around it
