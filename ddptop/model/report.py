@@ -147,7 +147,7 @@ def ranks_table(summary: dict[str, Any], width: int | None = None) -> str:
     straggler flagged in its status; a summary without those (an older ddptop's) gives its
     whole-run figures."""
     multi, named, rows = (summary.get("nnodes") or 1) > 1, (summary.get("straggler") or {}).get("rank"), []  # multi: hostnames may repeat
-    timed = "" if (every := timed_every(r.get("info") or {} for r in summary["ranks"])) == 1 else f" timed (one step in {every}: phase_every)"
+    timed = "" if (every := timed_every(r.get("info") or {} for r in summary["ranks"])) == 1 else f"; one step in {every} timed (phase_every)"
     for r in summary["ranks"]:
         recent = r.get("last50") or {}
         ph = recent.get("phases_ms") or r["phases_ms"]
@@ -161,7 +161,7 @@ def ranks_table(summary: dict[str, Any], width: int | None = None) -> str:
             fmt(ph.get("exposed")), fmt(ph["optimizer"]),
             fmt(recent.get("samples_per_s", r["samples_per_s"])), status,
         ])
-    window = f"last 50 steps{timed} each, as the live view shows them" if any(
+    window = f"last 50 {'timed ' if timed else ''}steps each, as the live view shows them{timed}" if any(
         r.get("last50") for r in summary["ranks"]) else f"each rank's run{timed}"
     head = ["rank", *(["node"] if multi else []), "host", "device", "steps", "p50 ms", "p95 ms", "own ms",
             "data", "fwd", "bwd", "exposed", "opt", "samples/s", "status"]

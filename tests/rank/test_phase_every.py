@@ -136,7 +136,7 @@ def test_by_default_a_real_run_times_every_step_at_first_then_one_in_k(tmp_path:
         later[rank] = sent[rank][FULL_STEPS:]
         assert later[rank] and all(s % 2 == 0 for s in later[rank]) and len(later[rank]) <= 50, later[rank]
     assert set(later[0]) & set(later[1])  # powers of two: the larger K's steps are timed on both
-    assert f"timed (one step in {max(ks)}: phase_every)" in res.stdout
+    assert f"one step in {max(ks)} timed (phase_every)" in " ".join(res.stdout.split())
     assert summary["steps_per_s"] > 0 and all(r["last_step"] >= 128 for r in summary["ranks"])
 
 
@@ -169,3 +169,21 @@ def test_a_capture_after_the_first_50_steps_times_each_of_its_steps(tmp_path: Pa
         sent = {r["step"] for r in records if r["rank"] == rank}
         assert {90, 91, 92} <= sent, sorted(sent)
         assert len([s for s in sent if s >= FULL_STEPS]) < 130 - FULL_STEPS  # sampled around it
+
+
+def test_the_final_table_says_what_was_sampled_and_believes_no_wild_k() -> None:
+    from ddptop.model.rank_state import timed_every
+    from ddptop.model.report import ranks_table
+
+    def rank(info: dict) -> dict:
+        return {"rank": 0, "host": "h", "device": "d", "steps": 10, "last_step": 99, "step_ms_p50": 1.0,
+                "step_ms_p95": 2.0, "phases_ms": dict.fromkeys(("data", "forward", "backward", "optimizer"), 1.0),
+                "samples_per_s": 1.0, "status": "done", "info": info, "last50": {"p50_ms": 1.0}}
+
+    sampled = ranks_table({"ranks": [rank({"phase_every": 8})]})
+    assert "last 50 timed steps each" in sampled and "one step in 8 timed (phase_every)" in sampled
+    assert "10 of 100" in sampled
+    for wild in ({"phase_every": 10**9}, {"phase_every": "8"}, {"phase_every": True}, {}, {"phase_every": 1}):
+        assert timed_every([wild]) == 1
+        plain = ranks_table({"ranks": [rank(wild)]})
+        assert "timed" not in plain and "10 of" not in plain
