@@ -11,7 +11,8 @@ host (after a sync such as the script's own `.item()`).
         [--rounds 3] [--variants plain,instrument,nocomm]
 
 Variants: plain (no ddptop), instrument (as under ddptop: comm timed every 10th step on a
-GPU, every step on a CPU), nocomm (comm_timing=false: no comm hook), timed (comm timed every
+GPU, every step on a CPU; one step in K timed after the first 50 since session 16), every
+(phase_every=1: every step timed, the default before), k64 (one step in 64), nocomm (comm_timing=false: no comm hook), timed (comm timed every
 step), torchhook (no ddptop; torch's own Python `allreduce_hook` on the DDP: the floor of any
 Python comm hook), builtin (no ddptop; DDP's built-in C++ ALLREDUCE hook).
 
@@ -41,7 +42,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SETTINGS = {"instrument": {}, "nocomm": {"comm_timing": False}, "timed": {"comm_timing_every": 1}}
+SETTINGS = {"instrument": {}, "nocomm": {"comm_timing": False}, "timed": {"comm_timing_every": 1},
+            "every": {"phase_every": 1}, "k64": {"phase_every": 64}}
 
 
 def step_seconds(torch, ddp, opt, x, steps: int, cuda: bool, warmup: int = 50) -> list[float]:
@@ -92,7 +94,7 @@ def one(variant: str, device: str, layers: int, steps: int) -> dict[str, float]:
     # the buckets after the first step's rebuild (bucket_sizes is the first step's one)
     buckets = len(str(logged.get("rebuilt_bucket_sizes") or logged.get("bucket_sizes", "")).split(","))
     dist.destroy_process_group()
-    return {"median_us": statistics.median(times), "buckets": buckets}
+    return {"median_us": statistics.median(times), "mean_us": statistics.fmean(times), "buckets": buckets}
 
 
 def main() -> int:
@@ -109,6 +111,7 @@ def main() -> int:
         return 0
     variants = args.variants.split(",")
     results: dict[str, list[float]] = {v: [] for v in variants}
+    means: dict[str, list[float]] = {v: [] for v in variants}
     buckets = 0
     for r in range(args.rounds):
         for v in variants:
@@ -121,12 +124,14 @@ def main() -> int:
             res = json.loads(out.stdout.strip().splitlines()[-1])
             buckets = res["buckets"]
             results[v].append(res["median_us"])
-            print(f"round {r + 1} {v:11s} {res['median_us']:8.1f} us/step", flush=True)
-    base = statistics.median(results[variants[0]])
-    print(f"\n{args.device}, {args.layers} layers, {buckets} buckets, median of {args.rounds} rounds:")
+            means[v].append(res["mean_us"])
+            print(f"round {r + 1} {v:11s} {res['median_us']:8.1f} us/step (mean {res['mean_us']:.1f})", flush=True)
+    base, base_mean = statistics.median(results[variants[0]]), statistics.median(means[variants[0]])
+    print(f"\n{args.device}, {args.layers} layers, {buckets} buckets, median of {args.rounds} rounds"
+          " (a step's median: a bypassed step's where one in K is timed; its mean: the timed ones' share too):")
     for v in variants:
-        med = statistics.median(results[v])
-        print(f"{v:11s} {med:8.1f} us/step  {med - base:+8.1f} us vs {variants[0]}")
+        med, mean = statistics.median(results[v]), statistics.median(means[v])
+        print(f"{v:11s} {med:8.1f} us/step  {med - base:+8.1f} us vs {variants[0]};  mean {mean:8.1f}  {mean - base_mean:+8.1f}")
     return 0
 
 

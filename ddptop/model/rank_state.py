@@ -42,6 +42,10 @@ class RankState:
     measured_ms: float = 0.0
     measured_samples: float = 0.0
     measured_tokens: float = 0.0  # only from a script that reports tokens through the probe
+    # one step in K timed (ddptop.rank.phase_every): the steps the measured records' spans cover and
+    # their host time, the untimed steps included: the job's own pace (figures.rank_steps_per_s_run)
+    span_steps: float = 0.0
+    span_ms: float = 0.0
     phase_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     extra_ms: dict[str, float] = field(default_factory=dict)  # comm_ms, exposed_comm_ms, ...
     step_hist: Histogram = field(default_factory=Histogram)
@@ -79,6 +83,9 @@ class RankState:
         self.measured_ms += step_ms
         self.measured_samples += rec.get("samples", 0.0)
         self.measured_tokens += rec.get("tokens", 0.0)
+        if "span_steps" in rec and "span_ms" in rec:
+            self.span_steps += rec["span_steps"]
+            self.span_ms += rec["span_ms"]
         self.step_hist.add(step_ms)
         phase_ms, extra = self.phase_ms, self.extra_ms
         for phase, key in _PHASE_KEYS:

@@ -150,10 +150,7 @@ class Instrument:
         if self.clock is not None:
             return
         param = next(module.parameters(), None)
-        if param is not None and param.device.type == "cuda":
-            self.clock = CudaClock(self.torch, param.device)
-        else:
-            self.clock = HostClock()
+        self.clock = CudaClock(self.torch, param.device) if param is not None and param.device.type == "cuda" else HostClock()
         self.cost.use_clock(self.clock, isinstance(self.clock, CudaClock))
         self._lazy.chosen(self.clock)
         self.captures = CaptureRunner(self.torch, self.probe, self.rank, isinstance(self.clock, CudaClock))
@@ -257,8 +254,9 @@ class Instrument:
         """After every step, engaged or not: cost blocks, the agreed stop, the step limit."""
         if self.cost.enabled:
             self._call(self.cost.step_ended, step)
-        elif self.phases.on:
+        elif self.phases.on:  # a timed step begins: its record carries the job's pace since the last one
             self._call(self._engage, self.phases.engaged_after(step, self.captures, self.probe.commands))
+            self.tracker.extra.update(self.phases.pace() if self.engaged else {})
         limit = self.cost.last_step
         if limit is not None and (self.step_limit is None or limit < self.step_limit):
             self.step_limit = limit

@@ -43,6 +43,8 @@ class PhaseEvery:
             sampled(self.k)
         self._at: float | None = None  # the last boundary's host time
         self._timed_at: float | None = None  # the boundary that began the last timed step
+        self._step = -1  # the step that ended at the last boundary
+        self._paced: tuple[float, int] | None = None  # (host time, step) of the last pace()
         self._periods: collections.deque[float] = collections.deque(maxlen=PERIODS)
 
     @property
@@ -55,12 +57,28 @@ class PhaseEvery:
         request) or a window is due or running. Auto: also the next step once MAX_GAP_S have passed
         since the last timed one (the steps slowed down: K is chosen again then), so records keep
         coming at least that often and a slow spell never reads as a stall."""
-        late = self.auto and self._learn(step)
+        late = self._learn(step) if self.auto else self._tick(step)
         engaged = late or (step + 1) % self.k == 0 or bool(commands) or captures is not None and bool(
             captures.scheduled or captures.active is not None or captures.warming is not None)
         if engaged:
             self._timed_at = self._at
         return engaged
+
+    def pace(self) -> dict[str, float]:
+        """For the record of the step that begins now (a timed one): the steps since the previous
+        call and their host time (the job's pace, the untimed steps' too); nothing the first time."""
+        at, step = self._at, self._step
+        if at is None:
+            return {}
+        last, self._paced = self._paced, (at, step)
+        if last is None or step <= last[1]:
+            return {}
+        return {"span_steps": float(step - last[1]), "span_ms": 1000.0 * (at - last[0])}
+
+    def _tick(self, step: int) -> bool:
+        """This boundary's host time (after step `step`)."""
+        self._at, self._step = self._clock(), step
+        return False
 
     def _learn(self, step: int) -> bool:
         """Take this boundary's host time; choose K every FULL_STEPS steps (or when late). Late: the
@@ -68,7 +86,7 @@ class PhaseEvery:
         now = self._clock()
         if self._at is not None:
             self._periods.append(now - self._at)
-        self._at = now
+        self._at, self._step = now, step
         late = self._timed_at is not None and now - self._timed_at >= MAX_GAP_S
         if (step + 1) % FULL_STEPS and not late or not self._periods or step + 1 < FULL_STEPS:
             return False  # K is chosen every FULL_STEPS steps: it does not flap with each step's time

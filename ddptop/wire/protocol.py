@@ -56,6 +56,9 @@ STEP_FIELDS = (
     # two of them: apart from the four phases (which add up to step_ms less this)
     "eval_ms",
     "host_gap_ms",  # host time from the forward's return to backward (inside forward_ms): a loader there
+    # where one step in K is timed (ddptop.rank.phase_every): the steps since the previous record
+    # and their host time, boundary to boundary: the job's own pace, the untimed steps included
+    "span_steps", "span_ms",
 )
 Fact: TypeAlias = str | int | float | bool  # one of a rank's facts (Info.facts, RankState.info)
 PHASES = ("data", "forward", "backward", "optimizer")
@@ -235,10 +238,11 @@ MAX_T = 1e11  # the rank's wall clock, s since 1970 (year 5138)
 MAX_MS = 7 * 86_400_000.0  # a week, for any one step or phase
 JITTER_MS = 1.0  # two streams' clocks: a phase a hair below 0 reads 0, below this is refused
 _TIMES = ("step_ms", "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms",
-          "exposed_comm_ms", "hook_ms", "eval_ms", "host_gap_ms")
+          "exposed_comm_ms", "hook_ms", "eval_ms", "host_gap_ms", "span_ms")
 _BOUNDS: dict[str, tuple[float, float]] = {
     **dict.fromkeys(_TIMES, (-JITTER_MS, MAX_MS)),
     "comm_bytes": (0.0, 1e15), "buckets": (0.0, 1e6), "samples": (0.0, 1e9), "tokens": (0.0, 1e12),
+    "span_steps": (0.0, 1e6),
     "loss": (-3.4e38, 3.4e38),  # a float32's range: any sign, but finite
     "compressing": (0.0, 1.0), "profiled": (0.0, 1.0),
     **dict.fromkeys(("mem_allocated_mb", "mem_reserved_mb", "mem_peak_mb", "rss_mb"), (0.0, 1e9)),

@@ -136,6 +136,10 @@ def test_by_default_a_real_run_times_every_step_at_first_then_one_in_k(tmp_path:
         later[rank] = sent[rank][FULL_STEPS:]
         assert later[rank] and all(s % 2 == 0 for s in later[rank]) and len(later[rank]) <= 50, later[rank]
     assert set(later[0]) & set(later[1])  # powers of two: the larger K's steps are timed on both
+    for rank in (0, 1):  # each record carries the steps since the one before it: the job's pace
+        mine = [r for r in records if r["rank"] == rank]
+        for before, rec in zip(mine[1:], mine[2:]):  # from step 2: the first boundary has none before it
+            assert rec["span_steps"] == rec["step"] - before["step"] and rec["span_ms"] > 0, rec
     assert f"one step in {max(ks)} timed (phase_every)" in " ".join(res.stdout.split())
     assert summary["steps_per_s"] > 0 and all(r["last_step"] >= 128 for r in summary["ranks"])
 
@@ -187,3 +191,34 @@ def test_the_final_table_says_what_was_sampled_and_believes_no_wild_k() -> None:
         assert timed_every([wild]) == 1
         plain = ranks_table({"ranks": [rank(wild)]})
         assert "timed" not in plain and "10 of" not in plain
+
+
+def test_pace_gives_each_timed_step_the_steps_since_the_last_and_their_host_time() -> None:
+    now = [0.0]
+    four = PhaseEvery({"phase_every": 4}, clock=lambda: now[0])
+    paces = {}
+    for step in range(12):
+        now[0] += 0.010
+        if four.engaged_after(step, None, []):
+            paces[step + 1] = four.pace()
+    assert paces[4] == {}  # the first: nothing before it to measure from
+    assert paces[8] == {"span_steps": 4.0, "span_ms": pytest.approx(40.0)}
+    assert paces[12] == {"span_steps": 4.0, "span_ms": pytest.approx(40.0)}
+
+
+def test_steps_per_s_is_the_jobs_pace_where_one_step_in_k_is_timed() -> None:
+    """A timed step pays the hooks (27 ms), the others do not (25 ms): the rate is the spans' 8 steps
+    in 202 ms, not 1000 / 27; samples a second: a timed step's samples at that pace."""
+    from ddptop.model import figures
+    from ddptop.model.rank_state import RankState
+
+    rs = RankState(rank=0)
+    for i in range(10):
+        rs.add({"step": 8 * i, "step_ms": 27.0, "samples": 64.0, "span_steps": 8.0, "span_ms": 202.0}, 0, 0.0)
+    assert figures.rank_steps_per_s_run(rs) == pytest.approx(8 / 0.202)
+    assert figures.rank_samples_per_s_run(rs) == pytest.approx(64 * 8 / 0.202)
+    every = RankState(rank=0)  # every step timed: as before, the records over their time
+    for i in range(10):
+        every.add({"step": i, "step_ms": 25.0, "samples": 64.0}, 0, 0.0)
+    assert figures.rank_steps_per_s_run(every) == pytest.approx(40.0)
+    assert figures.rank_samples_per_s_run(every) == pytest.approx(64 * 40.0)

@@ -22,6 +22,8 @@ class RankTotals(Protocol):
     measured_ms: float
     measured_samples: float
     measured_tokens: float
+    span_steps: float  # steps the measured records' spans cover (one in K timed), with their host time
+    span_ms: float
     phase_ms: dict[str, float]
     extra_ms: dict[str, float]  # comm_ms, exposed_comm_ms, ... summed
     timed_step_ms: float  # step time of the steps that carry comm_ms
@@ -42,20 +44,28 @@ def ranks_connected(ranks: Iterable[RankHello]) -> int:
 
 # --- one rank -------------------------------------------------------------------------
 def rank_steps_per_s_run(rs: RankTotals) -> float | None:
+    """The rank's pace after warmup: where one step in K is timed, the steps its records' spans
+    cover over their host time (the untimed steps, which run without the hooks, count at their own
+    pace); else its records over their step time."""
+    if rs.span_steps >= rs.measured > 0 and rs.span_ms > 0:
+        return rs.span_steps / (rs.span_ms / 1000.0)
     return rs.measured / (rs.measured_ms / 1000.0) if rs.measured_ms > 0 else None
 
 
+def _per_s(rs: RankTotals, total: float) -> float | None:
+    """`total` (samples or tokens of the measured records) a second: per timed step, at the pace."""
+    pace = rank_steps_per_s_run(rs)
+    return total / rs.measured * pace if pace is not None and total > 0 and rs.measured else None
+
+
 def rank_samples_per_s_run(rs: RankTotals) -> float | None:
-    """The rank's own samples over its own measured time; None when no step carried samples
-    (unknown, not zero)."""
-    ok = rs.measured_ms > 0 and rs.measured_samples > 0
-    return rs.measured_samples / (rs.measured_ms / 1000.0) if ok else None
+    """The rank's own samples a second; None when no step carried samples (unknown, not zero)."""
+    return _per_s(rs, rs.measured_samples)
 
 
 def rank_tokens_per_s_run(rs: RankTotals) -> float | None:
     """None unless the script reported tokens."""
-    ok = rs.measured_ms > 0 and rs.measured_tokens > 0
-    return rs.measured_tokens / (rs.measured_ms / 1000.0) if ok else None
+    return _per_s(rs, rs.measured_tokens)
 
 
 def rank_share_run(rs: RankTotals, key: str) -> float | None:
