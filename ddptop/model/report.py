@@ -155,7 +155,7 @@ def ranks_table(summary: dict[str, Any], width: int | None = None) -> str:
         status = "straggler" if named == r["rank"] and r["status"] in ("running", "done") else r["status"]
         rows.append([
             r["rank"], *node, r["host"] or "-", r["device"] or "-",
-            r["steps"] if every == 1 else f"{r['steps']} of {r['last_step'] + 1}",  # timed of those run
+            r["steps"] if every == 1 else f"{r.get('timed_steps', r['steps'])} of {r['steps']}",  # timed of those run
             fmt(recent.get("p50_ms", r["step_ms_p50"])), fmt(recent.get("p95_ms", r["step_ms_p95"])),
             fmt(recent.get("own_ms")), fmt(ph["data"]), fmt(ph["forward"]), fmt(ph["backward"]),
             fmt(ph.get("exposed")), fmt(ph["optimizer"]),

@@ -365,6 +365,7 @@ class Instrument:
         self.cost.run_ends()
         self._call(self.cost.write, os.environ.get(protocol.ENV_CONFIG))
         self._call(self._last_steps)  # a dying CUDA context may refuse: a note says so
+        self.send_facts({"steps_run": self.tracker.step})  # every step counted, timed or not (phase_every)
         self.probe.flush()
 
     def _last_steps(self) -> None:

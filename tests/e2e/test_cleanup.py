@@ -179,7 +179,7 @@ def limit_file_size() -> None:  # in the child: `ulimit -f` for ddptop and all i
 
 def run_out_of_space(runs: Path, cmd: list[str], preexec=None) -> tuple[subprocess.CompletedProcess, dict, Path]:
     proc = subprocess.run([sys.executable, "-m", "ddptop", "--headless", "--json", "--interval", "0.5",
-                           "--runs-dir", str(runs), "--nproc", "2", "--", *cmd],
+                           "--runs-dir", str(runs), "--nproc", "2", "--set", "phase_every=1", "--", *cmd],  # a record a step
                           capture_output=True, text=True, timeout=180, preexec_fn=preexec)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -33,7 +33,7 @@ CASES = {
 STEPS = 14
 # a straggler is named once 3 checks 10 steps apart agree, the first after 20 measured steps
 # (ddptop.model.straggler): the DDP scripts run long enough for that, captured steps aside
-DDP_STEPS = 55
+DDP_STEPS = 70  # past the first 50 (every step timed), one in K after: a 3rd check still comes
 
 
 def ddptop(args, runs_dir, script, script_args):

@@ -142,6 +142,8 @@ def test_by_default_a_real_run_times_every_step_at_first_then_one_in_k(tmp_path:
             assert rec["span_steps"] == rec["step"] - before["step"] and rec["span_ms"] > 0, rec
     assert f"one step in {max(ks)} timed (phase_every)" in " ".join(res.stdout.split())
     assert summary["steps_per_s"] > 0 and all(r["last_step"] >= 128 for r in summary["ranks"])
+    assert [r["steps"] for r in summary["ranks"]] == [150, 150]  # every step counted, timed or not
+    assert [r["timed_steps"] for r in summary["ranks"]] == [len(sent[0]), len(sent[1])]
 
 
 def test_memory_is_sampled_on_timed_steps_whatever_k() -> None:
@@ -180,17 +182,17 @@ def test_the_final_table_says_what_was_sampled_and_believes_no_wild_k() -> None:
     from ddptop.model.report import ranks_table
 
     def rank(info: dict) -> dict:
-        return {"rank": 0, "host": "h", "device": "d", "steps": 10, "last_step": 99, "step_ms_p50": 1.0,
+        return {"rank": 0, "host": "h", "device": "d", "steps": 100, "timed_steps": 10, "last_step": 96, "step_ms_p50": 1.0,
                 "step_ms_p95": 2.0, "phases_ms": dict.fromkeys(("data", "forward", "backward", "optimizer"), 1.0),
                 "samples_per_s": 1.0, "status": "done", "info": info, "last50": {"p50_ms": 1.0}}
 
     sampled = ranks_table({"ranks": [rank({"phase_every": 8})]})
     assert "last 50 timed steps each" in sampled and "one step in 8 timed (phase_every)" in sampled
-    assert "10 of 100" in sampled
+    assert "10 of 100" in sampled  # timed of run
     for wild in ({"phase_every": 10**9}, {"phase_every": "8"}, {"phase_every": True}, {}, {"phase_every": 1}):
         assert timed_every([wild]) == 1
         plain = ranks_table({"ranks": [rank(wild)]})
-        assert "timed" not in plain and "10 of" not in plain
+        assert "timed" not in plain and "10 of" not in plain and "100" in plain
 
 
 def test_pace_gives_each_timed_step_the_steps_since_the_last_and_their_host_time() -> None:
