@@ -52,13 +52,9 @@ STEP_FIELDS = (
     # memory, sampled by the rank side every few steps (MiB): torch's CUDA caching allocator
     # (allocated, reserved, peak allocated) on a GPU, the process's resident set everywhere
     "mem_allocated_mb", "mem_reserved_mb", "mem_peak_mb", "rss_mb",
-    # forwards without grad (validation, generation) in this step's time, and the time between
-    # two of them: apart from the four phases (which add up to step_ms less this)
-    "eval_ms",
+    "eval_ms",  # no-grad forwards (validation) and the time between two: apart from the four phases
     "host_gap_ms",  # host time from the forward's return to backward (inside forward_ms): a loader there
-    # where one step in K is timed (ddptop.rank.phase_every): the steps since the previous record
-    # and their host time, boundary to boundary: the job's own pace, the untimed steps included
-    "span_steps", "span_ms",
+    "span_steps", "span_ms",  # steps since the previous record, their host time: the pace (rank.phase_every)
 )
 Fact: TypeAlias = str | int | float | bool  # one of a rank's facts (Info.facts, RankState.info)
 PHASES = ("data", "forward", "backward", "optimizer")
@@ -241,8 +237,7 @@ _TIMES = ("step_ms", "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "co
           "exposed_comm_ms", "hook_ms", "eval_ms", "host_gap_ms", "span_ms")
 _BOUNDS: dict[str, tuple[float, float]] = {
     **dict.fromkeys(_TIMES, (-JITTER_MS, MAX_MS)),
-    "comm_bytes": (0.0, 1e15), "buckets": (0.0, 1e6), "samples": (0.0, 1e9), "tokens": (0.0, 1e12),
-    "span_steps": (0.0, 1e6),
+    "comm_bytes": (0.0, 1e15), "buckets": (0.0, 1e6), "samples": (0.0, 1e9), "tokens": (0.0, 1e12), "span_steps": (0.0, 1e6),
     "loss": (-3.4e38, 3.4e38),  # a float32's range: any sign, but finite
     "compressing": (0.0, 1.0), "profiled": (0.0, 1.0),
     **dict.fromkeys(("mem_allocated_mb", "mem_reserved_mb", "mem_peak_mb", "rss_mb"), (0.0, 1e9)),
