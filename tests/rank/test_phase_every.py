@@ -224,3 +224,27 @@ def test_steps_per_s_is_the_jobs_pace_where_one_step_in_k_is_timed() -> None:
         every.add({"step": i, "step_ms": 25.0, "samples": 64.0}, 0, 0.0)
     assert figures.rank_steps_per_s_run(every) == pytest.approx(40.0)
     assert figures.rank_samples_per_s_run(every) == pytest.approx(64 * 40.0)
+
+
+def test_the_live_pace_is_the_spans_too_once_every_record_in_the_window_carries_one() -> None:
+    """The header's steps/s now: 1000 / the slowest rank's p50 of timed steps (27 ms, paying the
+    hooks) would read the job 7% slow; over the window's spans it reads the 25.25 ms a step it runs."""
+    from ddptop.model import figures
+    from ddptop.model.figures.window import WINDOW, RankWindow
+    from ddptop.model.rank_state import RankState
+
+    ranks = {}
+    for rank in (0, 1):
+        rs = ranks[rank] = RankState(rank=rank)
+        rs.add({"step": 0, "step_ms": 27.0, "samples": 64.0}, 0, 0.0)  # the first: no span before it
+        for i in range(1, WINDOW + 1):
+            rs.add({"step": 8 * i, "step_ms": 27.0, "samples": 64.0, "span_steps": 8.0, "span_ms": 202.0}, 0, 0.0)
+    figs = {r: RankWindow().update(rs) for r, rs in ranks.items()}
+    assert figs[0].pace_ms == pytest.approx(25.25) and figs[0].p50 == 27.0
+    assert figures.job_steps_per_s_last50(figs) == pytest.approx(1000 / 25.25)
+    assert figs[0].samples_per_s_last50 == pytest.approx(64 * 1000 / 25.25)
+    short = RankState(rank=0)  # a record without a span still in the window: the p50 as before
+    for i in range(10):
+        short.add({"step": i, "step_ms": 25.0, **({"span_steps": 1.0, "span_ms": 20.0} if i else {})}, 0, 0.0)
+    fig = RankWindow().update(short)
+    assert fig.pace_ms is None and figures.job_steps_per_s_last50({0: fig}) == pytest.approx(40.0)

@@ -42,7 +42,12 @@ def job_step_ms_p50_last50(figures: Mapping[int, RankFigures]) -> float | None:
 
 
 def job_steps_per_s_last50(figures: Mapping[int, RankFigures]) -> float | None:
-    """The job's pace now: 1000 / the slowest rank's median step over its last WINDOW records."""
+    """The job's pace now: 1000 / the slowest rank's median step over its last WINDOW records; where
+    one step in K is timed, over the steps their spans cover (the untimed ones too: a timed step
+    pays the hooks), when every rank's records carry them."""
+    shown = [f for f in figures.values() if f.p50]
+    if shown and all(f.pace_ms for f in shown):
+        return 1000.0 / max(f.pace_ms for f in shown if f.pace_ms)
     p50 = job_step_ms_p50_last50(figures)
     return 1000.0 / p50 if p50 else None
 

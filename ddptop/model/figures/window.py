@@ -25,10 +25,11 @@ STALL_STEPS = 20  # a stall is this many median steps with no progress (at least
 PHASES_WITH_COMM = ("data", "forward", "backward", "comm", "optimizer")
 
 # Per record, in this order: step, data, forward, backward, optimizer, samples, comm, exposed,
-# and the exposed part of a timed all-reduce (exposed_of_comm).
+# the span since the previous record (steps, ms: one step in K timed) and the exposed part of a
+# timed all-reduce (exposed_of_comm).
 _FIELDS = ("step_ms", "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "samples",
-           "comm_ms", "exposed_comm_ms", "exposed_of_comm")
-_STEP, _SAMPLES, _COMM, _EXPOSED, _EXPOSED_OF_COMM = 0, 5, 6, 7, 8
+           "comm_ms", "exposed_comm_ms", "span_steps", "span_ms", "exposed_of_comm")
+_STEP, _SAMPLES, _COMM, _EXPOSED, _SPAN_STEPS, _SPAN_MS, _EXPOSED_OF_COMM = 0, 5, 6, 7, 8, 9, 10
 _RESUM_EVERY = 4096  # records; running sums are recomputed now and then against float drift
 
 
@@ -49,7 +50,7 @@ class RankFigures:
     own_ms: float | None  # median own work (step minus exposed comm)
     ranked: bool  # enough records (MIN_RECORDS, all timed) to be compared with other ranks
     samples_per_step: float | None
-    samples_per_s_last50: float | None  # samples_per_step / p50: the same statistic as the rank's p50
+    samples_per_s_last50: float | None  # samples_per_step / p50 (/ pace_ms where one step in K is timed)
     phases: dict[str, float]  # mean ms per phase; with comm timing, `comm` is split out of backward
     has_comm: bool
     # Both shares over the same steps (issue 46): with comm timed, the rows that carry comm_ms
@@ -62,6 +63,10 @@ class RankFigures:
     step_ms: tuple[float, ...]  # the step times of the rank's whole ring (RECENT), oldest first
     comm_steps: int = 0  # rows of the window that timed the all-reduce (the shares' window)
     window_steps: int = 0  # rows in the window (WINDOW once the rank has sent that many)
+    # one step in K timed (ddptop.rank.phase_every): the mean ms a step over the spans of the window's
+    # rows, the untimed steps included (the job's pace; a timed step pays the hooks): None unless
+    # every row carries a span
+    pace_ms: float | None = None
 
 
 EMPTY = RankFigures(None, None, None, False, None, None, dict.fromkeys(PHASES, 0.0), False, None, None, None, ())
@@ -79,7 +84,7 @@ class RankWindow:
         # Step times of the ring's rows that have one, in order (the sparkline's history).
         self.steps: collections.deque[float] = collections.deque()
         self.sums = [0.0] * len(_FIELDS)  # over the last WINDOW rows
-        self.n_samples = self.n_comm = self.n_exposed = self.added = 0
+        self.n_samples = self.n_comm = self.n_exposed = self.n_span = self.added = 0
         self.comm_step = 0.0  # step time of the rows that carry comm_ms (timed every Nth step on GPU)
         self.tail: list[dict[str, float]] = []  # the last WINDOW records
         self.figures = EMPTY
@@ -98,6 +103,8 @@ class RankWindow:
             self.n_samples += sign
         if row[_EXPOSED] is not None:
             self.n_exposed += sign
+        if row[_SPAN_STEPS] is not None:
+            self.n_span += sign
         if row[_COMM] is not None:
             self.n_comm += sign
             self.comm_step += sign * (row[_STEP] or 0.0)
@@ -124,7 +131,7 @@ class RankWindow:
             self.rows = collections.deque(maxlen=maxlen)
             self.steps.clear()
             self.sums = [0.0] * len(_FIELDS)
-            self.n_samples = self.n_comm = self.n_exposed = self.added = 0
+            self.n_samples = self.n_comm = self.n_exposed = self.n_span = self.added = 0
             self.comm_step = 0.0
             for rec in recent:
                 self._push(self._row(rec), maxlen)
@@ -161,17 +168,19 @@ class RankWindow:
                      "optimizer": means["optimizer"]}
         p50 = pct(ordered, 50)  # type: ignore[arg-type]
         per_step = sums[_SAMPLES] / self.n_samples if self.n_samples and sums[_SAMPLES] > 0 else None
+        pace = sums[_SPAN_MS] / sums[_SPAN_STEPS] if self.n_span == n and sums[_SPAN_STEPS] > 0 else None
+        per_s_over = pace or p50
         return RankFigures(
             p50=p50, p95=pct(ordered, 95), own_ms=median(own), ranked=ranked,  # type: ignore[arg-type]
             samples_per_step=per_step,
-            samples_per_s_last50=per_step * 1000.0 / p50 if per_step and p50 else None,
+            samples_per_s_last50=per_step * 1000.0 / per_s_over if per_step and per_s_over else None,
             phases=means, has_comm=has_comm,
             comm_share=sums[_COMM] / self.comm_step if self.n_comm and self.comm_step > 0 else None,
             exposed_share=(sums[_EXPOSED_OF_COMM] / self.comm_step if self.n_comm and self.comm_step > 0
                            else sums[_EXPOSED] / step_total if has_comm and step_total > 0 else None),
             compressing=tail[-1].get("compressing") if tail else None,
             step_ms=tuple(self.steps),
-            comm_steps=self.n_comm, window_steps=n,
+            comm_steps=self.n_comm, window_steps=n, pace_ms=pace,
         )
 
 
