@@ -66,12 +66,14 @@ class PhaseEvery:
 
     def pace(self) -> dict[str, float]:
         """For the record of the step that begins now (a timed one): the steps since the previous
-        call and their host time (the job's pace, the untimed steps' too); nothing the first time."""
+        call and their host time (the job's pace, the untimed steps' too); nothing the first time,
+        nor where the step before was timed too (a span of one step would be that step's, a step
+        late: its own record has it)."""
         at, step = self._at, self._step
         if at is None:
             return {}
         last, self._paced = self._paced, (at, step)
-        if last is None or step <= last[1]:
+        if last is None or step - last[1] <= 1:  # every step timed: the record's own step_ms says it
             return {}
         return {"span_steps": float(step - last[1]), "span_ms": 1000.0 * (at - last[0])}
 
