@@ -250,13 +250,18 @@ class Instrument:
         self.comm.sampled(k)
         self.send_facts({"phase_every": k})
 
+    def _sample(self, step: int) -> None:
+        """phase_every: engage or bypass the next step; a timed one carries the job's pace since the last."""
+        self._engage(self.phases.engaged_after(step, self.captures, self.probe.commands))
+        if self.engaged:
+            self.tracker.extra.update(self.phases.pace())
+
     def _boundary(self, step: int) -> None:
         """After every step, engaged or not: cost blocks, the agreed stop, the step limit."""
         if self.cost.enabled:
             self._call(self.cost.step_ended, step)
-        elif self.phases.on:  # a timed step begins: its record carries the job's pace since the last one
-            self._call(self._engage, self.phases.engaged_after(step, self.captures, self.probe.commands))
-            self.tracker.extra.update(self.phases.pace() if self.engaged else {})
+        elif self.phases.on:
+            self._call(self._sample, step)
         limit = self.cost.last_step
         if limit is not None and (self.step_limit is None or limit < self.step_limit):
             self.step_limit = limit
@@ -323,15 +328,12 @@ class Instrument:
         records = self.comm.with_nccl_times(records, flush)
         for rec in records:
             read_values(rec, wait=flush)
-            spans = rec.pop("comm_spans", None)
-            if spans is not None and not self._spans_due.ready():
-                spans = None
-            self.probe.record_step(int(rec.pop("step")), rec, spans)
+            spans = rec.pop("comm_spans", None)  # a few times a second (the live timeline's rate)
+            self.probe.record_step(int(rec.pop("step")), rec, spans if spans is None or self._spans_due.ready() else None)
 
     # --- the script's own probe calls ----------------------------------------------------
     def user_values(self, values: dict[str, Any]) -> bool:
-        """Values from Probe.tick()/record() join the newest closed step. False when the
-        instrument has seen no optimizer step to join them to."""
+        """Values from Probe.tick()/record() join the newest closed step (False: no optimizer step seen yet)."""
         self.api_used = True
         tracker = self.tracker
         if not self.engaged:
@@ -384,8 +386,7 @@ class Instrument:
         self.probe.close(reason, self._ddp_timing)
 
     def _let_go(self) -> None:
-        """The script's process groups are gone (or the run ends): its DDPs are let go of, freed
-        when the script lets go, as without ddptop (gloo torn down after its peer left aborts)."""
+        """Process groups gone (or the run ends): the DDPs let go, freed as without ddptop (gloo torn down late aborts)."""
         self._ddp_timing = ddp_timing(self.ddps[0]) if self.ddps else self._ddp_timing
         self.ddps, self.replicas, self.comm.timers = [], {}, {}
         self.hooked.release()
