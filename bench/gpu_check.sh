@@ -515,6 +515,12 @@ inrun() {  # issue 42: the in-run A/B (`ddptop --cost N`: engaged vs bypassed st
   echo "== inrun rc=$?"; grep -A4 "own cost" "$OUT/inrun.txt"; cp "$RUNS"/inrun/*/cost_ab_rank0.json "$OUT/" 2>/dev/null
 }
 
+untimed() {  # issue 42: what a step the hooks do not time costs the host under the default (one step in K timed):
+  # the hooks alone and a launch-bound DDP loop, ABBA blocks inside one process (bench/investigations/untimed_step_cost.py)
+  timeout ${UNTIMED_TIMEOUT:-150} taskset -c ${UNTIMED_CPU:-2} $PY bench/investigations/untimed_step_cost.py --device cuda \
+    --layers ${UNTIMED_LAYERS:-20} --pairs ${UNTIMED_PAIRS:-20} --block ${UNTIMED_BLOCK:-200} 2>&1 | tee "$OUT/untimed.txt" | tail -6
+}
+
 scaling() {  # issue 47: steps/s at N = 1, 2, 4 per preset, interleaved repeats, and the scaling efficiency
   # (bench/scaling.py); SCALING_P2P=1: the article's SHM box; SCALING_CMD: a script instead of the demo
   NCCL_P2P_DISABLE=${SCALING_P2P:-0} timeout ${SCALING_TIMEOUT:-560} $PY bench/scaling.py --nprocs ${SCALING_NPROCS:-1,2,$N} \
