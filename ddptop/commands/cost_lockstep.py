@@ -105,12 +105,13 @@ def run_all(plan: Plan, where: Path, env: dict[str, str], say, records: list[Run
             aa: list[tuple[float, float]]) -> None:
     """Every round of the schedule, each added as it ends (an interrupt keeps what was measured):
     the plain-beside-ddptop records to `records` (as the ABBA runs' records), the A/A rounds'
-    (plain ms, plain ms) to `aa`."""
+    (plain ms, plain-again ms) to `aa`."""
     for i, first, second in cost_pairs.lockstep_schedule(plan.pairs):
         a, b = run_round(i, (first, second), plan, where, env)
-        if cost_pairs.AGAIN in (first, second):
+        if cost_pairs.AGAIN in (first, second):  # plain / plain-again, as plain / ddptop: by arm, not by
+            ms = {first: a.step_ms, second: b.step_ms}  # who went first (that alternates, and costs ~1.6%)
             if a.step_ms is not None and b.step_ms is not None:
-                aa.append((a.step_ms, b.step_ms))
+                aa.append((ms[cost_pairs.PLAIN], ms[cost_pairs.AGAIN]))
         else:
             records += [a, b]
         for rec in (a, b):

@@ -72,6 +72,22 @@ def test_an_interrupt_keeps_the_rounds_that_ended(monkeypatch: pytest.MonkeyPatc
     assert [(r.pair, r.arm) for r in records] == [(0, cost_pairs.PLAIN), (0, cost_pairs.DDPTOP)]
 
 
+def test_the_aa_is_plain_over_plain_again_whoever_went_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # the job that goes first pays for it (session 17: ~1.6% on the char GPT); the A/A must take
+    # its ratio by arm, as the plain / ddptop rounds do, so that the order alternates in both
+    def run_round(i: int, arms: tuple[str, str], plan: Plan, where: Path, env: dict[str, str]):
+        return (RunRecord(i, arms[0], 0, 1.0, {}, [], None, step_ms=10.16),  # job a goes first
+                RunRecord(i, arms[1], 0, 1.0, {}, [], None, step_ms=10.0))
+
+    monkeypatch.setattr(cost_lockstep, "run_round", run_round)
+    plan = Plan(cmd=["x"], nproc=1, pairs=4, warmup=None, cpus=[], timeout=10.0, ddptop_args=[], config=None,
+                lockstep=True)
+    aa: list[tuple[float, float]] = []
+    cost_lockstep.run_all(plan, tmp_path, {}, lambda _line: None, [], aa)
+    assert aa == [(10.16, 10.0), (10.0, 10.16)]  # plain first, then plain-again first
+    assert cost_pairs.ratio_interval([p / q for p, q in aa]).mean == pytest.approx(1.0)
+
+
 DIES = '''
 import os, signal, sys
 import torch, torch.distributed as dist
