@@ -11,11 +11,11 @@ run's steps; every rank the same ones).
 `phase_every=0` (auto, the default): every step for the first FULL_STEPS, then K the smallest power
 of two with K steps at least SPACING_S apart (the median of the last steps' host time, boundary to
 boundary), at most MAX_K, chosen again every FULL_STEPS steps, and a step timed at least every
-MAX_GAP_S whatever K (steps that slow down): a 35 ms step is timed one in 8 (its hooks' ~0.7 ms then ~0.3% of the run),
-a 1 s step every step. A step is engaged when its index is a multiple of K: ranks whose K differ (a
-power of two each) still share the multiples of the larger one. `phase_every=K` fixes K (1: every
-step). While a capture is asked for or runs, every step is engaged. Not with cost_ab, which switches
-the layer itself. Pure: no torch, no I/O.
+MAX_GAP_S whatever K (steps that slow down): a 35 ms step is timed one in 8 (its hooks' ~0.7 ms
+then ~0.3% of the run), a 1 s step every step. A step is engaged when its index is a multiple of K:
+ranks whose K differ (a power of two each) still share the multiples of the larger one.
+`phase_every=K` fixes K (1: every step). A capture window's steps, and the two before it that start
+its profiler, are engaged. Not with cost_ab, which switches the layer itself. Pure: no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -30,6 +30,10 @@ SPACING_S = 0.25  # auto: timed steps at least this far apart, a few records a s
 MAX_K = 64
 PERIODS = 15  # the steps whose median host time decides K
 MAX_GAP_S = 1.0  # auto: a step is timed at least this often (the stall rule waits 10 s or more)
+# a capture window from step S: steps S - 2 on are timed (the boundary after step `s` engages step
+# s + 1 when s + CAPTURE_LEAD >= S), for the close of step S - 2 begins the profiler's warm-up step
+# S - 1 (rank/capture's WARMUP_STEPS = 1): not every step from when the window is asked for
+CAPTURE_LEAD = 3
 
 
 class PhaseEvery:
@@ -54,12 +58,13 @@ class PhaseEvery:
     def engaged_after(self, step: int, captures: Any, commands: Any) -> bool:
         """Whether the layer is engaged from the boundary after step `step` (0-based): steps whose
         index is a multiple of K, and every step while a command waits to be read (a capture's
-        request) or a window is due or running. Auto: also the next step once MAX_GAP_S have passed
+        request) or a window is close (CAPTURE_LEAD steps), warming up or running. Auto: also the next step once MAX_GAP_S have passed
         since the last timed one (the steps slowed down: K is chosen again then), so records keep
         coming at least that often and a slow spell never reads as a stall."""
         late = self._learn(step) if self.auto else self._tick(step)
-        engaged = late or (step + 1) % self.k == 0 or bool(commands) or captures is not None and bool(
-            captures.scheduled or captures.active is not None or captures.warming is not None)
+        engaged = late or (step + 1) % self.k == 0 or bool(commands) or captures is not None and (
+            captures.active is not None or captures.warming is not None
+            or any(step + CAPTURE_LEAD >= w.start for w in captures.scheduled))
         if engaged:
             self._timed_at = self._at
         return engaged

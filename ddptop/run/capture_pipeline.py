@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ddptop.analysis.capture import Capture, compare_with_timer, discount_late, perturbation
 from ddptop.model.options import CaptureOptions
+from ddptop.model.rank_state import timed_every
 from ddptop.model.state import RunState
 from ddptop.run.nsys import attach_nsys, nsys_report
 from ddptop.run.recorder import write_json
@@ -26,19 +27,22 @@ DRAIN_TIMEOUT_S = 30.0  # summaries still being made when the run ends
 
 
 def agreed_step(state: RunState) -> int:
-    """A step no rank has reached yet: the latest step seen, plus the steps the ranks make
+    """A step no rank has reached yet: the latest step seen, plus the untimed steps a rank may
+    have run since its last record (one step in K timed: K - 1), plus the steps the ranks make
     while the command travels: at least 0.4 s worth (the probes batch records for 0.2 s), or
     twice how late their records reach the state now (a hub backed up by a thousand ranks:
     0.8 s at p99 on one core), whichever is more (the lag counted up to 10 s)."""
     ranks = state.ranks.values()
     latest = max((rs.last_step for rs in ranks), default=-1)
+    # one step in K timed (phase_every): a rank's last record can be K - 1 steps behind it
+    unseen = timed_every(rs.info for rs in ranks) - 1
     p50 = max((rs.recent_pct(50) or 0.0 for rs in ranks), default=0.0)
     lags = sorted(rs.last_seen - rs.last_t for rs in ranks if rs.last_t > 0)
     lag = min(max(lags[len(lags) // 2], 0.0), 10.0) if lags else 0.0
     ahead_ms = 1000.0 * max(0.4, 2 * lag)
     # no cap in steps: ranks of sub-ms steps run thousands of steps in that time (a cap of 1,000
     # let a rank be past the agreed step when the command reached it: ranks 400 steps apart)
-    return latest + 2 + (math.ceil(ahead_ms / p50) if p50 > 0 else 0)
+    return latest + 2 + unseen + (math.ceil(ahead_ms / p50) if p50 > 0 else 0)
 
 
 class CapturePipeline:

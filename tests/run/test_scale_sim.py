@@ -117,3 +117,8 @@ def test_the_agreed_stop_step_allows_for_how_late_records_reach_the_state():
     assert agreed_step(state_with(0.05)) == 99 + 2 + 8  # 0.4 s of 50 ms steps
     assert agreed_step(state_with(0.8)) == 99 + 2 + 32  # 2 x 0.8 s
     assert agreed_step(state_with(60.0)) == 99 + 2 + 400  # a lag beyond 10 s counts as 10 s
+    # one step in K timed (phase_every): a rank's last record can be K - 1 steps behind it, and
+    # ranks past the agreed step would stop apart (or miss a capture) (session 17)
+    sampled = state_with(0.05)
+    sampled.ranks[1].info["phase_every"] = 16
+    assert agreed_step(sampled) == 99 + 2 + 15 + 8
