@@ -189,10 +189,11 @@ multinode() {  # two ddptop "nodes" of one GPU each, told apart by NCCL_HOSTID, 
 }
 
 userscripts() {  # users' own scripts, unchanged, under ddptop: phases, comm, a profiler window vs ddptop's timer
+  # (USER_STEPS=150 USER_CAPTURE=100:3: the window after the default began timing one step in K)
   for spec in ${USER_SCRIPTS:-"tests/scripts/plain_ddp.py --batch-size 256" "tests/scripts/accum_ddp.py" \
       "tests/scripts/lightning_ddp.py" "tests/scripts/two_optimizers.py" "tests/scripts/single_process.py" \
       "bench/gpt_train.py --compile" "bench/gpt_train.py"}; do
-    timeout ${USER_TIMEOUT:-240} $PY -m ddptop --headless --json --interval 60 --nproc "$N" --warmup 10 --capture 25:3 --profiler torch \
+    timeout ${USER_TIMEOUT:-240} $PY -m ddptop --headless --json --interval 60 --nproc "$N" --warmup 10 --capture ${USER_CAPTURE:-25:3} --profiler torch \
       --runs-dir "$RUNS/user" -- $PY $spec --steps ${USER_STEPS:-40} > /tmp/user.out 2>&1
     rc=$?; tail -1 /tmp/user.out > /tmp/user.json
     $PY - "$rc" "$spec" /tmp/user.json "$OUT/userscripts.jsonl" <<'PYEOF' || { echo "== $2 rc=$rc"; tail -30 /tmp/user.out; }
@@ -205,7 +206,7 @@ print(f"== {spec}: rc={rc} {d['status']} backend {d['backend']} model {d['model'
       f"{d['steps_per_s']} steps/s notes {d.get('notes')}")
 for r in d["ranks"]:
     t = (s.get("ranks") or {}).get(str(r["rank"]), {})
-    print(f"  rank {r['rank']} {r['status']} steps {r['steps']} step p50 {r['step_ms_p50']} phases {r['phases_ms']} "
+    print(f"  rank {r['rank']} {r['status']} steps {r['steps']} timed {r.get('timed_steps')} K {(r.get('info') or {}).get('phase_every')} step p50 {r['step_ms_p50']} phases {r['phases_ms']} "
           f"comm p50 {r.get('comm_ms_p50')} exposed p50 {r.get('exposed_comm_ms_p50')} timed {r.get('comm_timed_steps')} | "
           f"capture {cap.get('status')}: timer {t.get('timer_comm_ms')} ms vs trace {t.get('comm_ms')} ms = {t.get('timer_vs_trace')}")
 PYEOF
@@ -519,6 +520,24 @@ untimed() {  # issue 42: what a step the hooks do not time costs the host under 
   # the hooks alone and a launch-bound DDP loop, ABBA blocks inside one process (bench/investigations/untimed_step_cost.py)
   timeout ${UNTIMED_TIMEOUT:-150} taskset -c ${UNTIMED_CPU:-2} $PY bench/investigations/untimed_step_cost.py --device cuda \
     --layers ${UNTIMED_LAYERS:-20} --pairs ${UNTIMED_PAIRS:-20} --block ${UNTIMED_BLOCK:-200} 2>&1 | tee "$OUT/untimed.txt" | tail -6
+}
+
+stopk() {  # issue 42: Ctrl-C under the default (one step in K timed: K = 64 at ms steps) stops every rank at one
+  # step, the agreed one allowing for the untimed steps since each rank's last record (STOPK_AFTER seconds in)
+  for s in ${STOPK_SCRIPTS:-tests/scripts/plain_ddp.py tests/scripts/accum_ddp.py}; do
+    $PY - "$s" "$N" "${STOPK_AFTER:-20}" "$RUNS/stopk" <<'PYEOF'
+import json, signal, subprocess, sys, time
+script, n, after, runs = sys.argv[1:]
+p = subprocess.Popen([sys.executable, "-m", "ddptop", "--headless", "--json", "--nproc", n, "--runs-dir", runs, "--",
+                      sys.executable, script, "--steps", "10000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+time.sleep(float(after))
+p.send_signal(signal.SIGINT)
+out, err = p.communicate(timeout=120)
+d = json.loads(out.strip().splitlines()[-1])
+print(f"== stopk {script}: rc={p.returncode} {d['status']} (rank, status, last timed step, steps run, K):",
+      [(r["rank"], r["status"], r["last_step"], r["steps"], (r.get("info") or {}).get("phase_every")) for r in d["ranks"]])
+PYEOF
+  done
 }
 
 scaling() {  # issue 47: steps/s at N = 1, 2, 4 per preset, interleaved repeats, and the scaling efficiency
