@@ -109,8 +109,8 @@ def run_all(plan: Plan, where: Path, env: dict[str, str], say, records: list[Run
     for i, first, second in cost_pairs.lockstep_schedule(plan.pairs):
         a, b = run_round(i, (first, second), plan, where, env)
         if cost_pairs.AGAIN in (first, second):  # plain / plain-again, as plain / ddptop: by arm, not by
-            ms = {first: a.step_ms, second: b.step_ms}  # who went first (that alternates, and costs ~1.6%)
-            if a.step_ms is not None and b.step_ms is not None:
+            if a.step_ms is not None and b.step_ms is not None:  # who went first (it alternates; ~1.6%)
+                ms = {first: a.step_ms, second: b.step_ms}
                 aa.append((ms[cost_pairs.PLAIN], ms[cost_pairs.AGAIN]))
         else:
             records += [a, b]

@@ -239,9 +239,11 @@ class Probe:
         previous = sys.excepthook
 
         def hook(*exc_info: Any) -> None:
-            # say so at once: the process's teardown is what makes its peers fail next
-            self._crashed = True
-            self.close("crashed")
+            # say so at once: the process's teardown is what makes its peers fail next; a SIGINT
+            # (KeyboardInterrupt) stopped it, as Ctrl-C does under torchrun
+            interrupted = isinstance(exc_info[0], type) and issubclass(exc_info[0], KeyboardInterrupt)
+            self._crashed = not interrupted
+            self.close("stopped" if interrupted else "crashed")
             previous(*exc_info)
 
         sys.excepthook = hook

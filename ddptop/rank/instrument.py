@@ -2,14 +2,12 @@
 
 Attached once torch is imported (ddptop.rank.attach); from then on:
 - optimizer steps (torch.optim's global step hooks, GradScaler.step) end steps;
-- forwards: hooks on every DistributedDataParallel module (its __init__ wrapped, ddptop.rank.patches),
-  or, without DDP, on the first step's top modules (ddptop.rank.forward_hooks);
+- forwards: hooks on every DDP module (its __init__ wrapped), or, without DDP, the first step's top modules;
 - backward: a hook on the forward's output marks its start; autograd callbacks mark the
   end of its compute and, chained after DDP's own, its return (all-reduces done);
 - communication: a CommTimer or NCCL's own timing on each DDP module (ddptop.rank.ddp_comm);
 - the run's DDP knobs go into the script's DDP() and comm hook (ddptop.rank.ddp_settings);
-- stop and capture commands act at step boundaries, in the optimizer hook (and a script's step
-  limit); cost_ab, and phase_every (one step in K), bypass the rest.
+- stop and capture commands act at step boundaries (optimizer hook); cost_ab, phase_every bypass the rest.
 This module wires those together. Nothing here may raise into the user's code except the agreed
 stop (what Ctrl-C would raise, ddptop.rank.stop)."""
 
@@ -39,8 +37,7 @@ from ddptop.rank.values import HostCopy, read_values
 from ddptop.wire import protocol
 
 SPANS_EVERY_S = 0.5  # bucket spans go to the hub at most this often: the live timeline's rate
-# closed steps are read (their stamps' times, the record built) in batches, at most this often
-# (the probe sends every 0.2 s): the events of several steps read at once, not at every step's end
+# closed steps are read (stamps' times, the record built) in batches at most this often (the probe sends every 0.2 s)
 READ_EVERY_S, READ_MAX = 0.1, 64
 
 
@@ -61,12 +58,11 @@ class Instrument:
         self.said = Said(probe, rank)
         self.send_facts, self.note = self.said.send_facts, self.said.note
         self.samples = SampleCount(torch, self.note, self.send_facts)
-        self.exit_status: Any = None  # what the script passed to sys.exit()
         self.script = ScriptSettings.of(settings)  # None: ddptop's trainer applies its own settings
         self.script_ddp = ScriptDdp(torch, self.script, self.note, self.send_facts) if self.script else None
         self.step_limit = self.script.last_step if self.script is not None else None
-        self._limit_reached = self.crashed = False
-        self._left = False  # the instrument destroyed the process group at the step limit
+        self.exit_status: Any = None  # what the script passed to sys.exit()
+        self._limit_reached = self.crashed = self._left = False  # _left: it destroyed the process group at the limit
         self._spans_due, self._read_due = AtMostEvery(SPANS_EVERY_S), AtMostEvery(READ_EVERY_S)
         self.cost = CostAB(torch, rank, settings, self._engage)  # --set cost_ab=S: engaged vs bypassed
         self.memory = MemorySampler()
@@ -353,12 +349,14 @@ class Instrument:
 
     # --- the end ------------------------------------------------------------------------
     def _on_crash(self, exc: BaseException) -> None:
-        if isinstance(exc, KeyboardInterrupt) and (self._stopping or self.probe.stop_at is not None):
-            return  # the stop's Ctrl-C (at the agreed step or the signal), not caught: stopped, not crashed
-        self.crashed = True
+        """Uncaught: crashed, but a SIGINT stopped it, also before the stop's command was read (run/outcome
+        makes it `failed` where torchrun says that failed the run); the stop's own says so at exit."""
+        self.crashed = not isinstance(exc, KeyboardInterrupt)
+        if not self.crashed and (self._stopping or self.probe.stop_at is not None):
+            return
         self._call(blame_settings, exc, self.ddps, self.note)
         self._call(lambda: self._report(self.tracker.ready()))  # steps closed, not yet read (READ_EVERY_S)
-        self.probe.close("crashed")  # at once: its peers fail next
+        self.probe.close("crashed" if self.crashed else "stopped")  # at once: its peers fail next
 
     def flush(self) -> None:
         """Every step so far to the hub now (training is over: the process group goes, or the process ends)."""

@@ -67,6 +67,32 @@ def test_ctrl_c_during_a_validation_pass_without_steps_saves_on_every_rank(tmp_p
     assert all(f"rank {r}: validating" in out for r, (out, _) in outs.items()), outs
 
 
+BUSY_BEFORE_ANY_STEP = """
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+print("training", flush=True)
+t = time.time()
+while time.time() - t < 60:  # a long preparation in Python before any step: it holds the GIL
+    sum(range(1000))
+"""
+
+
+def test_ctrl_c_before_any_step_reads_stopped_on_every_rank(tmp_path):
+    """No step yet, so the SIGINT follows the stop command at once, and a rank's KeyboardInterrupt
+    can come before its probe's thread has read the command (a rank still importing torch on the
+    GPU host read "crashed", its peer "stopped", session 17). Uncaught, as under plain torchrun:
+    each rank is stopped, none crashed."""
+    script = tmp_path / "busy.py"
+    script.write_text(BUSY_BEFORE_ANY_STEP)
+    cmd = [sys.executable, "-m", "ddptop", "--headless", "--json", "--runs-dir", str(tmp_path / "runs"), "--nproc", "2",
+           "--", sys.executable, str(script)]
+    res, outs = interrupted(cmd, tmp_path / "runs")
+    s = summary_of(res.stdout)
+    assert res.returncode == 130 and s["status"] == "stopped", res.stdout[-2000:]
+    assert [r["status"] for r in s["ranks"]] == ["stopped", "stopped"], [(r["rank"], r["status"]) for r in s["ranks"]]
+    assert all("KeyboardInterrupt" in err for _, err in outs.values()), outs  # the script's own, as under torchrun
+
+
 @pytest.mark.slow
 def test_hand_written_updates_get_their_keyboard_interrupt(tmp_path):
     """No torch.optim, so no step boundary: the script still gets its KeyboardInterrupt."""
