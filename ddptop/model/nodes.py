@@ -74,7 +74,7 @@ def node_figures(state: RunState, ranks: Mapping[int, RankFigures], status: Mapp
         for r in members:
             word = condition(status.get(r, state.ranks[r].status))
             counts[word] = counts.get(word, 0) + 1
-        steps = [state.ranks[r].last_step for r in members]
+        steps = [state.ranks[r].steps_run() - 1 for r in members]  # the last step each ran (0-based)
         figs = [ranks[r] for r in members if r in ranks]
         out.append(NodeFigures(
             node=node, hosts=tuple(hosts.get(node, ())), ranks=tuple(members),

@@ -123,6 +123,13 @@ class RankState:
         timed = next((rec for rec in reversed(self.recent) if "comm_ms" in rec), None)
         return timed or self.recent[-1], ()
 
+    def steps_run(self) -> int:
+        """The steps it ran as far as ddptop knows: what it said at its end (`steps_run`, a fact: the
+        untimed steps too) where that is a whole number above what its records show, else its last
+        record's step + 1 (one step in K timed: up to K - 1 behind while it runs) or its records."""
+        said, seen = self.info.get("steps_run"), max(self.steps, self.last_step + 1)
+        return said if type(said) is int and said > seen else seen
+
     def recent_values(self, key: str = "step_ms") -> list[float]:
         return [r[key] for r in self.recent if key in r]
 

@@ -35,7 +35,7 @@ def rank_summary(rs: RankState, world_size: int, recent: RankFigures | None = No
         "node": hello.node if hello else None,
         "device": hello.device if hello else None,
         "status": rs.status,
-        "steps": steps_run(rs),  # the steps it ran (as it said at its end), else its records
+        "steps": rs.steps_run(),  # the steps it ran (as it said at its end), else as its records show
         "timed_steps": rs.steps,  # its records: one step in K where phase_every samples
         "last_step": rs.last_step,
         "steps_per_s": round_or_none(figures.rank_steps_per_s_run(rs), STEPS_PER_S_DIGITS),
@@ -147,8 +147,3 @@ def round_or_none(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def steps_run(rs: RankState) -> int:
-    """The steps the rank ran: what it said when it ended (`steps_run`, a fact: the untimed steps
-    too), if that is a whole number above its records; else its records."""
-    said = rs.info.get("steps_run")
-    return said if type(said) is int and said > rs.steps else rs.steps

@@ -255,3 +255,22 @@ def test_the_live_pace_is_the_spans_too_once_every_record_in_the_window_carries_
         short.add({"step": i, "step_ms": 25.0, **({"span_steps": 1.0, "span_ms": 20.0} if i else {})}, 0, 0.0)
     fig = RankWindow().update(short)
     assert fig.pace_ms is None and figures.job_steps_per_s_last50({0: fig}) == pytest.approx(40.0)
+
+
+def test_a_rank_s_steps_are_the_steps_it_ran_not_its_records() -> None:
+    """One step in K timed: 57 records of 150 steps. The rank table, the node rows and the summary
+    say the steps it ran (its last record's step + 1 while it runs, what it said at its end), not
+    how many records came (session 17: the rank table lagged the summary)."""
+    from ddptop.model.run_summary import rank_summary
+    from ddptop.model.state import RunState
+    from ddptop.wire.protocol import Steps
+
+    state = RunState(run_id="k", config=RunConfig(), world_size=1)
+    steps = [*range(50), 63, 127]
+    state.apply(Steps(0, [{"step": s, "t": 100.0 + s / 100, "step_ms": 10.0} for s in steps]), 102.0)
+    rs = state.ranks[0]
+    assert rs.steps == 52 and rs.steps_run() == 128 and rank_summary(rs, 1)["steps"] == 128
+    rs.info["steps_run"] = 150  # said at its end
+    assert rs.steps_run() == 150 and rank_summary(rs, 1)["steps"] == 150
+    rs.info["steps_run"] = 9  # fewer than its records show: not believed
+    assert rs.steps_run() == 128

@@ -140,7 +140,7 @@ def title_line(snap: Snapshot, rank: int) -> Text:
     return Text.assemble(("Rank detail: ", "bold"), ("▲ " if rank == snap.slowest else "", "bold #d7503c"),
                          (f"rank {rank}", "bold"), "  ", rank_location(rs), "  ",
                          (status, STATUS_STYLES.get(status, "")), "  ",
-                         ("step ", "dim"), str(rs.last_step + 1 if rs.last_step >= 0 else NA),
+                         ("step ", "dim"), str(rs.steps_run() or NA),
                          ("   esc back · [ ] previous/next rank", "dim"))
 
 

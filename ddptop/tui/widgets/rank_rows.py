@@ -41,7 +41,7 @@ MIN_BAR, MAX_BAR = 8, 160  # the bar takes the width the other columns leave (is
 SORT_VALUES: dict[str, Callable[[int, Snapshot], float | str | None]] = {
     "rank": lambda r, snap: r,
     "where": lambda r, snap: rank_location(snap.state.ranks[r]),
-    "step": lambda r, snap: snap.state.ranks[r].last_step,
+    "step": lambda r, snap: snap.state.ranks[r].steps_run(),
     "p50": lambda r, snap: snap.ranks[r].p50,
     "p95": lambda r, snap: snap.ranks[r].p95,
     "own": lambda r, snap: snap.ranks[r].own_ms,
@@ -82,7 +82,7 @@ def rank_row(r: int, snap: Snapshot, is_slow: bool, cols: list[str], bar_w: int,
     values = {
         "rank": f"{('▲' if is_slow else ' ') + str(r):<5.5}",
         "where": f"{truncate(rank_location(rs), 12):<12}",
-        "step": f"{rs.last_step + 1 if rs.last_step >= 0 else '-':>6}",
+        "step": f"{rs.steps_run() or '-':>6}",
         "p50": f"{fmt(f.p50, '.1f', '-'):>7}", "p95": f"{fmt(f.p95, '.1f', '-'):>7}",
         "own": f"{fmt(f.own_ms, '.1f', '-'):>7}",
         "samples": f"{fmt(snap.rank_samples_per_s.get(r), '.0f', '-'):>10}",
