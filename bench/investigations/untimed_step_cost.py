@@ -12,7 +12,8 @@ forward hook either. Each block's figure is the median host time of the whole st
 `opt.step()` call alone; the difference on-off per ABBA pair gives a mean and a t 95% interval.
 The timed steps seen in "on" blocks are reported beside them (their host cost, not the GPU's).
 First, the hooks alone: `opt.step()` of a one-parameter SGD called `--calls` times a block, blocks
-alternating ABBA the same way: µs a step of the untimed path without the loop's noise.
+alternating ABBA the same way: µs a step of the untimed path without the loop's noise (the 1 in K
+steps it times, each starting and ending a record, are in the block too).
 
     python bench/investigations/untimed_step_cost.py [--device cpu|cuda] [--layers 20] [--pairs 20]
         [--block 200] [--phase-every 0]
