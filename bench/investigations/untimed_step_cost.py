@@ -12,8 +12,8 @@ forward hook either. Each block's figure is the median host time of the whole st
 `opt.step()` call alone; the difference on-off per ABBA pair gives a mean and a t 95% interval.
 The timed steps seen in "on" blocks are reported beside them (their host cost, not the GPU's).
 First, the hooks alone: `opt.step()` of a one-parameter SGD called `--calls` times a block, blocks
-alternating ABBA the same way: µs a step of the untimed path without the loop's noise (the 1 in K
-steps it times, each starting and ending a record, are in the block too).
+alternating ABBA the same way: µs a step over the whole block (the 1 in K steps it times, each
+starting and ending a record, are in it too), and the median of the untimed calls alone.
 
     python bench/investigations/untimed_step_cost.py [--device cpu|cuda] [--layers 20] [--pairs 20]
         [--block 200] [--phase-every 0]
@@ -67,22 +67,31 @@ def toggle(tables, added, on: bool) -> None:
                 table.pop(key, None)
 
 
-def hooks_alone(torch, inst, tables, added, pairs: int, calls: int) -> list[float]:
-    """µs an `opt.step()` of a one-parameter SGD gains with the instrument's hooks, per ABBA pair."""
+def hooks_alone(torch, inst, tables, added, pairs: int, calls: int) -> tuple[list[float], list[float]]:
+    """µs an `opt.step()` of a one-parameter SGD gains with the instrument's hooks, per ABBA pair:
+    over every call of a block (the 1 in K that start and end a record too), and by the median of
+    the calls the instrument did not time (each call timed alone)."""
     p = torch.nn.Parameter(torch.zeros(1))
     p.grad = torch.zeros(1)
     opt = torch.optim.SGD([p], lr=0.0)
-    per: dict[str, list[float]] = {"on": [], "off": []}
+    per: dict[str, list[tuple[float, float]]] = {"on": [], "off": []}
+    clock = time.perf_counter
     for arm in abba(pairs):
         while inst.engaged:
             opt.step()
         toggle(tables, added, arm == "on")
-        t0 = time.perf_counter()
+        untimed = []
+        t0 = clock()
         for _ in range(calls):
+            engaged = inst.engaged
+            t1 = clock()
             opt.step()
-        per[arm].append((time.perf_counter() - t0) / calls * 1e6)
+            if not engaged:
+                untimed.append(clock() - t1)
+        per[arm].append(((clock() - t0) / calls * 1e6, statistics.median(untimed) * 1e6))
         toggle(tables, added, True)
-    return [on - off for on, off in zip(per["on"], per["off"])]
+    pairs_ = list(zip(per["on"], per["off"]))
+    return [on[0] - off[0] for on, off in pairs_], [on[1] - off[1] for on, off in pairs_]
 
 
 def abba(pairs: int) -> list[str]:
@@ -127,7 +136,7 @@ def main() -> int:
     x = torch.randn(8, 64, device=dev)
     for _ in range(300):  # the first 50 are timed, then K is chosen
         step(torch, ddp, opt, x, cuda)
-    alone = t_interval(hooks_alone(torch, inst, tables, added, args.pairs, args.calls))
+    every, untimed = (t_interval(d) for d in hooks_alone(torch, inst, tables, added, args.pairs, args.calls))
 
     blocks: dict[str, list[tuple[float, float]]] = {"on": [], "off": []}
     timed: list[float] = []
@@ -156,12 +165,14 @@ def main() -> int:
         "k": inst.phases.k, "off_step_us": off_ms, "on_untimed_step_us": statistics.median(b[0] for b in blocks["on"]),
         "untimed_step_extra_us": [whole_i.mean, whole_i.lo, whole_i.hi] if whole_i else None,
         "untimed_opt_step_extra_us": [opt_i.mean, opt_i.lo, opt_i.hi] if opt_i else None,
-        "hooks_alone_us": [alone.mean, alone.lo, alone.hi] if alone else None,
+        "hooks_alone_us": [every.mean, every.lo, every.hi] if every else None,
+        "hooks_alone_untimed_us": [untimed.mean, untimed.lo, untimed.hi] if untimed else None,
         "timed_step_us_median": statistics.median(timed) if timed else None, "timed_steps_seen": len(timed),
     }
     print(f"{args.device}, {args.layers} layers, K = {inst.phases.k}, {len(diffs)} ABBA pairs of {args.block}-step blocks:")
-    if alone:
-        print(f"  the untimed path's hooks alone: {alone.mean:+.2f} µs [{alone.lo:+.2f}, {alone.hi:+.2f}] an opt.step()")
+    if every and untimed:
+        print(f"  the hooks alone: {every.mean:+.2f} µs [{every.lo:+.2f}, {every.hi:+.2f}] an opt.step() over every "
+              f"call (1 in K timed); {untimed.mean:+.2f} µs [{untimed.lo:+.2f}, {untimed.hi:+.2f}] an untimed one (medians)")
     print(f"  a step without the hooks: {off_ms:.1f} µs (median of blocks)")
     if whole_i and opt_i:
         print(f"  an untimed step's extra: {whole_i.mean:+.2f} µs [{whole_i.lo:+.2f}, {whole_i.hi:+.2f}] (whole step); "
