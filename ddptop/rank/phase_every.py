@@ -21,6 +21,7 @@ its profiler, are engaged. Not with cost_ab, which switches the layer itself. Pu
 from __future__ import annotations
 
 import collections
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,9 +37,20 @@ MAX_GAP_S = 1.0  # auto: a step is timed at least this often (the stall rule wai
 CAPTURE_LEAD = 3
 
 
+# `ddptop cost --lockstep`: its stamp (ddptop.rank.stamp) keeps the seconds this rank waited for its
+# turn (the other job's step) in this module's `total_s`; without them the job's pace, K and spans
+# read as the job alone would have them (session 17: K = 4 in turns against 16 alone)
+TURN_WAIT_MODULE = "_ddptop_turn_wait"
+
+
+def working_clock() -> float:
+    """The host's clock less the time this rank waited for its turn in a lock-step cost run."""
+    return time.perf_counter() - getattr(sys.modules.get(TURN_WAIT_MODULE), "total_s", 0.0)
+
+
 class PhaseEvery:
     def __init__(self, settings: dict[str, Any], sampled: Callable[[int], None] = lambda _k: None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = working_clock) -> None:
         every = int(settings.get("phase_every", 0) or 0)
         self.auto = every == 0
         self.k = 1 if self.auto else max(1, every)

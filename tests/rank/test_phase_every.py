@@ -4,6 +4,7 @@ schedule, the settings it refuses, and a real 2-rank run on gloo sending every K
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -274,3 +275,37 @@ def test_a_rank_s_steps_are_the_steps_it_ran_not_its_records() -> None:
     assert rs.steps_run() == 150 and rank_summary(rs, 1)["steps"] == 150
     rs.info["steps_run"] = 9  # fewer than its records show: not believed
     assert rs.steps_run() == 128
+
+
+def test_in_lockstep_turns_the_pace_is_the_job_s_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ddptop cost --lockstep`: a rank waits for its turn (the other job's step) at each step's end;
+    K and the spans must not count that wait, or the ddptop arm times more steps than the job alone
+    would (session 17: K = 4 in turns, 16 alone). The stamp keeps the waits; the clock leaves them out."""
+    import importlib.util
+    import threading
+    import time
+    import types
+
+    from ddptop.rank import phase_every
+
+    spec = importlib.util.spec_from_file_location(
+        "_stamp_under_test", Path(phase_every.__file__).parent / "stamp" / "sitecustomize.py")
+    stamp = importlib.util.module_from_spec(spec)
+    monkeypatch.delenv("DDPTOP_STAMP", raising=False)
+    spec.loader.exec_module(stamp)  # no DDPTOP_STAMP: it stamps nothing
+    assert stamp.TURN_WAIT_MODULE == phase_every.TURN_WAIT_MODULE
+    monkeypatch.delitem(sys.modules, phase_every.TURN_WAIT_MODULE, raising=False)
+    mine_r, mine_w = os.pipe()
+    theirs_r, theirs_w = os.pipe()
+    turns = stamp._Turns(mine_r, theirs_w, "a", wait_s=5.0)
+    threading.Timer(0.2, os.write, (mine_w, b"t")).start()  # the other job's step takes 0.2 s
+    before_host, before = time.perf_counter(), phase_every.working_clock()
+    turns.hand_over_and_wait()
+    host, working = time.perf_counter() - before_host, phase_every.working_clock() - before
+    assert os.read(theirs_r, 1) == b"t" and turns.starts  # handed over, got it back
+    assert host >= 0.2 and working < 0.05, (host, working)
+    assert sys.modules[phase_every.TURN_WAIT_MODULE].total_s >= 0.2
+    monkeypatch.setitem(sys.modules, phase_every.TURN_WAIT_MODULE, types.ModuleType("x"))  # no total_s: as alone
+    assert abs(phase_every.working_clock() - time.perf_counter()) < 0.01
+    for fd in (mine_r, mine_w, theirs_r, theirs_w):
+        os.close(fd)

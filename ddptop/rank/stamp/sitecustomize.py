@@ -12,6 +12,7 @@ ddptop and runs the sitecustomize it shadows, if any, first.
 
 import os
 import sys
+from typing import Any, cast
 
 
 def _chain() -> None:
@@ -96,11 +97,20 @@ def _stamp(prefix: str, rank: str) -> None:
         sys.meta_path.insert(0, Watcher())
 
 
+TURN_WAIT_MODULE = "_ddptop_turn_wait"  # ddptop.rank.phase_every reads it: that file's constant of the same name
+
+
 class _Turns:
     """This rank's turns with the same rank of the other job (`ddptop cost --lockstep`)."""
 
     def __init__(self, mine: int, theirs: int, job: str, wait_s: float, pin_main: bool = False) -> None:
+        import types
+
         self.mine, self.theirs, self.wait_s = mine, theirs, wait_s
+        # the seconds this rank has waited for its turn (the other job's steps), for ddptop's own
+        # clock of the job's pace (ddptop.rank.phase_every.working_clock): K as the job alone would have it
+        self.waited: Any = cast(Any, sys.modules.setdefault(TURN_WAIT_MODULE, types.ModuleType(TURN_WAIT_MODULE)))
+        self.waited.total_s = 0.0
         self.skip_next = job == "b"
         self.on = True
         self.starts: list = []
@@ -139,12 +149,14 @@ class _Turns:
 
         if self.pin_main:
             self._pin_main()
+        t0 = time.perf_counter()
         if self.skip_next:
             self.skip_next = False
         else:
             os.write(self.theirs, b"t")
         ready, _, _ = select.select([self.mine], [], [], self.wait_s)
         got = os.read(self.mine, 1) if ready else b""
+        self.waited.total_s += time.perf_counter() - t0
         if got != b"t":  # the other job left, or its turn never came back: run on alone
             self.on = False
             return
