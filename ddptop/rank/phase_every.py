@@ -26,15 +26,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ddptop.rank.capture import WARMUP_STEPS
+
 FULL_STEPS = 50  # every step timed at first (start-up, compilation, the first live view)
 SPACING_S = 0.25  # auto: timed steps at least this far apart, a few records a second for the live view
 MAX_K = 64
 PERIODS = 15  # the steps whose median host time decides K
 MAX_GAP_S = 1.0  # auto: a step is timed at least this often (the stall rule waits 10 s or more)
-# a capture window from step S: steps S - 2 on are timed (the boundary after step `s` engages step
-# s + 1 when s + CAPTURE_LEAD >= S), for the close of step S - 2 begins the profiler's warm-up step
-# S - 1 (rank/capture's WARMUP_STEPS = 1): not every step from when the window is asked for
-CAPTURE_LEAD = 3
+# a capture window from step S: the steps from S - WARMUP_STEPS - 1 on are timed (the boundary after
+# step `s` engages step s + 1 when s + CAPTURE_LEAD >= S), for the close of the first of them begins
+# the profiler's warm-up steps: not every step from when the window is asked for
+CAPTURE_LEAD = WARMUP_STEPS + 2
 
 
 # `ddptop cost --lockstep`: its stamp (ddptop.rank.stamp) keeps the seconds this rank waited for its
@@ -50,11 +52,14 @@ def working_clock() -> float:
 
 class PhaseEvery:
     def __init__(self, settings: dict[str, Any], sampled: Callable[[int], None] = lambda _k: None,
-                 clock: Callable[[], float] = working_clock) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         every = int(settings.get("phase_every", 0) or 0)
         self.auto = every == 0
         self.k = 1 if self.auto else max(1, every)
-        self._sampled, self._clock = sampled, clock  # sampled(K): K has changed (the first time too, K > 1)
+        self._sampled = sampled  # sampled(K): K has changed (the first time too, K > 1)
+        # the lock-step clock only where a lock-step cost run's stamp opened its turns (at the
+        # interpreter's start, before torch is imported and this is made): nothing more a step elsewhere
+        self._clock = clock or (working_clock if TURN_WAIT_MODULE in sys.modules else time.perf_counter)
         if self.k > 1:
             sampled(self.k)
         self._at: float | None = None  # the last boundary's host time
